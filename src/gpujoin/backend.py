@@ -1,0 +1,78 @@
+"""Devices and the algorithms each one offers."""
+
+from __future__ import annotations
+
+import importlib.util
+
+#: Algorithms by device and operation, by their standard names (lower case).
+_ALGORITHMS = {
+    "cpu": {
+        "join": ["phj"],      # cpu/join/phj.py: radix-partitioned hash join
+        "group_by": ["pgb"],  # cpu/groupby/pgb.py: partitioned hash group-by
+    },
+}
+
+
+def cuda_available() -> bool:
+    """True when gpujoin's CUDA backend is present and a GPU with CuPy is usable."""
+    if importlib.util.find_spec("gpujoin.cuda") is None:
+        return False
+    try:
+        from .cuda import runtime  # type: ignore[attr-defined]
+
+        return bool(runtime.device_count())
+    except Exception:
+        return False
+
+
+def devices() -> list[str]:
+    """Devices this process can run on, best first."""
+    return (["cuda"] if cuda_available() else []) + ["cpu"]
+
+
+def resolve_device(device: str) -> str:
+    """Map ``device`` ("auto", "cpu", "cuda") to the one that will run.
+
+    Raises
+    ------
+    ValueError
+        An unknown device name.
+    RuntimeError
+        ``device="cuda"`` on a machine or build without the CUDA backend.
+    """
+    if device == "auto":
+        return devices()[0]
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'")
+    if device == "cuda" and not cuda_available():
+        raise RuntimeError(
+            "device='cuda' is not available: this gpujoin has no usable CUDA backend (it needs an NVIDIA "
+            "GPU, CuPy, and gpujoin's CUDA module); use device='cpu' or 'auto'"
+        )
+    return device
+
+
+def algorithms(device: str = "auto") -> dict[str, list[str]]:
+    """The join and group-by algorithms available on ``device``, by standard name."""
+    dev = resolve_device(device)
+    return {op: list(names) for op, names in _ALGORITHMS[dev].items()}
+
+
+def resolve_algorithm(operation: str, algorithm: str, device: str) -> str:
+    """Check ``algorithm`` for ``operation`` on ``device``; "auto" picks the default.
+
+    Raises
+    ------
+    ValueError
+        An algorithm name unknown on this device, listing the valid ones.
+    """
+    names = _ALGORITHMS[device][operation]
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm must be a str, got {type(algorithm).__name__}")
+    algo = algorithm.lower()
+    if algo == "auto":
+        return names[0]
+    if algo not in names:
+        raise ValueError(f"unknown {operation.replace('_', '-')} algorithm {algorithm!r} for device "
+                         f"{device!r}; valid: {['auto'] + names}")
+    return algo

@@ -1,0 +1,263 @@
+"""Numba primitives of the CPU engine: hashing, stable radix partitioning, factorization.
+
+Every kernel is compiled once (``cache=True`` keeps the machine code on disk) and runs on
+Numba's thread pool; ``numba.set_num_threads`` bounds it.  Keys reach these kernels already
+reduced to int64 (see ``gpujoin.plan.keys``), so one compiled instance serves every key type.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_S33 = np.uint64(33)
+_S32 = np.uint64(32)
+
+#: Rows per thread chunk below which a kernel is not worth splitting.
+MIN_CHUNK = 1 << 14
+
+
+@njit(inline="always", cache=True)
+def fmix64(x):
+    """murmur3's 64-bit finalizer: a bijective mix, so distinct keys get distinct hashes."""
+    x ^= x >> _S33
+    x *= _M1
+    x ^= x >> _S33
+    x *= _M2
+    x ^= x >> _S33
+    return x
+
+
+@njit(inline="always", cache=True)
+def partition_of(h, mask):
+    """Partition number of hash ``h``: bits 32.. of the hash, so tables use the low bits."""
+    return (h >> _S32) & mask
+
+
+@njit(parallel=True, cache=True)
+def hash_keys(keys):
+    """fmix64 of each int64 key; uint64 (n,)."""
+    out = np.empty(keys.size, np.uint64)
+    for i in prange(keys.size):
+        out[i] = fmix64(np.uint64(keys[i]))
+    return out
+
+
+@njit(parallel=True, cache=True)
+def hash_rows(keys2d):
+    """One uint64 hash per row of the (k, n) int64 key matrix (columns combined, boost-style)."""
+    k, n = keys2d.shape
+    out = np.empty(n, np.uint64)
+    for i in prange(n):
+        h = _GOLDEN
+        for c in range(k):
+            h = fmix64(h ^ (fmix64(np.uint64(keys2d[c, i])) + _GOLDEN + (h << np.uint64(6)) + (h >> np.uint64(2))))
+        out[i] = h
+    return out
+
+
+def num_chunks(n: int) -> int:
+    """Chunks a parallel pass splits ``n`` rows into: a few per thread, none tiny."""
+    return int(max(1, min(numba.get_num_threads() * 4, n // MIN_CHUNK)))
+
+
+@njit(parallel=True, cache=True)
+def radix_partition(hashes, nbits, nchunks, a, b):
+    """Stable radix partition of the int64 pairs (a[i], b[i]) on hash bits [32, 32 + nbits).
+
+    Parameters
+    ----------
+    hashes : uint64 (n,)   the hash of each row's key
+    nbits : int            radix bits; 2**nbits partitions
+    nchunks : int          thread chunks (see ``num_chunks``)
+    a, b : int64 (n,)      payloads moved with the rows (key and row id, or row id and hash)
+
+    Returns
+    -------
+    out_a, out_b : int64 (n,)      partitioned payloads, input order kept within a partition
+    offsets : int64 (2**nbits + 1,) partition p holds rows offsets[p]:offsets[p+1]
+
+    Notes
+    -----
+    Histogram per chunk, exclusive scan in (partition, chunk) order, scatter per chunk: the
+    classic two-pass parallel radix partition (paper 003 §1, "radix-partition").
+    """
+    n = hashes.size
+    P = 1 << nbits
+    mask = np.uint64(P - 1)
+    step = (n + nchunks - 1) // nchunks
+    hist = np.zeros((nchunks, P), np.int64)
+    for t in prange(nchunks):
+        lo = t * step
+        hi = min(n, lo + step)
+        for i in range(lo, hi):
+            hist[t, partition_of(hashes[i], mask)] += 1
+    offsets = np.empty(P + 1, np.int64)
+    total = 0
+    for p in range(P):
+        offsets[p] = total
+        for t in range(nchunks):
+            c = hist[t, p]
+            hist[t, p] = total
+            total += c
+    offsets[P] = total
+    out_a = np.empty(n, np.int64)
+    out_b = np.empty(n, np.int64)
+    for t in prange(nchunks):
+        lo = t * step
+        hi = min(n, lo + step)
+        cur = hist[t]
+        for i in range(lo, hi):
+            p = partition_of(hashes[i], mask)
+            j = cur[p]
+            out_a[j] = a[i]
+            out_b[j] = b[i]
+            cur[p] = j + 1
+    return out_a, out_b, offsets
+
+
+def table_offsets(part_offsets: np.ndarray, load: int = 2) -> np.ndarray:
+    """Start of each partition's bucket array in one shared array: a power of two >= load * rows."""
+    sizes = np.diff(part_offsets) * load
+    sizes = np.left_shift(1, np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64))
+    out = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
+@njit(parallel=True, cache=True)
+def _factorize_partitions(keys2d, rows, hashes, offsets, local, reps):
+    """Per partition, a chained hash table of groups: local group id of each row, groups' first rows.
+
+    The bucket array starts small and doubles when the groups outgrow it, so a partition with few
+    groups keeps its table in L1 whatever its row count.
+    """
+    P = offsets.size - 1
+    k = keys2d.shape[0]
+    counts = np.zeros(P, np.int64)
+    for p in prange(P):
+        lo = offsets[p]
+        hi = offsets[p + 1]
+        cap = 64
+        heads = np.zeros(cap, np.int64)
+        gnext = np.empty(hi - lo, np.int64)
+        ghash = np.empty(hi - lo, np.uint64)
+        ng = 0
+        for i in range(lo, hi):
+            r = rows[i]
+            h = hashes[i]
+            g = heads[np.int64(h & np.uint64(cap - 1))]
+            found = -1
+            while g != 0:
+                if ghash[g - 1] == h:
+                    rr = reps[lo + g - 1]
+                    same = True
+                    for c in range(k):
+                        if keys2d[c, rr] != keys2d[c, r]:
+                            same = False
+                            break
+                    if same:
+                        found = g - 1
+                        break
+                g = gnext[g - 1]
+            if found < 0:
+                if 2 * ng >= cap:
+                    cap *= 4
+                    heads = np.zeros(cap, np.int64)
+                    for q in range(ng):
+                        s = np.int64(ghash[q] & np.uint64(cap - 1))
+                        gnext[q] = heads[s]
+                        heads[s] = q + 1
+                found = ng
+                s = np.int64(h & np.uint64(cap - 1))
+                reps[lo + ng] = r
+                ghash[ng] = h
+                gnext[ng] = heads[s]
+                heads[s] = ng + 1
+                ng += 1
+            local[i] = found
+        counts[p] = ng
+    return counts
+
+
+@njit(parallel=True, cache=True)
+def _globalize(rows, offsets, local, reps, goff, codes, first_rows, part_gid):
+    P = offsets.size - 1
+    for p in prange(P):
+        lo = offsets[p]
+        g0 = goff[p]
+        for i in range(lo, offsets[p + 1]):
+            g = g0 + local[i]
+            codes[rows[i]] = g
+            part_gid[i] = g
+        for g in range(goff[p + 1] - g0):
+            first_rows[g0 + g] = reps[lo + g]
+
+
+class Factorization:
+    """Dense group ids of a key matrix (see :func:`factorize`).
+
+    Attributes
+    ----------
+    codes : int64 (n,)         group id of each row, in [0, num_groups)
+    num_groups : int
+    first_rows : int64 (g,)    a row of each group (its first in partition order)
+    rows, offsets, part_gid    the radix partition the ids were computed on: partition p holds
+                               rows[offsets[p]:offsets[p+1]] with ids part_gid[...]; the groups
+                               of different partitions are disjoint, so partition-parallel
+                               aggregation needs no atomics
+    """
+
+    __slots__ = ("codes", "num_groups", "first_rows", "rows", "offsets", "part_gid")
+
+    def __init__(self, codes, num_groups, first_rows, rows, offsets, part_gid):
+        self.codes = codes
+        self.num_groups = num_groups
+        self.first_rows = first_rows
+        self.rows = rows
+        self.offsets = offsets
+        self.part_gid = part_gid
+
+
+def partition_bits(n: int, rows_per_partition: int = 1 << 13, max_bits: int = 12) -> int:
+    """Radix bits so that a partition's hash table stays cache-sized."""
+    if n <= rows_per_partition:
+        return 0
+    return int(min(max_bits, np.ceil(np.log2(n / rows_per_partition))))
+
+
+def factorize(keys2d: np.ndarray) -> Factorization:
+    """Dense ids for the distinct rows of a (k, n) int64 key matrix: a partitioned hash group-by.
+
+    Rows are radix-partitioned on a hash of all k columns, then each partition builds its own
+    chained hash table of groups (exact: equal hashes are verified column by column), so
+    the work is parallel over partitions and every table fits in cache.
+
+    Raises
+    ------
+    ValueError
+        ``keys2d`` is not a C-contiguous 2-D int64 array.
+    """
+    if keys2d.ndim != 2 or keys2d.dtype != np.int64:
+        raise ValueError(f"factorize expects a (k, n) int64 matrix, got {keys2d.dtype} {keys2d.shape}")
+    keys2d = np.ascontiguousarray(keys2d)
+    n = keys2d.shape[1]
+    hashes = hash_rows(keys2d)
+    rows, phash, offsets = radix_partition(hashes, partition_bits(n), num_chunks(n),
+                                           np.arange(n, dtype=np.int64), hashes.view(np.int64))
+    phash = phash.view(np.uint64)
+    local = np.empty(n, np.int64)
+    reps = np.empty(n, np.int64)
+    counts = _factorize_partitions(keys2d, rows, phash, offsets, local, reps)
+    goff = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=goff[1:])
+    g = int(goff[-1])
+    codes = np.empty(n, np.int64)
+    first_rows = np.empty(g, np.int64)
+    part_gid = np.empty(n, np.int64)
+    _globalize(rows, offsets, local, reps, goff, codes, first_rows, part_gid)
+    return Factorization(codes, g, first_rows, rows, offsets, part_gid)

@@ -1,0 +1,245 @@
+"""The group-by front end: keys, aggregates, backend and algorithm, output assembly (SQL semantics)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..backend import resolve_algorithm, resolve_device
+from ..cpu.groupby import pgb
+from ..cpu.kernels import factorize
+from ..errors import ComputeError, InvalidOperationError
+from ..table import check_columns, is_string_type, take, to_arrow_table
+from .keys import encode_keys
+
+FUNCTIONS = ("sum", "count", "size", "min", "max", "mean")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@dataclass
+class GroupByStats:
+    """What a group-by did: phase times in seconds (group ids, aggregate, materialize) and sizes."""
+
+    algorithm: str
+    device: str
+    rows: int
+    groups: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+class GroupBy:
+    """A table grouped by key columns; call :meth:`agg` to compute aggregates.
+
+    Made by :func:`gpujoin.group_by`.
+    """
+
+    def __init__(self, table, by, *, algorithm: str = "auto", device: str = "auto"):
+        self._table = to_arrow_table(table)
+        self._by = [by] if isinstance(by, str) else list(by)
+        if not self._by:
+            raise ValueError("group_by needs at least one key column in 'by'")
+        check_columns(self._table, self._by, "input")
+        self._device = resolve_device(device)
+        self._algorithm = resolve_algorithm("group_by", algorithm, self._device)
+        self.stats: GroupByStats | None = None
+
+    def agg(self, **aggs: tuple[str | None, str]) -> pa.Table:
+        """Aggregate each group: ``name=(column, function)``, function in sum, count, size, min, max, mean.
+
+        ``count`` counts non-null values, ``size`` counts rows (its column may be None); nulls
+        are skipped by every aggregate, an all-null group's sum, min, max and mean are null, and
+        rows with null keys form one group, as in SQL.
+
+        Returns
+        -------
+        pyarrow.Table
+            The key columns, then one column per aggregate, in the order given; one row per group,
+            in unspecified order.  sum gives int64 for integers, float64 for floats, decimal128(38, s)
+            for decimals; count and size int64; mean float64; min and max the column's type.
+
+        Raises
+        ------
+        ValueError
+            An unknown function, or a spec that is not a (column, function) pair.
+        ColumnNotFoundError
+            A column not in the table.
+        InvalidOperationError
+            A function the column's type does not support (the sum of a string column).
+        ComputeError
+            An integer sum outside int64, or decimal values wider than 64 bits.
+        """
+        specs = []
+        for name, spec in aggs.items():
+            if not (isinstance(spec, tuple) and len(spec) == 2):
+                raise ValueError(f"aggregate {name!r} must be a (column, function) pair, got {spec!r}")
+            col, fn = spec
+            if fn not in FUNCTIONS:
+                raise ValueError(f"unknown aggregate function {fn!r} for {name!r}; valid: {list(FUNCTIONS)}")
+            if fn != "size" or col is not None:
+                check_columns(self._table, [col], "input")
+            specs.append((name, col, fn))
+        return self._run(specs)
+
+    def _run(self, specs) -> pa.Table:
+        t = self._table
+        stats = GroupByStats(self._algorithm, self._device, t.num_rows)
+        t0 = time.perf_counter()
+        keys = [_combined(t, b) for b in self._by]
+        enc = encode_keys([keys], nulls_equal=True)
+        fact = factorize(enc.keys[0][None, :])
+        t1 = time.perf_counter()
+        stats.phases["group_ids"] = t1 - t0
+        stats.groups = fact.num_groups
+        out_cols = {name: col for name, col in zip(self._by, take(t.select(self._by), fact.first_rows).columns)}
+        for name, col, fn in specs:
+            if name in out_cols:
+                raise ValueError(f"output column {name!r} appears twice; give the aggregate another name")
+            out_cols[name] = _aggregate(t, col, fn, fact)
+        stats.phases["aggregate"] = time.perf_counter() - t1
+        self.stats = stats
+        return pa.table(out_cols)
+
+
+def group_by(table, by, *, algorithm: str = "auto", device: str = "auto") -> GroupBy:
+    """Group ``table`` by the key column(s) ``by``; finish with ``.agg(name=(column, function), ...)``.
+
+    Parameters
+    ----------
+    table : gpujoin.Table, pyarrow.Table, pandas.DataFrame, polars.DataFrame or dict of arrays
+    by : str or list of str
+        Key columns: integers, floats, decimals, dates, timestamps, bools or strings.
+    algorithm : str
+        "auto" or a group-by algorithm of the device (``gpujoin.algorithms()``).
+    device : {"auto", "cpu", "cuda"}
+
+    Raises
+    ------
+    ColumnNotFoundError, ValueError, TypeError
+        A missing key column, an empty ``by``, an unknown algorithm or device, an unsupported input.
+
+    References
+    ----------
+    Paper 003 §2 (hash, sort and partition group-by), doi:10.1145/3709689.
+    """
+    return GroupBy(table, by, algorithm=algorithm, device=device)
+
+
+def _combined(t: pa.Table, name: str) -> pa.Array:
+    col = t.column(name)
+    return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+
+
+def _validity(arr: pa.Array):
+    return (np.asarray(arr.is_valid()), True) if arr.null_count else (np.empty(0, np.bool_), False)
+
+
+def _int_values(name: str, arr: pa.Array) -> np.ndarray:
+    """int64 values of an integer-like, date, timestamp or decimal column (null slots arbitrary)."""
+    t = arr.type
+    if pa.types.is_decimal128(t):
+        words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
+        lo, hi = words[0::2], words[1::2]
+        valid = np.asarray(arr.is_valid()) if arr.null_count else slice(None)
+        if not np.array_equal(hi[valid], (lo >> 63)[valid]):
+            raise ComputeError(f"column {name!r} ({t}) holds values beyond 64 bits, which aggregates do not "
+                               f"support yet; cast it to float64 or to a decimal with precision <= 18")
+        return np.ascontiguousarray(lo)
+    if pa.types.is_date32(t):
+        arr = arr.view(pa.int32())
+    elif pa.types.is_timestamp(t):
+        arr = arr.view(pa.int64())
+    elif pa.types.is_boolean(t):
+        arr = arr.cast(pa.int8())
+    elif pa.types.is_uint64(t):
+        try:
+            arr = arr.cast(pa.int64())
+        except pa.ArrowInvalid:
+            raise ComputeError(f"column {name!r} (uint64) has values above 2**63-1, which aggregates do "
+                               f"not support; cast it to float64") from None
+    return arr.fill_null(0).to_numpy().astype(np.int64, copy=False)
+
+
+def _from_words(w0: np.ndarray, w1: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
+    words = np.empty(2 * w0.size, np.uint64)
+    words[0::2], words[1::2] = w0, w1.view(np.uint64)
+    bitmap = None if valid.all() else pa.array(valid).buffers()[1]
+    return pa.Array.from_buffers(t, w0.size, [bitmap, pa.py_buffer(words)])
+
+
+def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
+    ng = fact.num_groups
+    if fn == "size":
+        return pa.array(pgb.group_sizes(fact.offsets, fact.part_gid, ng))
+    arr = _combined(t, col)
+    typ = arr.type
+    valid, has_valid = _validity(arr)
+    if fn == "count" and not has_valid:
+        return pa.array(pgb.group_sizes(fact.offsets, fact.part_gid, ng))
+    if is_string_type(typ):
+        if fn not in ("min", "max", "count"):
+            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
+                                        f"strings support count, size, min and max")
+        # order-preserving codes: rank in the sorted distinct values
+        uniq = pc.unique(arr.cast(pa.large_string())).drop_null()
+        uniq = uniq.take(pc.sort_indices(uniq))
+        values = pc.index_in(arr.cast(pa.large_string()), value_set=uniq).fill_null(0).to_numpy().astype(np.int64)
+        count, _, _, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact.rows, fact.offsets, fact.part_gid, ng)
+        if fn == "count":
+            return pa.array(count)
+        codes = vmin if fn == "min" else vmax
+        return uniq.take(pa.array(codes, mask=count == 0)).cast(typ)
+    if pa.types.is_floating(typ):
+        values = arr.cast(pa.float64()).fill_null(0).to_numpy()
+        count, vsum, vmin, vmax = pgb.reduce_float(values, valid, has_valid, fact.rows, fact.offsets,
+                                                   fact.part_gid, ng)
+        empty = count == 0
+        if fn == "count":
+            return pa.array(count)
+        if fn == "sum":
+            return pa.array(vsum, mask=empty)
+        if fn == "mean":
+            return pa.array(vsum / np.maximum(count, 1), mask=empty)
+        return pa.array(vmin if fn == "min" else vmax, mask=empty).cast(typ)
+    if not (pa.types.is_integer(typ) or pa.types.is_decimal128(typ) or pa.types.is_boolean(typ)
+            or pa.types.is_date32(typ) or pa.types.is_timestamp(typ)):
+        raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
+    temporal = pa.types.is_date32(typ) or pa.types.is_timestamp(typ)
+    if temporal and fn in ("sum", "mean"):
+        raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
+                                    f"dates and timestamps support count, size, min and max")
+    values = _int_values(col, arr)
+    count, sum_hi, sum_lo, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact.rows, fact.offsets,
+                                                       fact.part_gid, ng)
+    empty = count == 0
+    if fn == "count":
+        return pa.array(count)
+    if fn in ("min", "max"):
+        v = vmin if fn == "min" else vmax
+        if pa.types.is_decimal128(typ):
+            return _from_words(v.view(np.uint64), v >> 63, ~empty, typ)
+        if pa.types.is_boolean(typ):
+            return pa.array(v.astype(bool), mask=empty)
+        phys = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[typ.bit_width]
+        if pa.types.is_unsigned_integer(typ):
+            return pa.array(v, mask=empty).cast(typ)
+        return pa.array(v.astype(phys.to_pandas_dtype()), mask=empty).view(typ) if temporal else \
+            pa.array(v, mask=empty).cast(typ)
+    w0, w1 = pgb.exact_sum_words(sum_hi, sum_lo)
+    if pa.types.is_decimal128(typ):
+        if fn == "sum":
+            return _from_words(w0, w1, ~empty, pa.decimal128(38, typ.scale))
+        total = w1.astype(np.float64) * 2.0 ** 64 + w0.astype(np.float64)
+        return pa.array(total / np.maximum(count, 1) / 10.0 ** typ.scale, mask=empty)
+    if fn == "mean":
+        total = w1.astype(np.float64) * 2.0 ** 64 + w0.astype(np.float64)
+        return pa.array(total / np.maximum(count, 1), mask=empty)
+    fits = (w1 == (w0.view(np.int64) >> 63))
+    if not fits[~empty].all():
+        raise ComputeError(f"the sum of column {col!r} overflows int64 in at least one group; "
+                           f"cast the column to float64 or decimal128 first")
+    return pa.array(w0.view(np.int64), mask=empty)

@@ -1,0 +1,197 @@
+"""The join front end: arguments, keys, backend and algorithm, then output assembly (Polars semantics)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..backend import resolve_algorithm, resolve_device
+from ..errors import ComputeError
+from ..table import check_columns, take, to_arrow_table
+from .keys import cast_key, encode_keys, promote_key_types
+
+HOWS = ("inner", "left", "right", "full", "semi", "anti", "cross")
+VALIDATES = ("m:m", "1:m", "m:1", "1:1")
+
+
+@dataclass
+class JoinStats:
+    """What a join did: phase times in seconds (transform, match, materialize), sizes, choices."""
+
+    algorithm: str
+    device: str
+    how: str
+    left_rows: int
+    right_rows: int
+    output_rows: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _as_list(x) -> list[str]:
+    if x is None:
+        return []
+    return [x] if isinstance(x, str) else list(x)
+
+
+def _resolve_keys(on, left_on, right_on, how) -> tuple[list[str], list[str]]:
+    if how == "cross":
+        if on is not None or left_on is not None or right_on is not None:
+            raise ValueError("a cross join takes no join keys; drop 'on', 'left_on' and 'right_on'")
+        return [], []
+    if on is not None:
+        if left_on is not None or right_on is not None:
+            raise ValueError("cannot use 'on' in conjunction with 'left_on' or 'right_on'")
+        left_on = right_on = on
+    elif left_on is None or right_on is None:
+        raise ValueError("give the join keys: 'on', or both 'left_on' and 'right_on'")
+    lk, rk = _as_list(left_on), _as_list(right_on)
+    if not lk:
+        raise ValueError("the join needs at least one key column")
+    if len(lk) != len(rk):
+        raise ValueError(f"'left_on' has {len(lk)} columns and 'right_on' {len(rk)}; they must match")
+    return lk, rk
+
+
+def _check_unique(keys: np.ndarray, valid, side: str, validate: str) -> None:
+    k = keys if valid is None else keys[valid]
+    if np.unique(k).size != k.size:
+        raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
+
+
+def join(left, right, on: str | Sequence[str] | None = None, *, left_on=None, right_on=None,
+         how: str = "inner", suffix: str = "_right", nulls_equal: bool = False,
+         validate: str = "m:m", coalesce: bool | None = None, algorithm: str = "auto",
+         device: str = "auto") -> pa.Table:
+    """Join two tables on equal keys (see :func:`execute_join`, which also returns its stats)."""
+    return execute_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                        nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
+                        algorithm=algorithm, device=device)[0]
+
+
+def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
+                 nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
+                 radix_bits: int | None = None) -> tuple[pa.Table, JoinStats]:
+    """:func:`gpujoin.join`, returning ``(result, JoinStats)``; ``radix_bits`` overrides the fanout."""
+    if how not in HOWS:
+        raise ValueError(f"unknown join type how={how!r}; valid: {list(HOWS)}")
+    if validate not in VALIDATES:
+        raise ValueError(f"unknown validate={validate!r}; valid: {list(VALIDATES)}")
+    lt, rt = to_arrow_table(left), to_arrow_table(right)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    dev = resolve_device(device)
+    algo = resolve_algorithm("join", algorithm, dev)
+    if coalesce is None:
+        coalesce = how not in ("full",)
+    stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
+    t0 = time.perf_counter()
+
+    if how == "cross":
+        nl, nr = lt.num_rows, rt.num_rows
+        lidx = np.repeat(np.arange(nl, dtype=np.int64), nr)
+        ridx = np.tile(np.arange(nr, dtype=np.int64), nl)
+        stats.phases["transform"] = stats.phases["match"] = 0.0
+        types = []
+    else:
+        types = [promote_key_types(a, lt.schema.field(a).type, b, rt.schema.field(b).type)
+                 for a, b in zip(lk, rk)]
+        lcols = [cast_key(a, _column(lt, a), t) for a, t in zip(lk, types)]
+        rcols = [cast_key(b, _column(rt, b), t) for b, t in zip(rk, types)]
+        enc = encode_keys([lcols, rcols], nulls_equal)
+        (lkeys, rkeys), (lvalid, rvalid) = enc.keys, enc.valid
+        if validate in ("1:1", "1:m"):
+            _check_unique(lkeys, lvalid, "left", validate)
+        if validate in ("1:1", "m:1"):
+            _check_unique(rkeys, rvalid, "right", validate)
+        t1 = time.perf_counter()
+        stats.phases["transform"] = t1 - t0
+        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats)
+        stats.phases["match"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
+    stats.phases["materialize"] = time.perf_counter() - t2
+    stats.output_rows = out.num_rows
+    return out, stats
+
+
+def _column(t: pa.Table, name: str) -> pa.Array:
+    col = t.column(name)
+    return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+
+
+def _rows(valid, n) -> np.ndarray:
+    return np.arange(n, dtype=np.int64) if valid is None else np.flatnonzero(valid).astype(np.int64)
+
+
+def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats):
+    """Gather maps (left_idx, right_idx), -1 for no partner; rows with a null key never match."""
+    from ..cpu.join.phj import hash_join
+
+    nl, nr = lkeys.size, rkeys.size
+    lrows, rrows = _rows(lvalid, nl), _rows(rvalid, nr)
+    lk = lkeys if lvalid is None else lkeys[lrows]
+    rk = rkeys if rvalid is None else rkeys[rrows]
+    # build on the smaller side where the join type leaves the choice
+    build_left = how == "right" or (how in ("inner", "full") and nl < nr)
+    stats.params["build_side"] = "left" if build_left else "right"
+    mode = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
+            "semi": "semi", "anti": "anti"}[how]
+    if build_left:
+        ridx, lidx = hash_join(lk, lrows, rk, rrows, mode, radix_bits=radix_bits)
+    else:
+        lidx, ridx = hash_join(rk, rrows, lk, lrows, mode, radix_bits=radix_bits)
+    # rows whose key is null are unmatched rows of the outer sides (and anti-join rows)
+    keep_left = how in ("left", "full", "anti")
+    keep_right = how in ("right", "full")
+    extra_l = np.flatnonzero(~lvalid) if (lvalid is not None and keep_left) else np.empty(0, np.int64)
+    extra_r = np.flatnonzero(~rvalid) if (rvalid is not None and keep_right) else np.empty(0, np.int64)
+    if extra_l.size or extra_r.size:
+        lidx = np.concatenate([lidx, extra_l, np.full(extra_r.size, -1, np.int64)])
+        if ridx is not None:
+            ridx = np.concatenate([ridx, np.full(extra_l.size, -1, np.int64), extra_r])
+    return lidx, ridx
+
+
+def _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce) -> pa.Table:
+    """Output columns, names and key coalescing as ``polars.DataFrame.join``."""
+    if how in ("semi", "anti"):
+        return take(lt, lidx)
+    lout = take(lt, lidx)
+    rout = take(rt, ridx)
+    names, cols = [], []
+    drop_left = set(lk) if (how == "right" and coalesce) else set()
+    drop_right = set(rk) if (how != "right" and coalesce and how != "cross") else set()
+    lkey_type = dict(zip(lk, types))
+    rkey_type = dict(zip(rk, types))
+    for name, col in zip(lout.column_names, lout.columns):
+        if name in drop_left:
+            continue
+        if coalesce and name in lkey_type and how != "cross":
+            col = col.cast(lkey_type[name])
+            if how == "full":
+                col = pc.coalesce(col, rout.column(rk[lk.index(name)]).cast(lkey_type[name]))
+        names.append(name)
+        cols.append(col)
+    taken = set(names)
+    for name, col in zip(rout.column_names, rout.columns):
+        if name in drop_right:
+            continue
+        if how == "right" and coalesce and name in rkey_type:
+            col = col.cast(rkey_type[name])
+            out_name = name
+        else:
+            out_name = name + suffix if name in taken else name
+        if out_name in taken:
+            raise ValueError(f"column {out_name!r} would appear twice in the join output; "
+                             f"rename a column or choose another suffix")
+        taken.add(out_name)
+        names.append(out_name)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=names)
