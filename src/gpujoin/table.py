@@ -19,7 +19,7 @@ from .errors import ColumnNotFoundError, InvalidOperationError
 #: Arrow types a column may have.  Keys may use all but float/bool for joins (see plan.keys).
 SUPPORTED_TYPES = (
     "int8..int64, uint8..uint64, float32, float64, bool, date32, timestamp, "
-    "decimal128, string (string, large_string, string_view)"
+    "decimal128, string (string, large_string, string_view), null (all-null columns)"
 )
 
 
@@ -36,6 +36,7 @@ def is_supported_type(t: pa.DataType) -> bool:
         or pa.types.is_timestamp(t)
         or pa.types.is_decimal128(t)
         or is_string_type(t)
+        or pa.types.is_null(t)
     )
 
 

@@ -229,15 +229,13 @@ def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
             return pa.array(v, mask=empty).cast(typ)
         return pa.array(v.astype(phys.to_pandas_dtype()), mask=empty).view(typ) if temporal else \
             pa.array(v, mask=empty).cast(typ)
+    if fn == "mean":
+        total = sum_hi.astype(np.float64) * 2.0 ** 32 + sum_lo.astype(np.float64)
+        scale = 10.0 ** typ.scale if pa.types.is_decimal128(typ) else 1.0
+        return pa.array(total / np.maximum(count, 1) / scale, mask=empty)
     w0, w1 = pgb.exact_sum_words(sum_hi, sum_lo)
     if pa.types.is_decimal128(typ):
-        if fn == "sum":
-            return _from_words(w0, w1, ~empty, pa.decimal128(38, typ.scale))
-        total = w1.astype(np.float64) * 2.0 ** 64 + w0.astype(np.float64)
-        return pa.array(total / np.maximum(count, 1) / 10.0 ** typ.scale, mask=empty)
-    if fn == "mean":
-        total = w1.astype(np.float64) * 2.0 ** 64 + w0.astype(np.float64)
-        return pa.array(total / np.maximum(count, 1), mask=empty)
+        return _from_words(w0, w1, ~empty, pa.decimal128(38, typ.scale))
     fits = (w1 == (w0.view(np.int64) >> 63))
     if not fits[~empty].all():
         raise ComputeError(f"the sum of column {col!r} overflows int64 in at least one group; "

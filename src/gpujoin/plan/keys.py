@@ -59,6 +59,9 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
     SchemaError
         The two types cannot be compared (an integer with a string), naming both columns.
     """
+    if pa.types.is_null(left_type) or pa.types.is_null(right_type):  # all-null column: takes the other's type
+        other = right_type if pa.types.is_null(left_type) else left_type
+        return pa.large_string() if is_string_type(other) else other
     kinds = (key_kind(left_type), key_kind(right_type))
     for name, t, kind in ((left_name, left_type, kinds[0]), (right_name, right_type, kinds[1])):
         if kind is None:

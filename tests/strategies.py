@@ -1,0 +1,60 @@
+"""Hypothesis strategies for key columns that stress joins: duplicates, nulls, skew, extremes."""
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import strategies as st
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+EXTREMES = [INT64_MIN, INT64_MIN + 1, -1, 0, 1, INT64_MAX - 1, INT64_MAX]
+
+
+@st.composite
+def int_keys(draw, n, domain=None, nulls=True):
+    """n int64 keys: from a small domain (duplicates), extremes, or one value (all equal)."""
+    kind = draw(st.sampled_from(["small", "extreme", "equal", "wide", "zipf"]))
+    if kind == "small":
+        d = domain or draw(st.integers(1, 12))
+        vals = draw(st.lists(st.integers(0, d - 1), min_size=n, max_size=n))
+    elif kind == "extreme":
+        vals = draw(st.lists(st.sampled_from(EXTREMES), min_size=n, max_size=n))
+    elif kind == "equal":
+        vals = [draw(st.sampled_from(EXTREMES + [42]))] * n
+    elif kind == "zipf":
+        seed = draw(st.integers(0, 2**32 - 1))
+        vals = list(np.random.default_rng(seed).zipf(1.5, n) % 50)
+    else:
+        vals = draw(st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=n, max_size=n))
+    if nulls and draw(st.booleans()):
+        mask = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        vals = [None if m else v for v, m in zip(vals, mask)]
+    return [None if v is None else int(v) for v in vals]
+
+
+@st.composite
+def join_pair(draw, max_rows=30, key_type="int"):
+    """(left, right) Arrow tables with key columns k (and k2 for composite), row ids and payloads."""
+    nl = draw(st.integers(0, max_rows))
+    nr = draw(st.integers(0, max_rows))
+    d = draw(st.integers(1, 12))
+    tables = []
+    for n, prefix in ((nl, "l"), (nr, "r")):
+        cols = {}
+        if key_type == "int":
+            cols["k"] = pa.array(draw(int_keys(n, domain=d)), pa.int64())
+        elif key_type == "int32":
+            cols["k"] = pa.array(draw(st.lists(st.one_of(st.none(), st.integers(-3, 3)), min_size=n, max_size=n)),
+                                 pa.int32() if prefix == "l" else pa.int64())
+        elif key_type == "string":
+            words = ["", "a", "b", "ab", "ba", "été", "x" * 20]
+            cols["k"] = pa.array(draw(st.lists(st.one_of(st.none(), st.sampled_from(words)), min_size=n, max_size=n)),
+                                 pa.string() if prefix == "l" else pa.large_string())
+        elif key_type == "composite":
+            cols["k"] = pa.array(draw(st.lists(st.one_of(st.none(), st.integers(0, 3)), min_size=n, max_size=n)),
+                                 pa.int64())
+            cols["k2"] = pa.array(draw(st.lists(st.one_of(st.none(), st.sampled_from(["p", "q", "r"])),
+                                                min_size=n, max_size=n)), pa.string())
+        cols[f"{prefix}id"] = pa.array(np.arange(n, dtype=np.int64))
+        cols["v"] = pa.array(draw(st.lists(st.one_of(st.none(), st.integers(-5, 5)), min_size=n, max_size=n)),
+                             pa.int64())
+        tables.append(pa.table(cols))
+    return tables[0], tables[1]

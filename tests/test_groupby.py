@@ -1,0 +1,116 @@
+"""The CPU group-by against DuckDB on random inputs, and its errors."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, strategies as st
+
+import gpujoin
+from gpujoin.testing import assert_tables_equal
+from strategies import int_keys
+
+AGG_SQL = {"sum": "sum({c})", "count": "count({c})", "size": "count(*)", "min": "min({c})",
+           "max": "max({c})", "mean": "avg({c})"}
+
+
+def duckdb_groupby(con, table, by, aggs):
+    con.register("t", table)
+    sel = ", ".join([f'"{b}"' for b in by] + [AGG_SQL[fn].format(c=f'"{c}"') + f' AS "{n}"'
+                                               for n, (c, fn) in aggs.items()])
+    gb = ", ".join(f'"{b}"' for b in by)
+    return con.sql(f"SELECT {sel} FROM t GROUP BY {gb}").to_arrow_table()
+
+
+@st.composite
+def groupby_table(draw, max_rows=40):
+    n = draw(st.integers(0, max_rows))
+    vals = draw(st.lists(st.one_of(st.none(), st.integers(-(1 << 40), 1 << 40)), min_size=n, max_size=n))
+    fvals = draw(st.lists(st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False)), min_size=n, max_size=n))
+    return pa.table({
+        "k": pa.array(draw(int_keys(n)), pa.int64()),
+        "s": pa.array(draw(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c"])), min_size=n,
+                                    max_size=n)), pa.string()),
+        "v": pa.array(vals, pa.int64()),
+        "f": pa.array(fvals, pa.float64()),
+    })
+
+
+@pytest.mark.parametrize("by", [["k"], ["s"], ["k", "s"]])
+@given(table=groupby_table())
+def test_groupby_matches_duckdb(duck, by, table):
+    aggs = {"sv": ("v", "sum"), "cv": ("v", "count"), "n": (None, "size"), "mn": ("v", "min"),
+            "mx": ("v", "max"), "av": ("v", "mean"), "sf": ("f", "sum"), "mnf": ("f", "min"),
+            "ms": ("s", "max")}
+    got = gpujoin.group_by(table, by).agg(**aggs)
+    duck_aggs = {k: (("v" if c is None else c), fn) for k, (c, fn) in aggs.items()}
+    expected = duckdb_groupby(duck, table, by, duck_aggs)
+    got = got.set_column(got.column_names.index("sv"), "sv", got["sv"].cast(pa.float64()))
+    expected = expected.set_column(expected.column_names.index("sv"), "sv", expected["sv"].cast(pa.float64()))
+    # float sums: the summation order differs from DuckDB's; 1e-9 relative covers 40 rows of |x| <= 1e6
+    assert_tables_equal(got, expected, rel=1e-9)
+
+
+def test_groupby_identities():
+    t = pa.table({"k": [1, 1, 2, None, None], "v": [1, None, 3, 4, None]})
+    const = gpujoin.group_by(t.append_column("c", pa.array([0] * 5)), "c").agg(s=("v", "sum"), n=(None, "size"))
+    assert const.to_pydict() == {"c": [0], "s": [8], "n": [5]}  # grouping by a constant = plain aggregate
+    out = gpujoin.group_by(t, "k").agg(s=("v", "sum"), c=("v", "count"), m=("v", "max"))
+    assert_tables_equal(out, pa.table({"k": [1, 2, None], "s": [1, 3, 4], "c": [1, 1, 1], "m": [1, 3, 4]}))
+    allnull = gpujoin.group_by(pa.table({"k": [1], "v": pa.array([None], pa.int64())}), "k").agg(
+        s=("v", "sum"), c=("v", "count"), a=("v", "mean"))
+    assert allnull.to_pydict() == {"k": [1], "s": [None], "c": [0], "a": [None]}
+    empty = gpujoin.group_by(t.slice(0, 0), "k").agg(s=("v", "sum"))
+    assert empty.num_rows == 0 and empty.column_names == ["k", "s"]
+
+
+def test_decimal_and_date_aggregates():
+    import datetime as dt
+    from decimal import Decimal
+
+    t = pa.table({"k": [1, 1, 2], "d": pa.array([Decimal("1.25"), Decimal("-0.05"), None], pa.decimal128(15, 2)),
+                  "t": [dt.date(2020, 1, 2), dt.date(2019, 1, 1), None]})
+    out = gpujoin.group_by(t, "k").agg(s=("d", "sum"), mx=("d", "max"), tmin=("t", "min"), a=("d", "mean")).sort_by("k")
+    assert out["s"].to_pylist() == [Decimal("1.20"), None]
+    assert out.schema.field("s").type == pa.decimal128(38, 2)
+    assert out["mx"].to_pylist() == [Decimal("1.25"), None]
+    assert out["tmin"].to_pylist() == [dt.date(2019, 1, 1), None]
+    assert out["a"].to_pylist()[0] == pytest.approx(0.6)
+
+
+def test_exact_int_sum_and_overflow():
+    big = (1 << 62)
+    ok = gpujoin.group_by(pa.table({"k": [1, 1, 1], "v": [big, big, -big]}), "k").agg(s=("v", "sum"))
+    assert ok["s"].to_pylist() == [big]  # the running total passes 2**63 and comes back: still exact
+    with pytest.raises(gpujoin.ComputeError, match="'v'.*overflows"):
+        gpujoin.group_by(pa.table({"k": [1, 1], "v": [big, big]}), "k").agg(s=("v", "sum"))
+
+
+def test_many_groups_against_numpy():
+    rng = np.random.default_rng(3)
+    k = rng.integers(0, 50_000, 300_000)
+    v = rng.integers(-1000, 1000, 300_000)
+    out = gpujoin.group_by({"k": k, "v": v}, "k").agg(s=("v", "sum"), n=(None, "size")).sort_by("k")
+    keys, inv = np.unique(k, return_inverse=True)
+    assert np.array_equal(np.asarray(out["k"]), keys)
+    assert np.array_equal(np.asarray(out["s"]), np.bincount(inv, weights=v).astype(np.int64))
+    assert np.array_equal(np.asarray(out["n"]), np.bincount(inv))
+
+
+class TestErrors:
+    def test_unknown_function(self):
+        with pytest.raises(ValueError, match="'median'"):
+            gpujoin.group_by({"k": [1]}, "k").agg(x=("k", "median"))
+
+    def test_missing_column(self):
+        with pytest.raises(gpujoin.ColumnNotFoundError, match="'zz'"):
+            gpujoin.group_by({"k": [1]}, "zz")
+        with pytest.raises(gpujoin.ColumnNotFoundError, match="'zz'"):
+            gpujoin.group_by({"k": [1]}, "k").agg(x=("zz", "sum"))
+
+    def test_sum_of_strings(self):
+        with pytest.raises(gpujoin.InvalidOperationError, match="'s'"):
+            gpujoin.group_by({"k": [1], "s": ["a"]}, "k").agg(x=("s", "sum"))
+
+    def test_unknown_algorithm(self):
+        with pytest.raises(ValueError, match="pgb"):
+            gpujoin.group_by({"k": [1]}, "k", algorithm="zzz", device="cpu")

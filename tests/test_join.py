@@ -1,0 +1,239 @@
+"""The CPU join against DuckDB (the values) and Polars (the output layout), on random inputs."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, strategies as st
+
+import gpujoin
+from gpujoin.testing import assert_tables_equal
+from strategies import join_pair
+
+HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+
+
+def duckdb_pairs(con, left, right, keys, how, nulls_equal):
+    """(lid, rid) pairs of the join by DuckDB, NULL for a missing partner."""
+    con.register("l", left)
+    con.register("r", right)
+    op = "IS NOT DISTINCT FROM" if nulls_equal else "="
+    cond = " AND ".join(f"l.{k} {op} r.{k}" for k in keys)
+    if how in ("semi", "anti"):
+        sql = f"SELECT l.lid FROM l {how.upper()} JOIN r ON {cond}"
+    else:
+        sql = f"SELECT l.lid, r.rid FROM l {how.upper()} JOIN r ON {cond}"
+    return con.sql(sql).to_arrow_table()
+
+
+def gpujoin_pairs(left, right, keys, how, nulls_equal, **kw):
+    out = gpujoin.join(left, right, on=keys, how=how, nulls_equal=nulls_equal, **kw)
+    if how in ("semi", "anti"):
+        return out.select(["lid"])
+    return out.select(["lid", "rid"])
+
+
+@pytest.mark.parametrize("key_type,keys", [("int", ["k"]), ("int32", ["k"]), ("string", ["k"]),
+                                            ("composite", ["k", "k2"])])
+@pytest.mark.parametrize("how", HOWS)
+@given(data=st.data())
+def test_join_matches_duckdb(duck, key_type, keys, how, data):
+    left, right = data.draw(join_pair(key_type=key_type))
+    nulls_equal = data.draw(st.booleans())
+    radix_bits = data.draw(st.sampled_from([None, 0, 3]))
+    got = gpujoin_pairs(left, right, keys, how, nulls_equal, device="cpu")
+    expected = duckdb_pairs(duck, left, right, keys, how, nulls_equal)
+    assert_tables_equal(got, expected, check_names=False)
+    if radix_bits is not None:  # perturbed partitioning gives the same answer
+        from gpujoin.plan.join import execute_join
+        out, _ = execute_join(left, right, keys, how=how, nulls_equal=nulls_equal, radix_bits=radix_bits)
+        assert_tables_equal(out.select(got.column_names), got)
+
+
+@pytest.mark.parametrize("how", HOWS + ["cross"])
+@given(pair=join_pair(max_rows=8))
+def test_layout_matches_polars(how, pair):
+    pl = pytest.importorskip("polars")
+    left, right = pair
+    on = None if how == "cross" else "k"
+    got = gpujoin.join(left, right, on=on, how=how)
+    expected = pl.from_arrow(left).join(pl.from_arrow(right), on=on, how=how).to_arrow()
+    assert got.column_names == expected.column_names
+    assert_tables_equal(got, expected)
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
+def test_layout_left_on_right_on_matches_polars(how):
+    pl = pytest.importorskip("polars")
+    left = pa.table({"a": [1, 2, None, 4], "x": [1, 2, 3, 4], "v": [0, 0, 0, 0]})
+    right = pa.table({"v": [9, 9, 9], "b": [1, 3, 4], "y": [1, 2, 3]})
+    got = gpujoin.join(left, right, left_on="a", right_on="b", how=how)
+    expected = pl.from_arrow(left).join(pl.from_arrow(right), left_on="a", right_on="b", how=how).to_arrow()
+    assert got.column_names == expected.column_names
+    assert_tables_equal(got, expected)
+
+
+@pytest.mark.parametrize("how", HOWS + ["cross"])
+@pytest.mark.parametrize("sides", ["left", "right", "both"])
+def test_empty_sides_keep_types(how, sides):
+    left = pa.table({"k": pa.array([1, 2], pa.int32()), "x": ["a", "b"]})
+    right = pa.table({"k": pa.array([2, 3], pa.int32()), "y": [1.5, 2.5]})
+    if sides in ("left", "both"):
+        left = left.slice(0, 0)
+    if sides in ("right", "both"):
+        right = right.slice(0, 0)
+    out = gpujoin.join(left, right, on=None if how == "cross" else "k", how=how)
+    pl = pytest.importorskip("polars")
+    expected = pl.from_arrow(left).join(pl.from_arrow(right), on=None if how == "cross" else "k", how=how)
+    assert out.num_rows == expected.height
+    assert out.column_names == expected.columns
+    assert out.schema.field("k").type == pa.int32()
+
+
+def test_one_row_sides():
+    out = gpujoin.join({"k": [7]}, {"k": [7], "y": [1]}, on="k")
+    assert out.to_pydict() == {"k": [7], "y": [1]}
+
+
+def test_many_to_many_heavy_key_multiplicity():
+    # one key repeated 10,000 times on one side and 30 on the other: 300,000 output rows
+    left = pa.table({"k": np.zeros(10_000, np.int64), "i": np.arange(10_000)})
+    right = pa.table({"k": np.zeros(30, np.int64), "j": np.arange(30)})
+    out = gpujoin.join(left, right, on="k")
+    assert out.num_rows == 300_000
+    assert int(np.asarray(out["i"]).sum()) == 30 * (10_000 * 9_999 // 2)
+
+
+def test_int64_extremes_and_sentinel_like_keys():
+    vals = [-(1 << 63), -(1 << 63) + 1, -1, 0, 1, (1 << 63) - 2, (1 << 63) - 1]
+    left = pa.table({"k": pa.array(vals, pa.int64()), "i": list(range(7))})
+    right = pa.table({"k": pa.array(vals[::-1], pa.int64()), "j": list(range(7))})
+    out = gpujoin.join(left, right, on="k").sort_by("i")
+    assert out["j"].to_pylist() == [6, 5, 4, 3, 2, 1, 0]
+
+
+def test_uint64_above_int64_max_joins():
+    big = (1 << 64) - 1
+    left = pa.table({"k": pa.array([big, 1], pa.uint64())})
+    right = pa.table({"k": pa.array([big, 2], pa.uint64()), "y": [1, 2]})
+    assert gpujoin.join(left, right, on="k").to_pydict() == {"k": [big], "y": [1]}
+
+
+def test_key_type_promotion():
+    left = pa.table({"k": pa.array([1, 2, 3], pa.int32())})
+    right = pa.table({"k": pa.array([3, 4], pa.int64()), "y": [1, 2]})
+    out = gpujoin.join(left, right, on="k")
+    assert out.schema.field("k").type == pa.int64()
+    assert out.to_pydict() == {"k": [3], "y": [1]}
+
+
+def test_keys_in_different_order_and_names():
+    left = pa.table({"a": [1, 1, 2], "b": ["x", "y", "x"], "i": [0, 1, 2]})
+    right = pa.table({"d": ["x", "y"], "c": [1, 1], "j": [10, 11]})
+    out = gpujoin.join(left, right, left_on=["a", "b"], right_on=["c", "d"]).sort_by("i")
+    assert out.to_pydict() == {"a": [1, 1], "b": ["x", "y"], "i": [0, 1], "j": [10, 11]}
+
+
+def test_decimal_date_and_float_keys():
+    import datetime as dt
+    from decimal import Decimal
+
+    left = pa.table({"d": pa.array([Decimal("1.10"), Decimal("-2.00"), None], pa.decimal128(10, 2)),
+                     "t": pa.array([dt.date(2020, 1, 1), dt.date(1970, 1, 1), dt.date(1969, 12, 31)]),
+                     "f": pa.array([0.0, float("nan"), 1.5])})
+    right = pa.table({"d": pa.array([Decimal("1.1"), Decimal("-2")], pa.decimal128(5, 1)),
+                      "t": pa.array([dt.date(2020, 1, 1), dt.date(1969, 12, 31)]),
+                      "f": pa.array([-0.0, float("nan")])})
+    assert gpujoin.join(left, right, on="d").num_rows == 2
+    assert gpujoin.join(left, right, on="t").num_rows == 2
+    assert gpujoin.join(left, right, on="f").num_rows == 2  # -0.0 == 0.0 and NaN == NaN, as DuckDB
+
+
+def test_wide_decimal_keys():
+    from decimal import Decimal
+
+    t = pa.decimal128(38, 0)
+    big = Decimal(10 ** 30)
+    left = pa.table({"k": pa.array([big, -big, Decimal(5)], t), "i": [0, 1, 2]})
+    right = pa.table({"k": pa.array([-big, Decimal(5), Decimal(10 ** 30 + 1)], t), "j": [0, 1, 2]})
+    out = gpujoin.join(left, right, on="k").sort_by("i")
+    assert out.select(["i", "j"]).to_pydict() == {"i": [1, 2], "j": [0, 1]}
+
+
+@pytest.mark.parametrize("validate,ok", [("m:m", True), ("1:m", False), ("m:1", True), ("1:1", False)])
+def test_validate(validate, ok):
+    left = pa.table({"k": [1, 1, 2]})
+    right = pa.table({"k": [1, 2, None, None]})
+    if ok:
+        gpujoin.join(left, right, on="k", validate=validate)
+    else:
+        with pytest.raises(gpujoin.ComputeError, match=validate):
+            gpujoin.join(left, right, on="k", validate=validate)
+
+
+def test_large_random_join_against_numpy():
+    rng = np.random.default_rng(1)
+    n = 200_000
+    r = rng.permutation(n).astype(np.int64)
+    s = rng.integers(0, 2 * n, n).astype(np.int64)
+    out = gpujoin.join({"k": r, "i": np.arange(n)}, {"k": s, "j": np.arange(n)}, on="k")
+    assert out.num_rows == int((s < n).sum())
+    k, i = np.asarray(out["k"]), np.asarray(out["i"])
+    assert np.array_equal(r[i], k)
+
+
+class TestErrors:
+    def test_missing_column(self):
+        with pytest.raises(gpujoin.ColumnNotFoundError, match="'nope'.*left"):
+            gpujoin.join({"k": [1]}, {"k": [1]}, left_on="nope", right_on="k")
+
+    def test_int_with_string(self):
+        with pytest.raises(gpujoin.SchemaError, match="'a'.*'b'") as e:
+            gpujoin.join({"a": [1]}, {"b": ["1"]}, left_on="a", right_on="b")
+        assert isinstance(e.value, TypeError)
+
+    def test_on_with_left_on(self):
+        with pytest.raises(ValueError, match="cannot use 'on' in conjunction with 'left_on'"):
+            gpujoin.join({"k": [1]}, {"k": [1]}, on="k", left_on="k")
+
+    def test_unknown_how(self):
+        with pytest.raises(ValueError, match="'outer_apply'"):
+            gpujoin.join({"k": [1]}, {"k": [1]}, on="k", how="outer_apply")
+
+    def test_unknown_algorithm_lists_valid(self):
+        with pytest.raises(ValueError, match="phj"):
+            gpujoin.join({"k": [1]}, {"k": [1]}, on="k", algorithm="magic", device="cpu")
+
+    def test_unsupported_type(self):
+        with pytest.raises(gpujoin.InvalidOperationError, match="'k'.*list"):
+            gpujoin.Table({"k": pa.array([[1], [2]])})
+        with pytest.raises(gpujoin.SchemaError, match="'k'"):
+            gpujoin.join({"k": pa.array([[1]])}, {"k": pa.array([[1]])}, on="k")
+
+    def test_wrong_object(self):
+        with pytest.raises(TypeError, match="list"):
+            gpujoin.join([1, 2], {"k": [1]}, on="k")
+
+    def test_cuda_unavailable_is_clear(self):
+        if "cuda" in gpujoin.devices():
+            pytest.skip("a GPU is present")
+        with pytest.raises(RuntimeError, match="device='cuda'"):
+            gpujoin.join({"k": [1]}, {"k": [1]}, on="k", device="cuda")
+
+    def test_cast_overflow_is_schema_error(self):
+        left = pa.table({"k": pa.array([(1 << 64) - 1], pa.uint64())})
+        right = pa.table({"k": pa.array([1], pa.int32())})
+        with pytest.raises(gpujoin.SchemaError, match="'k'"):
+            gpujoin.join(left, right, on="k")
+
+
+def test_inputs_pandas_polars_dict_table():
+    pd = pytest.importorskip("pandas")
+    pl = pytest.importorskip("polars")
+    left = pd.DataFrame({"k": [1, 2], "x": [1.0, 2.0]})
+    right = pl.DataFrame({"k": [2, 3], "y": ["a", "b"]})
+    out = gpujoin.join(gpujoin.Table(left), right, on="k")
+    assert out.to_pydict() == {"k": [2], "x": [2.0], "y": ["a"]}
+    t = gpujoin.Table({"k": (np.array([1, 2, 3]), np.array([True, False, True]))})
+    assert t.to_arrow()["k"].to_pylist() == [1, None, 3]
+    assert t.column("k").validity.tolist() == [True, False, True]
+    assert gpujoin.Table(t.to_polars()).num_rows == 3 and len(t.to_pandas()) == 3
