@@ -21,6 +21,9 @@ __version__ = "0.1.0"
 def read_parquet(path, columns: list[str] | None = None) -> pa.Table:
     """Read a Parquet file (or a folder of them) into a :class:`pyarrow.Table`, optionally only ``columns``.
 
+    ``string_view`` columns (as tpchgen-cli writes) come back as ``large_string``, which every
+    Arrow compute kernel supports.
+
     Raises
     ------
     FileNotFoundError
@@ -37,7 +40,11 @@ def read_parquet(path, columns: list[str] | None = None) -> pa.Table:
         missing = [c for c in columns if c not in names]
         if missing:
             raise ColumnNotFoundError(f"column {missing[0]!r} not found in {path}; its columns are {names}")
-    return _pq.read_table(path, columns=columns)
+    table = _pq.read_table(path, columns=columns)
+    if any(pa.types.is_string_view(f.type) for f in table.schema):
+        table = table.cast(pa.schema([pa.field(f.name, pa.large_string(), f.nullable)
+                                      if pa.types.is_string_view(f.type) else f for f in table.schema]))
+    return table
 
 
 __all__ = [
