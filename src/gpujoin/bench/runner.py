@@ -1,0 +1,158 @@
+"""Timing of gpujoin and its peers on the workloads; one JSON record per (workload, engine)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import statistics
+import subprocess
+import time
+from typing import Callable
+
+import numba
+import pyarrow as pa
+
+from ..backend import resolve_device
+from ..plan.groupby import GroupBy
+from ..plan.join import execute_join
+from .workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
+
+
+def commit() -> str:
+    try:
+        here = os.path.dirname(__file__)
+        return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=5).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def device_name(device: str) -> str:
+    if device == "cpu":
+        return f"{platform.processor() or platform.machine()}, {numba.get_num_threads()} threads"
+    return device
+
+
+def _timed(fn: Callable[[], object], runs: int) -> tuple[list[float], object]:
+    fn()  # warm-up
+    times, last = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        last = fn()
+        times.append(time.perf_counter() - t0)
+    return times, last
+
+
+def _record(kind, workload, engine, algorithm, device, times, items, phases=None, rows=None):
+    med = statistics.median(times)
+    return {
+        "benchmark": kind, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit(), "device": device, "engine": engine, "algorithm": algorithm,
+        "workload": workload, "runs": len(times), "median_s": med, "min_s": min(times), "max_s": max(times),
+        "throughput_g_per_s": items / med / 1e9, "output_rows": rows, "phases_s": phases or {},
+    }
+
+
+def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str = "auto", runs: int = 5,
+               peers: list[str] = ()) -> list[dict]:
+    """Time gpujoin (and ``peers``: duckdb, polars) on one join workload; output materialized."""
+    dev = resolve_device(device)
+    r, s = make_join(w)
+    rt, st_ = pa.table(r), pa.table(s)
+    items = rt.num_rows + st_.num_rows
+    stats_box = {}
+
+    def ours():
+        out, stats = execute_join(rt, st_, "k", algorithm=algorithm, device=dev)
+        stats_box["stats"] = stats
+        return out
+
+    times, out = _timed(ours, runs)
+    st = stats_box["stats"]
+    records = [_record("join", w.describe(), "gpujoin", st.algorithm, device_name(dev), times, items,
+                       st.phases, out.num_rows)]
+    for peer in peers:
+        fn = _peer_join(peer, rt, st_)
+        ptimes, prows = _timed(fn, runs)
+        records.append(_record("join", w.describe(), peer, "hash join", device_name("cpu"), ptimes, items,
+                               rows=prows))
+    return records
+
+
+def bench_group_by(w: GroupByWorkload, device: str = "auto", algorithm: str = "auto", runs: int = 5,
+                   peers: list[str] = ()) -> list[dict]:
+    """Time gpujoin (and ``peers``) on one group-by workload: MAX of every value column per key."""
+    dev = resolve_device(device)
+    t = pa.table(make_groupby(w))
+    aggs = {f"max_{c}": (c, "max") for c in t.column_names if c != "k"}
+    box = {}
+
+    def ours():
+        gb = GroupBy(t, "k", algorithm=algorithm, device=dev)
+        out = gb.agg(**aggs)
+        box["stats"] = gb.stats
+        return out
+
+    times, out = _timed(ours, runs)
+    st = box["stats"]
+    records = [_record("group-by", w.describe(), "gpujoin", st.algorithm, device_name(dev), times, t.num_rows,
+                       st.phases, out.num_rows)]
+    for peer in peers:
+        fn = _peer_group_by(peer, t, list(aggs.values()))
+        ptimes, prows = _timed(fn, runs)
+        records.append(_record("group-by", w.describe(), peer, "hash group-by", device_name("cpu"), ptimes,
+                               t.num_rows, rows=prows))
+    return records
+
+
+def _duckdb(threads: int):
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"set threads={threads}")
+    return con
+
+
+def _peer_join(peer: str, r: pa.Table, s: pa.Table) -> Callable[[], int]:
+    threads = numba.get_num_threads()
+    if peer == "duckdb":
+        con = _duckdb(threads)
+        con.register("r_in", r)
+        con.register("s_in", s)
+        cols = ", ".join([f"s_in.k"] + [f"r_in.{c}" for c in r.column_names[1:]] + [f"s_in.{c}" for c in s.column_names[1:]])
+
+        def run():
+            con.execute(f"create or replace table out as select {cols} from r_in join s_in on r_in.k = s_in.k")
+            return con.execute("select count(*) from out").fetchone()[0]
+        return run
+    if peer == "polars":
+        pl = _polars(threads)
+        pr, ps = pl.from_arrow(r), pl.from_arrow(s)
+        return lambda: pr.join(ps, on="k").height
+    raise ValueError(f"unknown peer {peer!r}; valid: duckdb, polars")
+
+
+def _peer_group_by(peer: str, t: pa.Table, aggs) -> Callable[[], int]:
+    threads = numba.get_num_threads()
+    if peer == "duckdb":
+        con = _duckdb(threads)
+        con.register("t_in", t)
+        sel = ", ".join(f"max({c})" for c, _ in aggs)
+
+        def run():
+            con.execute(f"create or replace table out as select k, {sel} from t_in group by k")
+            return con.execute("select count(*) from out").fetchone()[0]
+        return run
+    if peer == "polars":
+        pl = _polars(threads)
+        df = pl.from_arrow(t)
+        return lambda: df.group_by("k").agg([pl.col(c).max() for c, _ in aggs]).height
+    raise ValueError(f"unknown peer {peer!r}; valid: duckdb, polars")
+
+
+def _polars(threads: int):
+    os.environ.setdefault("POLARS_MAX_THREADS", str(threads))  # read once, when polars is first imported
+    import polars as pl
+
+    return pl

@@ -1,0 +1,93 @@
+"""Synthetic workloads of paper 003 §5 (joins: R a shuffled dense primary key, S a foreign key;
+group-by: N rows over g groups), as dicts of NumPy columns."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass
+class JoinWorkload:
+    """R ⋈ S on ``k``.  ``distinct_keys`` > 0 makes it many-to-many (both sides uniform over K)."""
+
+    log2_r: int = 24
+    log2_s: int = 24
+    match_ratio: float = 1.0
+    zipf: float = 0.0
+    distinct_keys: int = 0
+    payloads: int = 1
+    key_bytes: int = 4
+    payload_bytes: int = 4
+    seed: int = 42
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GroupByWorkload:
+    """``log2_rows`` rows, keys uniform (or Zipf) over ``2**log2_groups`` groups, MAX of ``values`` columns."""
+
+    log2_rows: int = 24
+    log2_groups: int = 16
+    zipf: float = 0.0
+    values: int = 2
+    key_bytes: int = 4
+    seed: int = 42
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+def zipf_ranks(rng: np.random.Generator, n_values: int, size: int, z: float) -> np.ndarray:
+    """``size`` draws from {0..n_values-1} with P(i) ∝ 1/(i+1)**z (z = 0: uniform); int64."""
+    if z == 0:
+        return rng.integers(0, n_values, size, dtype=np.int64)
+    weights = 1.0 / np.power(np.arange(1, n_values + 1, dtype=np.float64), z)
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    return np.minimum(np.searchsorted(cdf, rng.random(size)), n_values - 1).astype(np.int64)
+
+
+def _payload(rng, n, width):
+    dtype = np.int32 if width == 4 else np.int64
+    return rng.integers(0, np.iinfo(dtype).max, n, dtype=dtype)
+
+
+def make_join(w: JoinWorkload) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(R, S) with key column ``k`` and payloads ``r0..``/``s0..``.
+
+    R's keys are 0..|R|-1 shuffled; a fraction 1 - match_ratio of them is replaced by keys
+    outside S's domain (paper 003 §5's match ratio).  S's keys are drawn from 0..|R|-1,
+    uniformly or Zipf-distributed over a shuffled order (so hot keys are not the small ones).
+    """
+    rng = np.random.default_rng(w.seed)
+    nr, ns = 1 << w.log2_r, 1 << w.log2_s
+    kdt = np.int32 if w.key_bytes == 4 else np.int64
+    if w.distinct_keys:
+        rk = rng.integers(0, w.distinct_keys, nr).astype(kdt)
+        sk = rng.integers(0, w.distinct_keys, ns).astype(kdt)
+    else:
+        rk = rng.permutation(nr).astype(kdt)
+        if w.match_ratio < 1.0:
+            drop = rng.random(nr) >= w.match_ratio
+            rk[drop] += kdt(nr)  # keys nr..2nr-1 never occur in S
+        order = rng.permutation(nr).astype(kdt)
+        sk = order[zipf_ranks(rng, nr, ns, w.zipf)]
+        if w.key_bytes == 8:  # use the full width, so 8-byte keys are not 4-byte keys in disguise
+            rk = rk * np.int64(1 << 31) + 7
+            sk = sk * np.int64(1 << 31) + 7
+    r = {"k": rk, **{f"r{i}": _payload(rng, nr, w.payload_bytes) for i in range(w.payloads)}}
+    s = {"k": sk, **{f"s{i}": _payload(rng, ns, w.payload_bytes) for i in range(w.payloads)}}
+    return r, s
+
+
+def make_groupby(w: GroupByWorkload) -> dict[str, np.ndarray]:
+    """Table with key ``k`` over 2**log2_groups values and value columns ``v0..`` (int32)."""
+    rng = np.random.default_rng(w.seed)
+    n, g = 1 << w.log2_rows, 1 << w.log2_groups
+    kdt = np.int32 if w.key_bytes == 4 else np.int64
+    keys = rng.permutation(g).astype(kdt)[zipf_ranks(rng, g, n, w.zipf)]
+    return {"k": keys, **{f"v{i}": _payload(rng, n, 4) for i in range(w.values)}}

@@ -1,0 +1,259 @@
+"""The ``gpujoin`` command: join, group-by, tpch, bench, info."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from .errors import GpujoinError
+
+console = Console()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one clear line, exit code 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _fail(msg: str, code: int = 2):
+    print(f"gpujoin: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _csv_list(s: str | None) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()] if s else []
+
+
+def cmd_join(a):
+    from . import join
+    from .io import file_format, read_table, write_table
+
+    file_format(a.output)
+    left, right = read_table(a.left), read_table(a.right)
+    on = _csv_list(a.on) or None
+    out = join(left, right, on=on, left_on=_csv_list(a.left_on) or None, right_on=_csv_list(a.right_on) or None,
+               how=a.how, suffix=a.suffix, nulls_equal=a.nulls_equal, validate=a.validate,
+               algorithm=a.algorithm, device=a.device)
+    write_table(out, a.output)
+    console.print(f"wrote {out.num_rows} rows, {out.num_columns} columns to {a.output}")
+
+
+def _parse_agg(spec: str):
+    name, sep, rest = spec.partition("=")
+    col, sep2, fn = rest.rpartition(":")
+    if not sep or not sep2 or not name or not fn:
+        raise ValueError(f"--agg {spec!r} is not NAME=COLUMN:FUNCTION (for example total=price:sum)")
+    return name, (col or None, fn)
+
+
+def cmd_group_by(a):
+    from . import group_by
+    from .io import file_format, read_table, write_table
+
+    file_format(a.output)
+    aggs = dict(_parse_agg(s) for s in a.agg)
+    table = read_table(a.table)
+    out = group_by(table, [b for s in a.by for b in _csv_list(s)], algorithm=a.algorithm, device=a.device).agg(**aggs)
+    write_table(out, a.output)
+    console.print(f"wrote {out.num_rows} groups to {a.output}")
+
+
+def cmd_tpch(a):
+    from .backend import resolve_device
+    from .tpch.data import ensure_data
+    from .tpch.queries import QUERIES
+    from .tpch.runner import run
+
+    queries = _csv_list(a.queries) or list(QUERIES)
+    bad = [q for q in queries if q not in QUERIES]
+    if bad:
+        raise ValueError(f"unknown TPC-H query {bad[0]!r}; valid: {','.join(QUERIES)}")
+    device = resolve_device(a.device)
+    data = Path(a.data_dir) if a.data_dir else ensure_data(a.sf)
+    results = run(data, queries, device=device, repeat=a.repeat, threads=a.threads)
+    t = RichTable(title=f"TPC-H SF {a.sf:g} on {device} (median of {a.repeat}; DuckDB on the same CPUs)")
+    for col in ("query", "result rows", "gpujoin ms", "DuckDB ms", "speedup", "validated"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(r.query if r.query == "lo" else f"Q{r.query}", str(r.rows), f"{r.gpujoin_s * 1e3:.1f}",
+                  f"{r.duckdb_s * 1e3:.1f}", f"{r.speedup:.2f}x", "yes" if r.validated else "[red]NO[/red]")
+    console.print(t)
+    failed = [r for r in results if not r.validated]
+    for r in failed:
+        console.print(f"[red]Q{r.query} differs from DuckDB:[/red] {r.difference}")
+    if a.json:
+        Path(a.json).write_text("\n".join(json.dumps(r.__dict__) for r in results) + "\n")
+    if failed:
+        sys.exit(1)
+
+
+def _sweep(spec: str | None, base: dict) -> list[dict]:
+    if not spec:
+        return [base]
+    name, _, values = spec.partition("=")
+    if name not in base or not values:
+        raise ValueError(f"--sweep {spec!r}: use PARAM=V1,V2,... with PARAM one of {sorted(base)}")
+    kind = type(base[name])
+    return [{**base, name: kind(v)} for v in _csv_list(values)]
+
+
+def cmd_bench(a):
+    from .bench import runner
+    from .bench.workloads import GroupByWorkload, JoinWorkload
+
+    if a.what == "plot":
+        from .bench.plot import plot
+
+        if not Path(a.file).exists():
+            raise FileNotFoundError(f"no such file: {a.file}")
+        console.print(f"wrote {plot(Path(a.file), Path(a.output))}")
+        return
+    peers = _csv_list(a.peers)
+    if a.what == "join":
+        base = dict(log2_r=a.log2_r, log2_s=a.log2_s if a.log2_s is not None else a.log2_r,
+                    match_ratio=a.match_ratio, zipf=a.zipf, distinct_keys=a.distinct_keys, payloads=a.payloads,
+                    key_bytes=a.key_bytes, payload_bytes=a.payload_bytes, seed=a.seed)
+        runs = [runner.bench_join(JoinWorkload(**w), a.device, a.algorithm, a.runs, peers) for w in _sweep(a.sweep, base)]
+    else:
+        base = dict(log2_rows=a.log2_rows, log2_groups=a.log2_groups, zipf=a.zipf, values=a.values,
+                    key_bytes=a.key_bytes, seed=a.seed)
+        runs = [runner.bench_group_by(GroupByWorkload(**w), a.device, a.algorithm, a.runs, peers)
+                for w in _sweep(a.sweep, base)]
+    records = [r for rs in runs for r in rs]
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    if a.output:
+        with open(a.output, "a") as f:
+            f.write(lines)
+    else:
+        sys.stdout.write(lines)
+    t = RichTable(title=f"gpujoin bench {a.what}")
+    for col in ("workload", "engine", "algorithm", "median ms", "min ms", "max ms", "G items/s", "phases ms"):
+        t.add_column(col)
+    for r in records:
+        defaults = (JoinWorkload() if a.what == "join" else GroupByWorkload()).describe()
+        w = " ".join(f"{k}={v}" for k, v in r["workload"].items() if k.startswith("log2") or v != defaults[k])
+        ph = " ".join(f"{k}={v * 1e3:.0f}" for k, v in r["phases_s"].items())
+        t.add_row(w, r["engine"], r["algorithm"], f"{r['median_s'] * 1e3:.1f}", f"{r['min_s'] * 1e3:.1f}",
+                  f"{r['max_s'] * 1e3:.1f}", f"{r['throughput_g_per_s']:.3f}", ph)
+    Console(stderr=True).print(t)
+
+
+def cmd_info(a):
+    import numba
+    import numpy
+    import pyarrow
+
+    from . import __version__
+    from .backend import algorithms, devices
+
+    t = RichTable(title="gpujoin")
+    t.add_column("item")
+    t.add_column("value")
+    t.add_row("gpujoin", __version__)
+    t.add_row("python", sys.version.split()[0])
+    for mod in (numpy, numba, pyarrow):
+        t.add_row(mod.__name__, mod.__version__)
+    try:
+        import cupy
+
+        t.add_row("cupy", cupy.__version__)
+    except Exception:
+        t.add_row("cupy", "not installed")
+    t.add_row("CPU threads", str(numba.get_num_threads()))
+    for dev in devices():
+        algos = algorithms(dev)
+        t.add_row(f"device {dev}", "; ".join(f"{op}: {', '.join(n)}" for op, n in algos.items()))
+    console.print(t)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpujoin", description="Relational joins and grouped aggregations on GPUs (and CPUs).")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(sp):
+        sp.add_argument("--algorithm", default="auto", help="'auto' or a standard name (see `gpujoin info`)")
+        sp.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+    j = sub.add_parser("join", help="join two files (Parquet, CSV, Arrow IPC)")
+    j.add_argument("left")
+    j.add_argument("right")
+    j.add_argument("--on", help="key column(s), comma-separated")
+    j.add_argument("--left-on")
+    j.add_argument("--right-on")
+    j.add_argument("--how", default="inner", choices=["inner", "left", "right", "full", "semi", "anti", "cross"])
+    j.add_argument("--suffix", default="_right")
+    j.add_argument("--nulls-equal", action="store_true")
+    j.add_argument("--validate", default="m:m", choices=["m:m", "1:m", "m:1", "1:1"])
+    j.add_argument("-o", "--output", required=True)
+    common(j)
+    j.set_defaults(fn=cmd_join)
+
+    g = sub.add_parser("group-by", help="grouped aggregation of a file")
+    g.add_argument("table")
+    g.add_argument("--by", action="append", required=True, help="key column(s); repeat or comma-separate")
+    g.add_argument("--agg", action="append", required=True, help="NAME=COLUMN:FUNCTION (sum, count, size, min, max, mean)")
+    g.add_argument("-o", "--output", required=True)
+    common(g)
+    g.set_defaults(fn=cmd_group_by)
+
+    t = sub.add_parser("tpch", help="run the TPC-H job, validated against DuckDB")
+    t.add_argument("--sf", type=float, default=1.0)
+    t.add_argument("--queries", help="comma-separated: 3,5,7,10,12,18,19,lo (default all)")
+    t.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    t.add_argument("--repeat", type=int, default=3)
+    t.add_argument("--threads", type=int, help="DuckDB threads (default: all cores)")
+    t.add_argument("--data-dir", help="use these Parquet files instead of the generated cache")
+    t.add_argument("--json", help="also write the results as JSON lines to this file")
+    t.set_defaults(fn=cmd_tpch)
+
+    b = sub.add_parser("bench", help="benchmarks of paper 003 §5 (JSON lines)")
+    bsub = b.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    for name in ("join", "group-by"):
+        bb = bsub.add_parser(name)
+        common(bb)
+        bb.add_argument("--runs", type=int, default=5)
+        bb.add_argument("--peers", help="comma-separated: duckdb,polars")
+        bb.add_argument("--zipf", type=float, default=0.0)
+        bb.add_argument("--key-bytes", type=int, default=4, choices=[4, 8])
+        bb.add_argument("--seed", type=int, default=42)
+        bb.add_argument("--sweep", help="PARAM=V1,V2,... (a workload field, e.g. match_ratio=1,0.5,0.25)")
+        bb.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+        if name == "join":
+            bb.add_argument("--log2-r", type=int, default=24)
+            bb.add_argument("--log2-s", type=int)
+            bb.add_argument("--match-ratio", type=float, default=1.0)
+            bb.add_argument("--distinct-keys", type=int, default=0)
+            bb.add_argument("--payloads", type=int, default=1)
+            bb.add_argument("--payload-bytes", type=int, default=4, choices=[4, 8])
+        else:
+            bb.add_argument("--log2-rows", type=int, default=24)
+            bb.add_argument("--log2-groups", type=int, default=16)
+            bb.add_argument("--values", type=int, default=2)
+        bb.set_defaults(fn=cmd_bench)
+    bp = bsub.add_parser("plot")
+    bp.add_argument("file")
+    bp.add_argument("-o", "--output", required=True)
+    bp.set_defaults(fn=cmd_bench)
+
+    i = sub.add_parser("info", help="devices, versions and algorithms")
+    i.set_defaults(fn=cmd_info)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except (GpujoinError, ValueError, TypeError, FileNotFoundError, RuntimeError, OSError) as exc:
+        _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+
+
+if __name__ == "__main__":
+    main()
