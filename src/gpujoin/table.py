@@ -219,13 +219,51 @@ def _to_arrow_array(name: str, value: Any) -> pa.Array:
     return pa.array(value)
 
 
+def _fixed_width_view(t: pa.DataType):
+    """The NumPy-viewable physical type of a fixed-width column, or None (strings, decimals, bools)."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) and not pa.types.is_float16(t):
+        return t
+    if pa.types.is_date32(t):
+        return pa.int32()
+    if pa.types.is_timestamp(t):
+        return pa.int64()
+    return None
+
+
 def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
-    """Rows of ``table`` at ``indices`` (int64 (n,)); an index of -1 gives a row of nulls."""
-    if indices.size and indices.min() < 0:
-        idx = pa.array(indices, mask=indices < 0)
-    else:
-        idx = pa.array(indices)
-    return table.take(idx)
+    """Rows of ``table`` at ``indices`` (int64 (n,)); an index of -1 gives a row of nulls.
+
+    Fixed-width columns are gathered by a multi-threaded kernel; the others by Arrow's take.
+    """
+    from .cpu.kernels import gather
+
+    indices = np.ascontiguousarray(indices, dtype=np.int64)
+    n = indices.size
+    if n == table.num_rows and (n == 0 or (indices[0] == 0 and indices[-1] == n - 1
+                                          and np.array_equal(indices, np.arange(n)))):
+        return table  # the identity: every row once, in order
+    missing = indices < 0 if indices.size and indices.min() < 0 else None
+    arrow_idx = None
+    cols = []
+    for col in table.columns:
+        phys = _fixed_width_view(col.type)
+        if phys is None or indices.size < (1 << 16):
+            if arrow_idx is None:
+                arrow_idx = pa.array(indices, mask=missing)
+            cols.append(col.take(arrow_idx))
+            continue
+        arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        src = arr.view(phys).to_numpy(zero_copy_only=False)
+        out = np.empty(indices.size, src.dtype)
+        gather(src, indices, out)
+        invalid = missing
+        if arr.null_count:
+            valid_src = np.asarray(arr.is_valid())
+            valid = np.empty(indices.size, np.bool_)
+            gather(valid_src, indices, valid)
+            invalid = ~valid if invalid is None else invalid | ~valid
+        cols.append(pa.array(out, mask=invalid).view(col.type) if phys != col.type else pa.array(out, mask=invalid))
+    return pa.Table.from_arrays(cols, schema=table.schema)
 
 
 def filter_table(table: pa.Table, mask) -> pa.Table:

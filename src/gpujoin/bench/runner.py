@@ -63,8 +63,9 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str = "auto", r
     items = rt.num_rows + st_.num_rows
     stats_box = {}
 
+    # S on the left (probe), R on the right (build), the convention of Polars and DuckDB plans
     def ours():
-        out, stats = execute_join(rt, st_, "k", algorithm=algorithm, device=dev)
+        out, stats = execute_join(st_, rt, "k", algorithm=algorithm, device=dev)
         stats_box["stats"] = stats
         return out
 
@@ -73,7 +74,7 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str = "auto", r
     records = [_record("join", w.describe(), "gpujoin", st.algorithm, device_name(dev), times, items,
                        st.phases, out.num_rows)]
     for peer in peers:
-        fn = _peer_join(peer, rt, st_)
+        fn = _peer_join(peer, st_, rt)
         ptimes, prows = _timed(fn, runs)
         records.append(_record("join", w.describe(), peer, "hash join", device_name("cpu"), ptimes, items,
                                rows=prows))
@@ -114,22 +115,22 @@ def _duckdb(threads: int):
     return con
 
 
-def _peer_join(peer: str, r: pa.Table, s: pa.Table) -> Callable[[], int]:
+def _peer_join(peer: str, s: pa.Table, r: pa.Table) -> Callable[[], int]:
     threads = numba.get_num_threads()
     if peer == "duckdb":
         con = _duckdb(threads)
         con.register("r_in", r)
         con.register("s_in", s)
-        cols = ", ".join([f"s_in.k"] + [f"r_in.{c}" for c in r.column_names[1:]] + [f"s_in.{c}" for c in s.column_names[1:]])
+        cols = ", ".join([f"s_in.k"] + [f"s_in.{c}" for c in s.column_names[1:]] + [f"r_in.{c}" for c in r.column_names[1:]])
 
         def run():
-            con.execute(f"create or replace table out as select {cols} from r_in join s_in on r_in.k = s_in.k")
+            con.execute(f"create or replace table out as select {cols} from s_in join r_in on s_in.k = r_in.k")
             return con.execute("select count(*) from out").fetchone()[0]
         return run
     if peer == "polars":
         pl = _polars(threads)
         pr, ps = pl.from_arrow(r), pl.from_arrow(s)
-        return lambda: pr.join(ps, on="k").height
+        return lambda: ps.join(pr, on="k").height
     raise ValueError(f"unknown peer {peer!r}; valid: duckdb, polars")
 
 

@@ -261,3 +261,11 @@ def factorize(keys2d: np.ndarray) -> Factorization:
     part_gid = np.empty(n, np.int64)
     _globalize(rows, offsets, local, reps, goff, codes, first_rows, part_gid)
     return Factorization(codes, g, first_rows, rows, offsets, part_gid)
+
+
+@njit(parallel=True, cache=True)
+def gather(src, idx, out):
+    """out[i] = src[idx[i]], or 0 where idx[i] < 0 (the caller marks those rows null)."""
+    for i in prange(idx.size):
+        j = idx[i]
+        out[i] = src[j] if j >= 0 else 0

@@ -23,14 +23,43 @@ MODES = {"inner": INNER, "probe_outer": PROBE_OUTER, "full": FULL, "semi": SEMI,
 
 @njit(parallel=True, cache=True)
 def _build(bkeys, boff, toff, heads, nxt):
+    """Chained tables, one per partition; returns the number of build keys seen twice."""
     P = boff.size - 1
+    dups = np.zeros(P, np.int64)
     for p in prange(P):
         base = toff[p]
         mask = np.uint64(toff[p + 1] - base - 1)
+        d = 0
         for j in range(boff[p], boff[p + 1]):
-            s = base + np.int64(fmix64(np.uint64(bkeys[j])) & mask)
+            k = bkeys[j]
+            s = base + np.int64(fmix64(np.uint64(k)) & mask)
+            c = heads[s]
+            while c != 0:
+                if bkeys[c - 1] == k:
+                    d += 1
+                    break
+                c = nxt[c - 1]
             nxt[j] = heads[s]
             heads[s] = j + 1
+        dups[p] = d
+    return dups.sum()
+
+
+@njit(parallel=True, cache=True)
+def _compact(out_off, counts, out_p, out_b, has_b):
+    """Close the gaps a single-pass probe leaves between partitions' outputs."""
+    P = counts.size
+    dst = np.zeros(P + 1, np.int64)
+    for p in range(P):
+        dst[p + 1] = dst[p] + counts[p]
+    res_p = np.empty(dst[P], np.int64)
+    res_b = np.empty(dst[P] if has_b else 0, np.int64)
+    for p in prange(P):
+        for i in range(counts[p]):
+            res_p[dst[p] + i] = out_p[out_off[p] + i]
+            if has_b:
+                res_b[dst[p] + i] = out_b[out_off[p] + i]
+    return res_p, res_b
 
 
 @njit(parallel=True, cache=True)
@@ -66,8 +95,25 @@ def _probe(bkeys, brows, boff, pkeys, prows, poff, toff, heads, nxt, mode, write
                     if mode == PROBE_OUTER or mode == FULL:
                         out_b[o] = -1
                 o += 1
-        counts[p] = o
+        counts[p] = o - out_off[p] if write else o
     return counts
+
+
+@njit(parallel=True, cache=True)
+def _probe_unique(bkeys, brows, boff, pkeys, prows, poff, toff, heads, nxt, match_of):
+    """Unique build keys: match_of[probe row] = its build row (or stays -1); no output counting."""
+    P = poff.size - 1
+    for p in prange(P):
+        base = toff[p]
+        mask = np.uint64(toff[p + 1] - base - 1)
+        for i in range(poff[p], poff[p + 1]):
+            k = pkeys[i]
+            j = heads[base + np.int64(fmix64(np.uint64(k)) & mask)]
+            while j != 0:
+                if bkeys[j - 1] == k:
+                    match_of[prows[i]] = brows[j - 1]
+                    break
+                j = nxt[j - 1]
 
 
 def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.ndarray,
@@ -107,17 +153,38 @@ def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nda
     toff = table_offsets(boff)
     heads = np.zeros(toff[-1], np.int64)
     nxt = np.empty(bk.size, np.int64)
-    _build(bk, boff, toff, heads, nxt)
+    unique_build = _build(bk, boff, toff, heads, nxt) == 0
     empty = np.empty(0, np.int64)
     bmatched = np.zeros(bk.size if m == FULL else 0, np.bool_)
-    counts = _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, False,
-                    np.zeros(poff.size, np.int64), empty, empty, bmatched)
-    out_off = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=out_off[1:])
-    total = int(out_off[-1])
-    out_p = np.empty(total, np.int64)
-    out_b = np.empty(total if m in (INNER, PROBE_OUTER, FULL) else 0, np.int64)
-    _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, True, out_off, out_p, out_b, bmatched)
+    has_b = m in (INNER, PROBE_OUTER, FULL)
+    if unique_build and m in (INNER, PROBE_OUTER):
+        # at most one partner per probe row: record it by probe row id, so the output comes out in
+        # probe order and gathering the probe side's payloads is sequential (or no gather at all)
+        match_of = np.full(int(probe_rows.max()) + 1 if probe_rows.size else 0, -1, np.int64)
+        _probe_unique(bk, br, boff, pk, pr, poff, toff, heads, nxt, match_of)
+        partners = match_of[probe_rows]
+        if m == PROBE_OUTER:
+            return probe_rows, partners
+        hit = partners >= 0
+        if hit.all():
+            return probe_rows, partners
+        return probe_rows[hit], partners[hit]
+    if unique_build or m in (SEMI, ANTI):
+        # every probe row emits at most one row: its partition's probe range bounds the output,
+        # so one probe pass writes it and a compaction closes the gaps (no counting pass)
+        out_p = np.empty(pk.size, np.int64)
+        out_b = np.empty(pk.size if has_b else 0, np.int64)
+        counts = _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, True, poff, out_p, out_b, bmatched)
+        if counts.sum() != pk.size:
+            out_p, out_b = _compact(poff, counts, out_p, out_b, has_b)
+    else:
+        counts = _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, False,
+                        np.zeros(poff.size, np.int64), empty, empty, bmatched)
+        out_off = np.zeros(counts.size + 1, np.int64)
+        np.cumsum(counts, out=out_off[1:])
+        out_p = np.empty(int(out_off[-1]), np.int64)
+        out_b = np.empty(int(out_off[-1]) if has_b else 0, np.int64)
+        _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, True, out_off, out_p, out_b, bmatched)
     if m == FULL:
         unmatched = br[~bmatched]
         out_p = np.concatenate([out_p, np.full(unmatched.size, -1, np.int64)])
