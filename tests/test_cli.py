@@ -1,0 +1,81 @@
+"""The gpujoin command end to end on small files."""
+
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+from gpujoin.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "gpujoin.cli", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def files(tmp_path):
+    left = pa.table({"k": [1, 2, 3, None], "x": ["a", "b", "c", "d"]})
+    right = pa.table({"k": [2, 3, 3, 5], "y": [1.5, 2.5, 3.5, 4.5]})
+    pq.write_table(left, tmp_path / "l.parquet")
+    pcsv.write_csv(right, tmp_path / "r.csv")
+    return tmp_path
+
+
+@pytest.mark.parametrize("ext", ["parquet", "csv", "arrow"])
+def test_join_files(files, ext):
+    out = files / f"o.{ext}"
+    main(["join", str(files / "l.parquet"), str(files / "r.csv"), "--on", "k", "--how", "left", "-o", str(out)])
+    from gpujoin.io import read_table
+
+    t = read_table(out)
+    assert t.num_rows == 5 and t.column_names == ["k", "x", "y"]
+
+
+def test_group_by_file(files):
+    out = files / "g.parquet"
+    main(["group-by", str(files / "r.csv"), "--by", "k", "--agg", "total=y:sum", "--agg", "n=:size", "-o", str(out)])
+    t = pq.read_table(out).sort_by("k")
+    assert t.to_pydict() == {"k": [2, 3, 5], "total": [1.5, 6.0, 4.5], "n": [1, 2, 1]}
+
+
+def test_bad_path_exits_2_with_one_line(files):
+    p = run("join", str(files / "missing.parquet"), str(files / "r.csv"), "--on", "k", "-o", str(files / "o.parquet"))
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "missing.parquet" in p.stderr
+    assert not (files / "o.parquet").exists()
+
+
+def test_bad_argument_exits_2(files):
+    p = run("join", str(files / "l.parquet"), str(files / "r.csv"), "--on", "k", "--how", "sideways", "-o", "o.csv")
+    assert p.returncode == 2 and "sideways" in p.stderr
+    p = run("group-by", str(files / "r.csv"), "--by", "k", "--agg", "oops", "-o", str(files / "g.csv"))
+    assert p.returncode == 2 and "NAME=COLUMN:FUNCTION" in p.stderr
+
+
+def test_failure_leaves_no_output(files):
+    out = files / "o.parquet"
+    p = run("join", str(files / "l.parquet"), str(files / "r.csv"), "--on", "nope", "-o", str(out))
+    assert p.returncode == 2 and "'nope'" in p.stderr
+    assert list(files.glob("o.parquet*")) == [] and list(files.glob(".o.parquet*")) == []
+
+
+def test_info_runs():
+    p = run("info")
+    assert p.returncode == 0 and "cpu" in p.stdout
+
+
+def test_bench_and_plot(tmp_path):
+    out = tmp_path / "b.jsonl"
+    main(["bench", "join", "--log2-r", "10", "--runs", "2", "--sweep", "match_ratio=1,0.5", "-o", str(out),
+          "--device", "cpu"])
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == 2 and recs[0]["runs"] == 2 and recs[0]["throughput_g_per_s"] > 0
+    assert set(recs[0]["phases_s"]) == {"transform", "match", "materialize"}
+    main(["bench", "group-by", "--log2-rows", "10", "--log2-groups", "4", "--runs", "2", "-o", str(tmp_path / "g.jsonl")])
+    pytest.importorskip("matplotlib")
+    main(["bench", "plot", str(out), "-o", str(tmp_path / "b.png")])
+    assert (tmp_path / "b.png").stat().st_size > 0
