@@ -23,24 +23,29 @@ MODES = {"inner": INNER, "probe_outer": PROBE_OUTER, "full": FULL, "semi": SEMI,
 
 @njit(parallel=True, cache=True)
 def _build(bkeys, boff, toff, heads, nxt):
-    """Chained tables, one per partition; returns the number of build keys seen twice."""
+    """Chained tables, one per partition; returns the number of build keys seen twice.
+
+    Links are int32 positions within the partition (+1; 0 ends a chain): half the bytes of
+    global int64 links, and partitions never approach 2**31 rows.
+    """
     P = boff.size - 1
     dups = np.zeros(P, np.int64)
     for p in prange(P):
         base = toff[p]
         mask = np.uint64(toff[p + 1] - base - 1)
         d = 0
-        for j in range(boff[p], boff[p + 1]):
+        lo = boff[p]
+        for j in range(lo, boff[p + 1]):
             k = bkeys[j]
             s = base + np.int64(fmix64(np.uint64(k)) & mask)
             c = heads[s]
             while c != 0:
-                if bkeys[c - 1] == k:
+                if bkeys[lo + c - 1] == k:
                     d += 1
                     break
-                c = nxt[c - 1]
+                c = nxt[lo + c - 1]
             nxt[j] = heads[s]
-            heads[s] = j + 1
+            heads[s] = np.int32(j - lo + 1)
         dups[p] = d
     return dups.sum()
 
@@ -72,22 +77,24 @@ def _probe(bkeys, brows, boff, pkeys, prows, poff, toff, heads, nxt, mode, write
         base = toff[p]
         mask = np.uint64(toff[p + 1] - base - 1)
         o = out_off[p] if write else 0
+        lo = boff[p]
         for i in range(poff[p], poff[p + 1]):
             k = pkeys[i]
             j = heads[base + np.int64(fmix64(np.uint64(k)) & mask)]
             found = False
             while j != 0:
-                if bkeys[j - 1] == k:
+                b = lo + j - 1
+                if bkeys[b] == k:
                     found = True
                     if mode == SEMI or mode == ANTI:
                         break
                     if write:
                         out_p[o] = prows[i]
-                        out_b[o] = brows[j - 1]
+                        out_b[o] = brows[b]
                         if mode == FULL:
-                            bmatched[j - 1] = True
+                            bmatched[b] = True
                     o += 1
-                j = nxt[j - 1]
+                j = nxt[b]
             emit = (found and mode == SEMI) or (not found and mode != INNER and mode != SEMI)
             if emit:
                 if write:
@@ -106,14 +113,15 @@ def _probe_unique(bkeys, brows, boff, pkeys, prows, poff, toff, heads, nxt, matc
     for p in prange(P):
         base = toff[p]
         mask = np.uint64(toff[p + 1] - base - 1)
+        lo = boff[p]
         for i in range(poff[p], poff[p + 1]):
             k = pkeys[i]
             j = heads[base + np.int64(fmix64(np.uint64(k)) & mask)]
             while j != 0:
-                if bkeys[j - 1] == k:
-                    match_of[prows[i]] = brows[j - 1]
+                if bkeys[lo + j - 1] == k:
+                    match_of[prows[i]] = brows[lo + j - 1]
                     break
-                j = nxt[j - 1]
+                j = nxt[lo + j - 1]
 
 
 def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.ndarray,
@@ -150,9 +158,9 @@ def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nda
                                    build_keys, build_rows)
     pk, pr, poff = radix_partition(hash_keys(probe_keys), nbits, num_chunks(probe_keys.size),
                                    probe_keys, probe_rows)
-    toff = table_offsets(boff)
-    heads = np.zeros(toff[-1], np.int64)
-    nxt = np.empty(bk.size, np.int64)
+    toff = table_offsets(boff, load=1)
+    heads = np.zeros(toff[-1], np.int32)
+    nxt = np.empty(bk.size, np.int32)
     unique_build = _build(bk, boff, toff, heads, nxt) == 0
     empty = np.empty(0, np.int64)
     bmatched = np.zeros(bk.size if m == FULL else 0, np.bool_)
