@@ -106,24 +106,6 @@ def _probe(bkeys, brows, boff, pkeys, prows, poff, toff, heads, nxt, mode, write
     return counts
 
 
-@njit(parallel=True, cache=True)
-def _probe_unique(bkeys, brows, boff, pkeys, prows, poff, toff, heads, nxt, match_of):
-    """Unique build keys: match_of[probe row] = its build row (or stays -1); no output counting."""
-    P = poff.size - 1
-    for p in prange(P):
-        base = toff[p]
-        mask = np.uint64(toff[p + 1] - base - 1)
-        lo = boff[p]
-        for i in range(poff[p], poff[p + 1]):
-            k = pkeys[i]
-            j = heads[base + np.int64(fmix64(np.uint64(k)) & mask)]
-            while j != 0:
-                if bkeys[lo + j - 1] == k:
-                    match_of[prows[i]] = brows[lo + j - 1]
-                    break
-                j = nxt[lo + j - 1]
-
-
 def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.ndarray,
               probe_rows: np.ndarray, mode: str, *, radix_bits: int | None = None):
     """Radix-partitioned hash join of int64 keys; returns gather maps.
@@ -165,18 +147,6 @@ def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nda
     empty = np.empty(0, np.int64)
     bmatched = np.zeros(bk.size if m == FULL else 0, np.bool_)
     has_b = m in (INNER, PROBE_OUTER, FULL)
-    if unique_build and m in (INNER, PROBE_OUTER):
-        # at most one partner per probe row: record it by probe row id, so the output comes out in
-        # probe order and gathering the probe side's payloads is sequential (or no gather at all)
-        match_of = np.full(int(probe_rows.max()) + 1 if probe_rows.size else 0, -1, np.int64)
-        _probe_unique(bk, br, boff, pk, pr, poff, toff, heads, nxt, match_of)
-        partners = match_of[probe_rows]
-        if m == PROBE_OUTER:
-            return probe_rows, partners
-        hit = partners >= 0
-        if hit.all():
-            return probe_rows, partners
-        return probe_rows[hit], partners[hit]
     if unique_build or m in (SEMI, ANTI):
         # every probe row emits at most one row: its partition's probe range bounds the output,
         # so one probe pass writes it and a compaction closes the gaps (no counting pass)
