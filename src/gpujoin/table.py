@@ -155,8 +155,7 @@ class Table:
     def arrow_column(self, name: str) -> pa.Array:
         """The column ``name`` as one contiguous Arrow array."""
         check_columns(self._arrow, [name], "table")
-        col = self._arrow.column(name)
-        return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        return combined(self._arrow, name)
 
     def __getitem__(self, name: str) -> pa.ChunkedArray:
         check_columns(self._arrow, [name], "table")
@@ -165,6 +164,12 @@ class Table:
     def __repr__(self) -> str:
         cols = ", ".join(f"{f.name}: {f.type}" for f in self._arrow.schema)
         return f"gpujoin.Table[{self.num_rows} rows; {cols}]"
+
+
+def combined(table: pa.Table, name: str) -> pa.Array:
+    """Column ``name`` of an Arrow table as one contiguous array (chunks concatenated when several)."""
+    col = table.column(name)
+    return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
 
 
 def check_columns(table: pa.Table, names: Iterable[str], side: str) -> None:

@@ -14,7 +14,7 @@ from ..backend import resolve_algorithm, resolve_device
 from ..cpu.groupby import pgb
 from ..cpu.kernels import factorize
 from ..errors import ComputeError, InvalidOperationError
-from ..table import check_columns, is_string_type, take, to_arrow_table
+from ..table import check_columns, combined, is_string_type, take, to_arrow_table
 from .keys import encode_keys
 
 FUNCTIONS = ("sum", "count", "size", "min", "max", "mean")
@@ -89,7 +89,7 @@ class GroupBy:
         t = self._table
         stats = GroupByStats(self._algorithm, self._device, t.num_rows)
         t0 = time.perf_counter()
-        keys = [_combined(t, b) for b in self._by]
+        keys = [combined(t, b) for b in self._by]
         enc = encode_keys([keys], nulls_equal=True)
         fact = factorize(enc.keys[0][None, :])
         t1 = time.perf_counter()
@@ -127,11 +127,6 @@ def group_by(table, by, *, algorithm: str = "auto", device: str = "auto") -> Gro
     Paper 003 §2 (hash, sort and partition group-by), doi:10.1145/3709689.
     """
     return GroupBy(table, by, algorithm=algorithm, device=device)
-
-
-def _combined(t: pa.Table, name: str) -> pa.Array:
-    col = t.column(name)
-    return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
 
 
 def _validity(arr: pa.Array):
@@ -175,7 +170,7 @@ def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
     ng = fact.num_groups
     if fn == "size":
         return pa.array(pgb.group_sizes(fact.offsets, fact.part_gid, ng))
-    arr = _combined(t, col)
+    arr = combined(t, col)
     typ = arr.type
     valid, has_valid = _validity(arr)
     if fn == "count" and not has_valid:

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from ..backend import resolve_algorithm, resolve_device
 from ..errors import ComputeError
-from ..table import check_columns, take, to_arrow_table
+from ..table import check_columns, combined, take, to_arrow_table
 from .keys import cast_key, encode_keys, promote_key_types
 
 HOWS = ("inner", "left", "right", "full", "semi", "anti", "cross")
@@ -102,8 +102,8 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     else:
         types = [promote_key_types(a, lt.schema.field(a).type, b, rt.schema.field(b).type)
                  for a, b in zip(lk, rk)]
-        lcols = [cast_key(a, _column(lt, a), t) for a, t in zip(lk, types)]
-        rcols = [cast_key(b, _column(rt, b), t) for b, t in zip(rk, types)]
+        lcols = [cast_key(a, combined(lt, a), t) for a, t in zip(lk, types)]
+        rcols = [cast_key(b, combined(rt, b), t) for b, t in zip(rk, types)]
         enc = encode_keys([lcols, rcols], nulls_equal)
         (lkeys, rkeys), (lvalid, rvalid) = enc.keys, enc.valid
         if validate in ("1:1", "1:m"):
@@ -119,11 +119,6 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     stats.phases["materialize"] = time.perf_counter() - t2
     stats.output_rows = out.num_rows
     return out, stats
-
-
-def _column(t: pa.Table, name: str) -> pa.Array:
-    col = t.column(name)
-    return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
 
 
 def _rows(valid, n) -> np.ndarray:
