@@ -12,7 +12,6 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .errors import ColumnNotFoundError, InvalidOperationError
 
@@ -271,9 +270,4 @@ def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=table.schema)
 
 
-def filter_table(table: pa.Table, mask) -> pa.Table:
-    """Rows of ``table`` where the bool ``mask`` holds (nulls in the mask drop the row)."""
-    return table.filter(mask if isinstance(mask, (pa.Array, pa.ChunkedArray)) else pa.array(mask))
-
-
-__all__ = ["Table", "Column", "check_columns", "to_arrow_table", "take", "filter_table", "pc"]
+__all__ = ["Table", "Column", "check_columns", "combined", "to_arrow_table", "take"]

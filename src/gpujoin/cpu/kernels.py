@@ -120,7 +120,7 @@ def radix_partition(hashes, nbits, nchunks, a, b):
     return out_a, out_b, offsets
 
 
-def table_offsets(part_offsets: np.ndarray, load: int = 2) -> np.ndarray:
+def table_offsets(part_offsets: np.ndarray, load: int = 1) -> np.ndarray:
     """Start of each partition's bucket array in one shared array: a power of two >= load * rows."""
     sizes = np.diff(part_offsets) * load
     sizes = np.left_shift(1, np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64))

@@ -140,7 +140,7 @@ def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nda
                                    build_keys, build_rows)
     pk, pr, poff = radix_partition(hash_keys(probe_keys), nbits, num_chunks(probe_keys.size),
                                    probe_keys, probe_rows)
-    toff = table_offsets(boff, load=1)
+    toff = table_offsets(boff)
     heads = np.zeros(toff[-1], np.int32)
     nxt = np.empty(bk.size, np.int32)
     unique_build = _build(bk, boff, toff, heads, nxt) == 0
