@@ -10,6 +10,11 @@ _ALGORITHMS = {
         "join": ["phj"],      # cpu/join/phj.py: radix-partitioned hash join
         "group_by": ["pgb"],  # cpu/groupby/pgb.py: partitioned hash group-by
     },
+    "cuda": {
+        # cuda/join/: paper 003's PHJ (GFTR first: the default), SMJ, and the cuDF-style NPHJ
+        "join": ["phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj"],
+        "group_by": [],  # none yet on the GPU: device="auto" runs group-by on the CPU
+    },
 }
 
 
@@ -30,8 +35,10 @@ def devices() -> list[str]:
     return (["cuda"] if cuda_available() else []) + ["cpu"]
 
 
-def resolve_device(device: str) -> str:
-    """Map ``device`` ("auto", "cpu", "cuda") to the one that will run.
+def resolve_device(device: str, operation: str | None = None) -> str:
+    """Map ``device`` ("auto", "cpu", "cuda") to the one that will run ``operation``.
+
+    "auto" takes the best device that has an algorithm for ``operation`` ("join", "group_by").
 
     Raises
     ------
@@ -41,7 +48,7 @@ def resolve_device(device: str) -> str:
         ``device="cuda"`` on a machine or build without the CUDA backend.
     """
     if device == "auto":
-        return devices()[0]
+        return next(d for d in devices() if operation is None or _ALGORITHMS[d][operation])
     if device not in ("cpu", "cuda"):
         raise ValueError(f"unknown device {device!r}; use 'auto', 'cpu' or 'cuda'")
     if device == "cuda" and not cuda_available():
@@ -49,6 +56,9 @@ def resolve_device(device: str) -> str:
             "device='cuda' is not available: this gpujoin has no usable CUDA backend (it needs an NVIDIA "
             "GPU, CuPy, and gpujoin's CUDA module); use device='cpu' or 'auto'"
         )
+    if operation is not None and not _ALGORITHMS[device][operation]:
+        raise RuntimeError(f"gpujoin has no {operation.replace('_', '-')} algorithm on device {device!r} yet; "
+                           f"use device='cpu' or 'auto'")
     return device
 
 

@@ -73,10 +73,12 @@ def cmd_tpch(a):
     bad = [q for q in queries if q not in QUERIES]
     if bad:
         raise ValueError(f"unknown TPC-H query {bad[0]!r}; valid: {','.join(QUERIES)}")
-    device = resolve_device(a.device)
+    device = resolve_device(a.device, "join")
+    where = device if device == resolve_device(a.device, "group_by") else f"{device} (joins), cpu (group-by)"
     data = Path(a.data_dir) if a.data_dir else ensure_data(a.sf)
-    results = run(data, queries, device=device, repeat=a.repeat, threads=a.threads)
-    t = RichTable(title=f"TPC-H SF {a.sf:g} on {device} (median of {a.repeat}; DuckDB on the same CPUs)")
+    results = run(data, queries, device=a.device if a.device == "auto" else device, repeat=a.repeat,
+                  threads=a.threads)
+    t = RichTable(title=f"TPC-H SF {a.sf:g} on {where} (median of {a.repeat}; DuckDB on the same CPUs)")
     for col in ("query", "result rows", "gpujoin ms", "DuckDB ms", "speedup", "validated"):
         t.add_column(col, justify="right")
     for r in results:
@@ -118,7 +120,8 @@ def cmd_bench(a):
         base = dict(log2_r=a.log2_r, log2_s=a.log2_s if a.log2_s is not None else a.log2_r,
                     match_ratio=a.match_ratio, zipf=a.zipf, distinct_keys=a.distinct_keys, payloads=a.payloads,
                     key_bytes=a.key_bytes, payload_bytes=a.payload_bytes, seed=a.seed)
-        runs = [runner.bench_join(JoinWorkload(**w), a.device, a.algorithm, a.runs, peers) for w in _sweep(a.sweep, base)]
+        algos = a.algorithm if a.algorithm == "all" else _csv_list(a.algorithm)
+        runs = [runner.bench_join(JoinWorkload(**w), a.device, algos, a.runs, peers) for w in _sweep(a.sweep, base)]
     else:
         base = dict(log2_rows=a.log2_rows, log2_groups=a.log2_groups, zipf=a.zipf, values=a.values,
                     key_bytes=a.key_bytes, seed=a.seed)

@@ -13,7 +13,7 @@ from typing import Callable
 import numba
 import pyarrow as pa
 
-from ..backend import resolve_device
+from ..backend import algorithms, resolve_device
 from ..plan.groupby import GroupBy
 from ..plan.join import execute_join
 from .workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
@@ -31,7 +31,9 @@ def commit() -> str:
 def device_name(device: str) -> str:
     if device == "cpu":
         return f"{platform.processor() or platform.machine()}, {numba.get_num_threads()} threads"
-    return device
+    from ..cuda.runtime import device_properties
+
+    return device_properties(0)["name"]
 
 
 def _timed(fn: Callable[[], object], runs: int) -> tuple[list[float], object]:
@@ -60,37 +62,58 @@ def _record(kind, workload, engine, algorithm, device, times, items, phases=None
     }
 
 
-def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str = "auto", runs: int = 5,
+def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str] = "auto", runs: int = 5,
                peers: list[str] = ()) -> list[dict]:
-    """Time gpujoin (and ``peers``: duckdb, polars) on one join workload; output materialized."""
-    dev = resolve_device(device)
-    r, s = make_join(w)
-    rt, st_ = pa.table(r), pa.table(s)
-    items = rt.num_rows + st_.num_rows
-    stats_box = {}
+    """Time gpujoin's ``algorithm`` (a name, a list, or "all") and ``peers`` (duckdb, polars) on
+    one join workload; output materialized.
 
-    # S on the left (probe), R on the right (build), the convention of Polars and DuckDB plans
-    def ours():
-        out, stats = execute_join(st_, rt, "k", algorithm=algorithm, device=dev)
-        stats_box["stats"] = stats
-        return out
+    On the CPU the inputs are Arrow tables; on the GPU they are generated in GPU memory and the
+    output stays there (paper 003 §5's setting); each run is timed from the call to the
+    synchronized result.
+    """
+    dev = resolve_device(device, "join")
+    algos = algorithms(dev)["join"] if algorithm == "all" else ([algorithm] if isinstance(algorithm, str) else algorithm)
+    if dev == "cuda":
+        import cupy as cp
 
-    times, out = _timed(ours, runs)
-    st = stats_box["stats"]
-    records = [_record("join", w.describe(), "gpujoin", st.algorithm, device_name(dev), times, items,
-                       st.phases, out.num_rows)]
-    for peer in peers:
-        fn = _peer_join(peer, st_, rt)
-        ptimes, prows = _timed(fn, runs)
-        records.append(_record("join", w.describe(), peer, "hash join", device_name("cpu"), ptimes, items,
-                               rows=prows))
+        r, s = make_join(w, cp)
+        left, right = s, r
+        sync = cp.cuda.Device().synchronize
+    else:
+        r, s = make_join(w)
+        left, right = pa.table(s), pa.table(r)
+        sync = None
+    items = (1 << w.log2_r) + (1 << w.log2_s)
+    records = []
+    for algo in algos:
+        stats = []
+
+        # S on the left (probe), R on the right (build), the convention of Polars and DuckDB plans
+        def ours():
+            out, st = execute_join(left, right, "k", algorithm=algo, device=dev)
+            if sync:
+                sync()
+            stats.append(st)
+            return out.num_rows
+
+        times, rows = _timed(ours, runs)
+        st = _median_run(stats[1:], times)
+        records.append(_record("join", w.describe(), "gpujoin", st.algorithm, device_name(dev), times, items,
+                               st.phases, rows))
+    if peers:
+        rt, st_ = (pa.table(make_join(w)[0]), pa.table(make_join(w)[1])) if dev == "cuda" else (right, left)
+        for peer in peers:
+            fn = _peer_join(peer, st_, rt)
+            ptimes, prows = _timed(fn, runs)
+            records.append(_record("join", w.describe(), peer, "hash join", device_name("cpu"), ptimes, items,
+                                   rows=prows))
     return records
 
 
 def bench_group_by(w: GroupByWorkload, device: str = "auto", algorithm: str = "auto", runs: int = 5,
                    peers: list[str] = ()) -> list[dict]:
     """Time gpujoin (and ``peers``) on one group-by workload: MAX of every value column per key."""
-    dev = resolve_device(device)
+    dev = resolve_device(device, "group_by")
     t = pa.table(make_groupby(w))
     aggs = {f"max_{c}": (c, "max") for c in t.column_names if c != "k"}
     stats = []
@@ -127,7 +150,7 @@ def _peer_join(peer: str, s: pa.Table, r: pa.Table) -> Callable[[], int]:
         con = _duckdb(threads)
         con.register("r_in", r)
         con.register("s_in", s)
-        cols = ", ".join([f"s_in.k"] + [f"s_in.{c}" for c in s.column_names[1:]] + [f"r_in.{c}" for c in r.column_names[1:]])
+        cols = ", ".join(["s_in.k"] + [f"s_in.{c}" for c in s.column_names[1:]] + [f"r_in.{c}" for c in r.column_names[1:]])
 
         def run():
             con.execute(f"create or replace table out as select {cols} from s_in join r_in on s_in.k = r_in.k")

@@ -41,14 +41,34 @@ class GroupByWorkload:
         return asdict(self)
 
 
-def zipf_ranks(rng: np.random.Generator, n_values: int, size: int, z: float) -> np.ndarray:
+class _Random:
+    """The few draws the workloads need, from NumPy (host) or CuPy (device: no host round trip
+    for 2^27-row inputs).  The two give the same distributions, not the same numbers."""
+
+    def __init__(self, xp, seed: int):
+        self.xp = xp
+        self.gen = xp.random.default_rng(seed)
+        self.legacy = xp.random.RandomState(seed) if xp is not np else None
+
+    def integers(self, lo, hi, size, dtype=np.int64):
+        return self.gen.integers(lo, hi, size, dtype=dtype)
+
+    def random(self, size):
+        return self.gen.random(size)
+
+    def permutation(self, n):
+        return (self.gen if self.legacy is None else self.legacy).permutation(n)
+
+
+def zipf_ranks(rng: _Random, n_values: int, size: int, z: float):
     """``size`` draws from {0..n_values-1} with P(i) ∝ 1/(i+1)**z (z = 0: uniform); int64."""
+    xp = rng.xp
     if z == 0:
         return rng.integers(0, n_values, size, dtype=np.int64)
-    weights = 1.0 / np.power(np.arange(1, n_values + 1, dtype=np.float64), z)
-    cdf = np.cumsum(weights)
+    weights = 1.0 / xp.power(xp.arange(1, n_values + 1, dtype=np.float64), z)
+    cdf = xp.cumsum(weights)
     cdf /= cdf[-1]
-    return np.minimum(np.searchsorted(cdf, rng.random(size)), n_values - 1).astype(np.int64)
+    return xp.minimum(xp.searchsorted(cdf, rng.random(size)), n_values - 1).astype(np.int64)
 
 
 def _payload(rng, n, width):
@@ -56,14 +76,15 @@ def _payload(rng, n, width):
     return rng.integers(0, np.iinfo(dtype).max, n, dtype=dtype)
 
 
-def make_join(w: JoinWorkload) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(R, S) with key column ``k`` and payloads ``r0..``/``s0..``.
+def make_join(w: JoinWorkload, xp=np) -> tuple[dict, dict]:
+    """(R, S) with key column ``k`` and payloads ``r0..``/``s0..``, as NumPy (``xp=numpy``) or
+    CuPy (``xp=cupy``) arrays.
 
     R's keys are 0..|R|-1 shuffled; a fraction 1 - match_ratio of them is replaced by keys
     outside S's domain (paper 003 §5's match ratio).  S's keys are drawn from 0..|R|-1,
     uniformly or Zipf-distributed over a shuffled order (so hot keys are not the small ones).
     """
-    rng = np.random.default_rng(w.seed)
+    rng = _Random(xp, w.seed)
     nr, ns = 1 << w.log2_r, 1 << w.log2_s
     kdt = np.int32 if w.key_bytes == 4 else np.int64
     if w.distinct_keys:
@@ -73,7 +94,7 @@ def make_join(w: JoinWorkload) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
         rk = rng.permutation(nr).astype(kdt)
         if w.match_ratio < 1.0:
             drop = rng.random(nr) >= w.match_ratio
-            rk[drop] += kdt(nr)  # keys nr..2nr-1 never occur in S
+            rk[drop] += nr  # keys nr..2nr-1 never occur in S
         order = rng.permutation(nr).astype(kdt)
         sk = order[zipf_ranks(rng, nr, ns, w.zipf)]
         if w.key_bytes == 8:  # use the full width, so 8-byte keys are not 4-byte keys in disguise
@@ -84,9 +105,9 @@ def make_join(w: JoinWorkload) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
     return r, s
 
 
-def make_groupby(w: GroupByWorkload) -> dict[str, np.ndarray]:
+def make_groupby(w: GroupByWorkload, xp=np) -> dict:
     """Table with key ``k`` over 2**log2_groups values and value columns ``v0..`` (int32)."""
-    rng = np.random.default_rng(w.seed)
+    rng = _Random(xp, w.seed)
     n, g = 1 << w.log2_rows, 1 << w.log2_groups
     kdt = np.int32 if w.key_bytes == 4 else np.int64
     keys = rng.permutation(g).astype(kdt)[zipf_ranks(rng, g, n, w.zipf)]

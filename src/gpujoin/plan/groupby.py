@@ -44,7 +44,7 @@ class GroupBy:
         if not self._by:
             raise ValueError("group_by needs at least one key column in 'by'")
         check_columns(self._table, self._by, "input")
-        self._device = resolve_device(device)
+        self._device = resolve_device(device, "group_by")
         self._algorithm = resolve_algorithm("group_by", algorithm, self._device)
         self.stats: GroupByStats | None = None
 

@@ -82,11 +82,17 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         raise ValueError(f"unknown join type how={how!r}; valid: {list(HOWS)}")
     if validate not in VALIDATES:
         raise ValueError(f"unknown validate={validate!r}; valid: {list(VALIDATES)}")
+    if _on_device(left) or _on_device(right):
+        from .device_join import execute_device_join
+
+        return execute_device_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                                   nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
+                                   algorithm=algorithm, device=device, radix_bits=radix_bits)
     lt, rt = to_arrow_table(left), to_arrow_table(right)
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
     check_columns(rt, rk, "right")
-    dev = resolve_device(device)
+    dev = resolve_device(device, "join")
     algo = resolve_algorithm("join", algorithm, dev)
     if coalesce is None:
         coalesce = how not in ("full",)
@@ -112,7 +118,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
             _check_unique(rkeys, rvalid, "right", validate)
         t1 = time.perf_counter()
         stats.phases["transform"] = t1 - t0
-        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats)
+        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo)
         stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
@@ -121,13 +127,27 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     return out, stats
 
 
+def _on_device(x) -> bool:
+    """A DeviceTable or a dict of GPU arrays (checked without importing CuPy)."""
+    if type(x).__name__ == "DeviceTable":
+        return True
+    return isinstance(x, dict) and bool(x) and all(hasattr(v, "__cuda_array_interface__") for v in x.values())
+
+
 def _rows(valid, n) -> np.ndarray:
     return np.arange(n, dtype=np.int64) if valid is None else np.flatnonzero(valid).astype(np.int64)
 
 
-def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats):
+def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj"):
     """Gather maps (left_idx, right_idx), -1 for no partner; rows with a null key never match."""
-    from ..cpu.join.phj import hash_join
+    if device == "cuda":
+        from functools import partial
+
+        from ..cuda.join import hash_join_maps
+
+        hash_join = partial(hash_join_maps, algorithm)
+    else:
+        from ..cpu.join.phj import hash_join
 
     nl, nr = lkeys.size, rkeys.size
     lrows, rrows = _rows(lvalid, nl), _rows(rvalid, nr)
@@ -154,39 +174,49 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats):
     return lidx, ridx
 
 
-def _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce) -> pa.Table:
-    """Output columns, names and key coalescing as ``polars.DataFrame.join``."""
+def output_layout(lnames, rnames, lk, rk, how, suffix, coalesce) -> list[tuple[str, str, str, bool]]:
+    """Columns of a join's output as ``polars.DataFrame.join`` lays them out.
+
+    Returns (side "l"/"r", input name, output name, coalesced-key) per output column; a
+    coalesced key column holds the (promoted) key of every output row, whichever side has it.
+    """
     if how in ("semi", "anti"):
-        return take(lt, lidx)
-    lout = take(lt, lidx)
-    rout = take(rt, ridx)
-    names, cols = [], []
-    drop_left = set(lk) if (how == "right" and coalesce) else set()
-    drop_right = set(rk) if (how != "right" and coalesce and how != "cross") else set()
-    lkey_type = dict(zip(lk, types))
-    rkey_type = dict(zip(rk, types))
-    for name, col in zip(lout.column_names, lout.columns):
+        return [("l", n, n, False) for n in lnames]
+    keyed = coalesce and how != "cross"
+    drop_left = set(lk) if (how == "right" and keyed) else set()
+    drop_right = set(rk) if (how != "right" and keyed) else set()
+    layout, taken = [], set()
+    for name in lnames:
         if name in drop_left:
             continue
-        if coalesce and name in lkey_type and how != "cross":
-            col = col.cast(lkey_type[name])
-            if how == "full":
-                col = pc.coalesce(col, rout.column(rk[lk.index(name)]).cast(lkey_type[name]))
-        names.append(name)
-        cols.append(col)
-    taken = set(names)
-    for name, col in zip(rout.column_names, rout.columns):
+        layout.append(("l", name, name, keyed and name in lk))
+        taken.add(name)
+    for name in rnames:
         if name in drop_right:
             continue
-        if how == "right" and coalesce and name in rkey_type:
-            col = col.cast(rkey_type[name])
-            out_name = name
-        else:
-            out_name = name + suffix if name in taken else name
-        if out_name in taken:
-            raise ValueError(f"column {out_name!r} would appear twice in the join output; "
+        key = how == "right" and keyed and name in rk
+        out = name if key else (name + suffix if name in taken else name)
+        if out in taken:
+            raise ValueError(f"column {out!r} would appear twice in the join output; "
                              f"rename a column or choose another suffix")
-        taken.add(out_name)
-        names.append(out_name)
+        taken.add(out)
+        layout.append(("r", name, out, key))
+    return layout
+
+
+def _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce) -> pa.Table:
+    """Take the output rows of both sides and lay out their columns as Polars does."""
+    if how in ("semi", "anti"):
+        return take(lt, lidx)
+    lout, rout = take(lt, lidx), take(rt, ridx)
+    names, cols = [], []
+    for side, name, out, key in output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce):
+        col = (lout if side == "l" else rout).column(name)
+        if key:
+            i = (lk if side == "l" else rk).index(name)
+            col = col.cast(types[i])
+            if how == "full":
+                col = pc.coalesce(col, rout.column(rk[i]).cast(types[i]))
+        names.append(out)
         cols.append(col)
     return pa.Table.from_arrays(cols, names=names)

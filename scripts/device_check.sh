@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
+#   scripts/device_check.sh [quick|tests|bench|sweeps|all]   (default: all)
+# Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
+# (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
+# missing on the machine can travel as wheels in .whl/ (installed into /tmp/site).
+set -uo pipefail
+stage=${1:-all}
+OUT=${OUT:-device_out}
+mkdir -p "$OUT"
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=src:/tmp/site
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+gj() { python3 -m gpujoin.cli "$@"; }
+rc=0
+
+if [[ $stage == quick ]]; then
+  python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_cuda_join.py -k "radix or gather or dict or errors or memory" 2>&1 | tail -30
+  python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_cuda_join.py -k "matches_cpu_engine and int" --hypothesis-profile=ci 2>&1 | tail -30
+  exit 0
+fi
+if [[ $stage == tests || $stage == all ]]; then
+  python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
+  rc=${PIPESTATUS[0]}
+fi
+if [[ $stage == bench || $stage == all ]]; then
+  # paper 003's default workloads (ANCHORS.md): |R| = |S| = 2^27, one and two 4-byte payloads a side
+  gj bench join --device cuda --algorithm all --log2-r 27 --sweep payloads=1,2 --runs 7 -o "$OUT/bench_join.jsonl" >/dev/null
+fi
+if [[ $stage == sweeps || $stage == all ]]; then
+  f="$OUT/bench_join_sweeps.jsonl"
+  gj bench join --device cuda --algorithm all --log2-r 27 --payloads 2 --sweep match_ratio=0.5,0.25,0.125 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all --log2-r 27 --payloads 2 --sweep zipf=0.5,1.0,1.5,2.0 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all --log2-r 27 --sweep payloads=3,4,6 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all --log2-r 27 --key-bytes 8 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all --log2-r 27 --key-bytes 4 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all --log2-s 27 --payloads 2 --sweep log2_r=23,25 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all --log2-r 26 --payloads 2 --sweep distinct_keys=8388608,16777216,33554432 --runs 5 -o "$f" >/dev/null
+fi
+python3 - "$OUT" <<'PY'
+import json, pathlib, sys
+rows = [json.loads(l) for p in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl")) for l in p.read_text().splitlines() if l]
+print(f"{'workload':58} {'algorithm':8} {'median ms':>10} {'G tuples/s':>10}  phases ms")
+for r in rows:
+    w = r["workload"]
+    d = " ".join(f"{k}={v}" for k, v in w.items() if k != "seed")
+    ph = " ".join(f"{k[:5]}={v*1e3:.2f}" for k, v in r["phases_s"].items())
+    print(f"{d[:58]:58} {r['algorithm']:8} {r['median_s']*1e3:10.2f} {r['throughput_g_per_s']:10.2f}  {ph}")
+PY
+exit $rc

@@ -1,0 +1,58 @@
+"""Single-GPU equi-join algorithms of paper 003: NPHJ, PHJ-UR/TR, SMJ-UR/TR, behind one call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .common import MODES, JoinOutput
+
+#: Algorithms by their standard names (lower case), best default first.
+ALGORITHMS = ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj")
+
+
+def run(algorithm: str, build_keys, probe_keys, build_payloads, probe_payloads, mode: str = "inner", *,
+        emit_keys: bool = False, radix_bits: int | None = None) -> JoinOutput:
+    """Run GPU join ``algorithm`` (one of ALGORITHMS) on device arrays; see ``phj.phj``."""
+    if mode not in MODES:
+        raise ValueError(f"unknown join mode {mode!r}; valid: {list(MODES)}")
+    if build_keys.dtype != probe_keys.dtype:
+        raise TypeError(f"build and probe keys must share a dtype, got {build_keys.dtype} and {probe_keys.dtype}")
+    if algorithm in ("phj-tr", "phj-ur"):
+        from .phj import phj
+
+        return phj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method=algorithm[-2:],
+                   emit_keys=emit_keys, radix_bits=radix_bits)
+    if algorithm in ("smj-tr", "smj-ur"):
+        from .smj import smj
+
+        return smj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method=algorithm[-2:],
+                   emit_keys=emit_keys)
+    if algorithm == "nphj":
+        from .nphj import nphj
+
+        return nphj(build_keys, probe_keys, build_payloads, probe_payloads, mode, emit_keys=emit_keys)
+    raise ValueError(f"unknown GPU join algorithm {algorithm!r}; valid: {list(ALGORITHMS)}")
+
+
+def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.ndarray,
+                   probe_rows: np.ndarray, mode: str, radix_bits: int | None = None):
+    """The CPU engine's ``hash_join`` contract, run on the GPU: host int64 keys and row ids in,
+    host int64 gather maps (probe_idx, build_idx or None; -1 for no partner) out."""
+    import cupy as cp
+
+    both = [k for k in (build_keys, probe_keys) if k.size]
+    narrow = all(k.min() >= -2**31 and k.max() < 2**31 for k in both)
+    kdt = np.int32 if narrow else np.int64
+    bk, pk = cp.asarray(build_keys.astype(kdt, copy=False)), cp.asarray(probe_keys.astype(kdt, copy=False))
+    out = run(algorithm, bk, pk, [cp.asarray(build_rows)], [cp.asarray(probe_rows)], mode,
+              radix_bits=radix_bits)
+
+    def rows(column):
+        values, valid = column
+        if valid is not None:
+            values = cp.where(valid.astype(cp.bool_), values, -1)
+        return cp.asnumpy(values).astype(np.int64, copy=False)
+
+    probe_idx = rows(out.probe_column(0))
+    build_idx = rows(out.build_column(0)) if mode not in ("semi", "anti") else None
+    return probe_idx, build_idx

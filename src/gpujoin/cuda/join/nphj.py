@@ -1,0 +1,77 @@
+"""NPHJ: the non-partitioned hash join (paper 003 §1.5, the design of cuDF's hash join).
+
+One global open-addressing table (linear probing, 2^k slots for at least twice the build rows)
+holds every build row, duplicates in slots of their own; each probe row walks its probe
+sequence to the first empty slot.  No transformation: payloads are gathered from the original
+columns at the matched row ids (the build side's gather is random, the probe side's follows
+probe order), or written by the match kernel itself when a side has one payload column.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from ..primitives import key_type, word_type
+from ..runtime import check_memory, kernel, out_of_memory, ptr
+from .common import (JoinOutput, PhaseTimer, direct_column, emits_pairs, needs_build_flags,
+                     needs_probe_flags, position_dtype, run_match, unmatched)
+
+BLOCK = 256
+
+
+def nphj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.ndarray],
+         probe_payloads: list[cp.ndarray], mode: str = "inner", *, emit_keys: bool = False
+         ) -> JoinOutput:
+    """Non-partitioned hash join; arguments and result as :func:`gpujoin.cuda.join.phj.phj`.
+
+    Raises
+    ------
+    MemoryError
+        The table and output guess do not fit in free GPU memory.
+    """
+    nb, np_ = build_keys.size, probe_keys.size
+    if nb >= 2**31:
+        raise ValueError(f"NPHJ's table holds fewer than 2**31 build rows, got {nb:,}; use phj-tr")
+    slots = 1 << max(1, (2 * nb - 1).bit_length())
+    check_memory(slots * (build_keys.dtype.itemsize + 4) + np_ * 16, f"NPHJ of {nb:,} x {np_:,} rows")
+    try:
+        return _nphj(build_keys, probe_keys, build_payloads, probe_payloads, mode, emit_keys, slots)
+    except cp.cuda.memory.OutOfMemoryError as e:
+        raise out_of_memory(e, "NPHJ") from None
+
+
+def _nphj(bk, pk, bpay, ppay, mode, emit_keys, slots):
+    nb, np_ = bk.size, pk.size
+    timer = PhaseTimer()
+    kt = key_type(bk)
+    slot_key = cp.empty(slots, bk.dtype)
+    slot_row = cp.full(slots, -1, cp.int32)
+    mask = np.uint64(slots - 1)
+    grid = lambda n: (max(1, min((n + BLOCK - 1) // BLOCK, 132 * 16)),)  # noqa: E731
+    if nb:
+        kernel("hashjoin.cu", f"nphj_build<{kt}>")(grid(nb), (BLOCK,), (bk, np.int64(nb), slot_key, slot_row, mask))
+    timer.mark("transform")
+    bsrc, psrc = direct_column(bpay), direct_column(ppay)
+    bdt = bsrc.dtype if bsrc is not None else position_dtype(nb)
+    pdt = psrc.dtype if psrc is not None else position_dtype(np_)
+    pflag = cp.zeros(np_, cp.uint8) if needs_probe_flags(mode) else None
+    bflag = cp.zeros(nb, cp.uint8) if needs_build_flags(mode) else None
+    fn = kernel("hashjoin.cu", f"nphj_probe<{kt}, {word_type(bdt)}, {word_type(pdt)}>")
+
+    def launch(out_b, out_p, out_k, counter, cap):
+        if np_:
+            fn(grid(np_), (BLOCK,), (pk, np.int64(np_), slot_key, slot_row, mask, ptr(bsrc), ptr(psrc),
+                                     out_b, out_p, ptr(out_k), counter, cap, ptr(bflag), ptr(pflag)))
+
+    pairs = emits_pairs(mode)
+    out_b, out_p, out_k = run_match(launch, np_ if pairs else 0, bdt, pdt,
+                                    bk.dtype if (emit_keys and pairs) else None, "NPHJ match")
+    probe_only, build_only = unmatched(mode, pflag, bflag)
+    timer.mark("match")
+    out = JoinOutput(list(bpay), list(ppay), direct_b=bsrc is not None, direct_p=psrc is not None,
+                     probe_only=probe_only, build_only=build_only, key_b=bk, key_p=pk,
+                     params={"slots": slots}, phases=timer.phases)
+    if pairs:
+        out.pairs_b, out.pairs_p, out.pair_keys = out_b, out_p, out_k
+    return out

@@ -1,0 +1,130 @@
+"""PHJ-UR and PHJ-TR: the partitioned hash join of paper 003 §1.3-1.4 on one GPU.
+
+Both sides are radix-partitioned on the low ``radix_bits`` of the murmur3 hash of the key
+(stable, contiguous: ``primitives.radix_partition``), so that an average build partition holds
+at most half of a block's shared-memory hash table.  Each co-partition is cut into work units
+of at most ``CAP_BUILD`` build rows x ``PROBE_CHUNK`` probe rows; one thread block per unit
+builds a chained table of its build rows in shared memory and streams its probe rows through
+it.  A build partition larger than the table (skew, all-equal keys) just makes more units
+(block nested loop over its chunks), so no input overflows shared memory.
+
+GFUR (``method="ur"``) partitions (key, row id) and gathers every payload column from the
+original relation at the matched row ids: unclustered.  GFTR (``method="tr"``) partitions every
+payload column with the key in the same stable pass (one histogram, one scatter per column) and
+gathers from the partitioned copies at the matched positions: clustered.  With one payload
+column a side, the match kernel writes the payloads themselves (early materialization).
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from ..primitives import Digits, hash_partition_bits, key_type, radix_partition, word_type
+from ..runtime import check_memory, kernel, out_of_memory, ptr
+from .common import (JoinOutput, PhaseTimer, direct_column, emits_pairs, map_positions,
+                     needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
+
+#: Shared-memory table of a work unit: at most CAP_BUILD build rows in NBUCKETS chains.
+CAP_BUILD, NBUCKETS, PROBE_CHUNK, BLOCK = 4096, 4096, 8192, 512
+
+
+def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.ndarray],
+        probe_payloads: list[cp.ndarray], mode: str = "inner", *, method: str = "tr",
+        emit_keys: bool = False, radix_bits: int | None = None) -> JoinOutput:
+    """Partitioned hash join of ``build_keys`` (R) and ``probe_keys`` (S).
+
+    Parameters
+    ----------
+    build_keys, probe_keys : int32 or int64 (nR,), (nS,) on the device, same dtype, no nulls
+    build_payloads, probe_payloads : lists of (nR,) / (nS,) arrays of 1-8 byte items
+    mode : "inner", "probe_outer", "full", "semi", "anti" (see common.MODES)
+    method : "tr" (GFTR) or "ur" (GFUR)
+    emit_keys : write each pair's key (JoinOutput.key_column)
+    radix_bits : partitioning fanout 2**radix_bits (default: about 2048 build rows a partition)
+
+    Returns
+    -------
+    JoinOutput over the partitioned (TR) or original (UR) payload columns.
+
+    Raises
+    ------
+    MemoryError
+        The partitions and output guess do not fit in free GPU memory (nothing is allocated).
+    """
+    nb, np_ = build_keys.size, probe_keys.size
+    bits = max(1, radix_bits if radix_bits is not None else hash_partition_bits(nb, CAP_BUILD // 2))
+    kb = build_keys.dtype.itemsize
+    carried = lambda n, cols: n * (kb + (4 if method == "ur" else sum(c.dtype.itemsize for c in cols)))  # noqa: E731
+    check_memory(2 * (carried(nb, build_payloads) + carried(np_, probe_payloads)) + np_ * 16,
+                 f"PHJ-{method.upper()} of {nb:,} x {np_:,} rows")
+    try:
+        return _phj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method, emit_keys, bits)
+    except cp.cuda.memory.OutOfMemoryError as e:
+        raise out_of_memory(e, f"PHJ-{method.upper()}") from None
+
+
+def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
+    nb, np_ = bk.size, pk.size
+    timer = PhaseTimer()
+    digits = Digits(bits=bits)
+    if method == "ur":
+        brow = cp.arange(nb, dtype=position_dtype(nb))
+        prow = cp.arange(np_, dtype=position_dtype(np_))
+        tbk, (tbrow,), boff = radix_partition(bk, [brow], digits)
+        tpk, (tprow,), poff = radix_partition(pk, [prow], digits)
+        space_b, space_p = list(bpay), list(ppay)
+        bsrc, psrc = tbrow, tprow
+    elif method == "tr":
+        tbk, space_b, boff = radix_partition(bk, list(bpay), digits)
+        tpk, space_p, poff = radix_partition(pk, list(ppay), digits)
+        bsrc = direct_column(space_b)
+        psrc = direct_column(space_p)
+    else:
+        raise ValueError(f"unknown PHJ method {method!r}; use 'tr' or 'ur'")
+
+    timer.mark("transform")
+    bsize = cp.diff(boff)
+    psize = cp.diff(poff)
+    per_unit = ((bsize + CAP_BUILD - 1) // CAP_BUILD) * ((psize + PROBE_CHUNK - 1) // PROBE_CHUNK)
+    unit_off = cp.zeros(per_unit.size + 1, cp.int64)
+    cp.cumsum(per_unit, out=unit_off[1:])
+    units = int(unit_off[-1])
+
+    pflag = cp.zeros(np_, cp.uint8) if needs_probe_flags(mode) else None
+    bflag = cp.zeros(nb, cp.uint8) if needs_build_flags(mode) else None
+    kt = key_type(bk)
+    bdt = bsrc.dtype if bsrc is not None else position_dtype(nb)
+    pdt = psrc.dtype if psrc is not None else position_dtype(np_)
+    fn = kernel("hashjoin.cu", f"phj_match<{kt}, {word_type(bdt)}, {word_type(pdt)}>")
+    smem = CAP_BUILD * bk.dtype.itemsize + NBUCKETS * 4 + CAP_BUILD * 2
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+
+    def launch(out_b, out_p, out_k, counter, cap):
+        if units:
+            fn((units,), (BLOCK,), (tbk, boff, tpk, poff, unit_off, np.int32(bsize.size), np.int32(CAP_BUILD),
+                                    np.int32(PROBE_CHUNK), np.int32(NBUCKETS), np.int32(bits),
+                                    ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k), counter, cap,
+                                    ptr(bflag), ptr(pflag)),
+               shared_mem=smem)
+
+    pairs = emits_pairs(mode)
+    out_b, out_p, out_k = run_match(launch, np_ if pairs else 0, bdt, pdt,
+                                    bk.dtype if (emit_keys and pairs) else None, "PHJ match")
+    probe_only, build_only = unmatched(mode, pflag, bflag)
+    timer.mark("match")
+    out = JoinOutput(space_b, space_p, params={"radix_bits": bits, "work_units": units, "method": method},
+                     phases=timer.phases)
+    if pairs:
+        out.pairs_b, out.pairs_p, out.pair_keys = out_b, out_p, out_k
+    if method == "ur":
+        out.probe_only, out.build_only = map_positions(probe_only, tprow), map_positions(build_only, tbrow)
+        out.key_b, out.key_p = bk, pk
+    else:
+        out.direct_b, out.direct_p = bsrc is not None, psrc is not None
+        out.probe_only, out.build_only = probe_only, build_only
+        out.key_b, out.key_p = tbk, tpk
+    return out
+
+

@@ -1,0 +1,43 @@
+"""CUDA C++ sources of gpujoin's kernels and the template instantiations each one exports."""
+
+from __future__ import annotations
+
+from itertools import product
+from pathlib import Path
+
+DIR = Path(__file__).parent
+
+_KEYS = ("i32", "i64")
+_WORDS = ("u32", "u64")
+_VALUES = ("u8", "u16", "u32", "u64")
+_INDEX = ("i32", "i64", "u32", "u64")
+
+#: Every kernel (template instantiation) of every source file, as its C++ name expression.
+NAME_EXPRESSIONS: dict[str, list[str]] = {
+    "partition.cu": (
+        [f"radix_histogram<{k}>" for k in _KEYS]
+        + [f"radix_scatter<{k}, {v}>" for k, v in product(_KEYS, _VALUES)]
+        + [f"partition_bounds<{k}>" for k in _KEYS]
+    ),
+    "hashjoin.cu": (
+        [f"phj_match<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
+        + [f"nphj_build<{k}>" for k in _KEYS]
+        + [f"nphj_probe<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
+    ),
+    "merge.cu": (
+        [f"merge_bounds<{k}>" for k in _KEYS]
+        + [f"expand_matches<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
+    ),
+    "gather.cu": (
+        [f"gather<{v}, {i}>" for v, i in product(_VALUES, _INDEX)]
+        + ["compact_count"]
+        + [f"compact_write<{i}>" for i in ("i32", "i64")]
+    ),
+}
+
+#: Options for NVRTC, besides the architecture.
+OPTIONS = ("-std=c++17", f"-I{DIR}")
+
+
+def source(name: str) -> str:
+    return (DIR / name).read_text()

@@ -1,0 +1,58 @@
+// Shared definitions of gpujoin's kernels: fixed-width types, hashing, warp helpers.
+// NVRTC compiles these without the C++ standard library, hence the plain typedefs.
+#pragma once
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef int i32;
+typedef long long i64;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+#define FULL_MASK 0xffffffffu
+
+// murmur3 finalizers: bijective, so distinct 4-byte keys get distinct 32-bit hashes.
+__device__ __forceinline__ u32 hash_key(i32 k) {
+    u32 h = (u32)k;
+    h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
+    return h;
+}
+__device__ __forceinline__ u32 hash_key(i64 k) {
+    u64 h = (u64)k;
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
+    return (u32)h;
+}
+
+__device__ __forceinline__ u32 lanemask_lt() {
+    u32 m; asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m)); return m;
+}
+
+// Inclusive prefix sum over the 32 lanes of a warp (all lanes must call it).
+template <typename T>
+__device__ __forceinline__ T warp_inclusive_sum(T x) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        T y = __shfl_up_sync(FULL_MASK, x, d);
+        if (lane >= d) x += y;
+    }
+    return x;
+}
+
+// Claim `c` consecutive output slots per lane from a global counter with one atomic per warp;
+// returns this lane's first slot.  Every lane of the warp must call it.
+__device__ __forceinline__ u64 warp_claim(u64* counter, u32 c) {
+    const int lane = threadIdx.x & 31;
+    u32 incl = warp_inclusive_sum<u32>(c);
+    u32 total = __shfl_sync(FULL_MASK, incl, 31);
+    u64 base = 0;
+    if (lane == 31 && total) base = atomicAdd(counter, (u64)total);
+    base = __shfl_sync(FULL_MASK, base, 31);
+    return base + incl - c;
+}
+
+// Output of a match: the build and probe sides' values, or their positions when `src` is null.
+template <typename V>
+__device__ __forceinline__ V side_value(const V* src, u64 pos) {
+    return src ? src[pos] : (V)pos;
+}

@@ -1,0 +1,160 @@
+// Stable radix partition of (key, values...) on one digit of at most 8 bits per pass.
+//
+// The digit of a key is bits [shift, shift+bits) of either its murmur3 hash (partitioning for
+// hash joins: skew in the key bits does not matter) or of (key - base) as an unsigned number
+// (sorting: order-preserving when base is the minimum key).  One pass is a histogram kernel
+// (per-tile digit counts, digit-major), an exclusive scan of those counts (CuPy's CUB scan),
+// and a scatter kernel that ranks each tile stably in shared memory (warp match + per-warp
+// counters, in memory order) and writes it out digit run by digit run, so global writes are
+// coalesced.  The same offsets scatter any number of value columns to the same positions:
+// that is what makes GFTR (paper 003 §1.4) correct.
+#include "common.cuh"
+
+#define PART_BLOCK 256
+#define PART_ITEMS 16
+#define PART_TILE (PART_BLOCK * PART_ITEMS)
+#define PART_WARPS (PART_BLOCK / 32)
+#define RADIX 256
+#define NO_DIGIT 0xffffffffu
+
+template <typename K>
+__device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, u32 mask) {
+    if (use_hash) return (hash_key(k) >> shift) & mask;
+    return (u32)(((u64)((i64)k - base)) >> shift) & mask;
+}
+
+// counts[d * nblocks + b] = number of keys of tile b whose digit is d (d < 256).
+template <typename K>
+__global__ void __launch_bounds__(PART_BLOCK)
+radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits,
+                i32* __restrict__ counts, int nblocks) {
+    __shared__ u32 hist[RADIX];
+    const u32 mask = (1u << bits) - 1u;
+    hist[threadIdx.x] = 0;
+    __syncthreads();
+    const i64 tile0 = (i64)blockIdx.x * PART_TILE;
+    const int lane = threadIdx.x & 31;
+#pragma unroll 4
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
+        u32 d = idx < n ? digit_of(keys[idx], use_hash, base, shift, mask) : NO_DIGIT;
+        // aggregate equal digits of a warp so all-equal keys do not serialize on one counter
+        u32 peers = __match_any_sync(FULL_MASK, d);
+        if (d != NO_DIGIT && lane == 31 - __clz(peers)) atomicAdd(&hist[d], (u32)__popc(peers));
+    }
+    __syncthreads();
+    counts[(i64)threadIdx.x * nblocks + blockIdx.x] = (i32)hist[threadIdx.x];
+}
+
+// Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
+template <typename K, typename V>
+__global__ void __launch_bounds__(PART_BLOCK)
+radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
+              int shift, int bits, const i64* __restrict__ offsets, int nblocks,
+              const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
+              int write_keys) {
+    __shared__ u32 whist[PART_WARPS * RADIX];
+    __shared__ u32 local_start[RADIX];
+    __shared__ i64 gbase[RADIX];
+    __shared__ u32 wsum[PART_WARPS];
+    __shared__ u64 stage[PART_TILE];
+    __shared__ u8 stage_digit[PART_TILE];
+
+    const u32 mask = (1u << bits) - 1u;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const i64 tile0 = (i64)blockIdx.x * PART_TILE;
+    // warp-striped: warp w owns a contiguous run of the tile, item i of lane l at w0 + 32 i + l,
+    // so ranking item by item within a warp follows memory order (stability)
+    const i64 w0 = tile0 + (i64)warp * 32 * PART_ITEMS;
+
+    for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) whist[j] = 0;
+    K key[PART_ITEMS];
+    u32 dig[PART_ITEMS];
+#pragma unroll
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        i64 idx = w0 + 32 * i + lane;
+        key[i] = idx < n ? kin[idx] : (K)0;
+        dig[i] = idx < n ? digit_of(key[i], use_hash, base, shift, mask) : NO_DIGIT;
+    }
+    __syncthreads();
+    u32 pos[PART_ITEMS];
+    u32* my = whist + warp * RADIX;
+#pragma unroll
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        u32 d = dig[i];
+        u32 peers = __match_any_sync(FULL_MASK, d);
+        u32 r = 0;
+        if (d != NO_DIGIT) r = my[d] + __popc(peers & lanemask_lt());
+        __syncwarp();
+        if (d != NO_DIGIT && lane == 31 - __clz(peers)) my[d] += __popc(peers);
+        __syncwarp();
+        pos[i] = r;
+    }
+    __syncthreads();
+    // per digit: exclusive scan over warps, then over digits (thread t owns digit t)
+    {
+        const u32 d = threadIdx.x;
+        u32 run = 0;
+#pragma unroll
+        for (int w = 0; w < PART_WARPS; ++w) {
+            u32 c = whist[w * RADIX + d];
+            whist[w * RADIX + d] = run;
+            run += c;
+        }
+        u32 incl = warp_inclusive_sum<u32>(run);
+        if (lane == 31) wsum[warp] = incl;
+        __syncthreads();
+        u32 before = 0;
+#pragma unroll
+        for (int w = 0; w < PART_WARPS; ++w) before += (w < warp) ? wsum[w] : 0u;
+        u32 start = before + incl - run;
+        local_start[d] = start;
+        gbase[d] = offsets[(i64)d * nblocks + blockIdx.x] - (i64)start;
+    }
+    __syncthreads();
+    K* skey = reinterpret_cast<K*>(stage);
+#pragma unroll
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        u32 d = dig[i];
+        if (d != NO_DIGIT) {
+            pos[i] += local_start[d] + my[d];
+            skey[pos[i]] = key[i];
+            stage_digit[pos[i]] = (u8)d;
+        }
+    }
+    __syncthreads();
+    const int tile_n = (int)min((i64)PART_TILE, n - tile0);
+    if (write_keys)
+        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) kout[gbase[stage_digit[j]] + j] = skey[j];
+    V* sval = reinterpret_cast<V*>(stage);
+    for (int v = 0; v < nvals; ++v) {
+        const V* __restrict__ vin = reinterpret_cast<const V*>(vin_ptrs[v]);
+        V* __restrict__ vout = reinterpret_cast<V*>(vout_ptrs[v]);
+        __syncthreads();  // the stage is free again
+#pragma unroll
+        for (int i = 0; i < PART_ITEMS; ++i) {
+            i64 idx = w0 + 32 * i + lane;
+            if (dig[i] != NO_DIGIT) sval[pos[i]] = vin[idx];
+        }
+        __syncthreads();
+        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) vout[gbase[stage_digit[j]] + j] = sval[j];
+    }
+}
+
+// Partition offsets of an array already ordered by its digit (bits [shift, shift+bits) of the
+// hash or of key - base): offsets[q] = first position of partition q, offsets[2^bits] = n.  Each boundary
+// between runs fills the offsets of the empty partitions in between, so every entry is written
+// exactly once.
+template <typename K>
+__global__ void partition_bounds(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift,
+                                 int bits, i64* __restrict__ offsets) {
+    const u32 mask = bits >= 32 ? 0xffffffffu : (1u << bits) - 1u;
+    const i64 P = (i64)mask + 1;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 r = digit_of(keys[i], use_hash, base, shift, mask);
+        i64 prev = i > 0 ? (i64)digit_of(keys[i - 1], use_hash, base, shift, mask) : -1;
+        for (i64 q = prev + 1; q <= r; ++q) offsets[q] = i;
+        if (i == n - 1)
+            for (i64 q = r + 1; q <= P; ++q) offsets[q] = n;
+    }
+}

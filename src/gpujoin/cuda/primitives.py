@@ -1,0 +1,202 @@
+"""GPU primitives of gpujoin, each a thin wrapper over its kernels in ``kernels/*.cu``.
+
+Strategies (``cuda/join``, ``cuda/groupby``) call these, never raw kernels.  Arrays are CuPy
+arrays on the current device; keys are int32 or int64, carried columns any 1/2/4/8-byte type
+(moved as raw bits).  Sources: paper 003 §0-§1 (radix partition, GFTR), Green et al. 2012
+(merge path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cupy as cp
+import numpy as np
+
+from .runtime import kernel, ptr
+
+#: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
+PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8
+COMPACT_BLOCK, COMPACT_TILE = 256, 4096
+_KEY = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+_WORD = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.uint32): "u32",
+          np.dtype(np.uint64): "u64"}
+
+
+def key_type(keys: cp.ndarray) -> str:
+    """The C++ type of a key array (int32 or int64)."""
+    try:
+        return _KEY[keys.dtype]
+    except KeyError:
+        raise TypeError(f"GPU join keys must be int32 or int64, got {keys.dtype}") from None
+
+
+def word_type(dtype) -> str:
+    """The C++ unsigned type of ``dtype``'s width."""
+    return _WORD[np.dtype(dtype).itemsize]
+
+
+def as_words(a: cp.ndarray) -> cp.ndarray:
+    """``a`` viewed as unsigned integers of its width (bits unchanged)."""
+    return a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.kind != "u" else a
+
+
+def _grid(n: int, block: int, per_sm: int = 32) -> int:
+    return max(1, min((n + block - 1) // block, 132 * per_sm))
+
+
+def _u64(x) -> np.uint64:
+    return np.uint64(x)
+
+
+@dataclass
+class Digits:
+    """Which bits of a key form its partition: bits [shift, shift + bits) of the murmur3 hash
+    (``use_hash``) or of ``key - base`` as an unsigned number (order-preserving when base is
+    the minimum key)."""
+
+    bits: int
+    shift: int = 0
+    use_hash: bool = True
+    base: int = 0
+
+
+def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
+                    bounds: bool = True) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
+    """Stable radix partition of ``keys`` and every column of ``values`` on ``digits``.
+
+    LSD passes of at most 8 bits (histogram, scan, shared-memory staged scatter), so the output
+    is ordered by the digit and, within a partition, by input position; every value column lands
+    at the same positions as its key (GFTR, paper 003 §1.4).
+
+    Parameters
+    ----------
+    keys : int32 or int64 (n,)
+    values : list of (n,) arrays of 1, 2, 4 or 8-byte items
+    digits : Digits
+    bounds : also return the partition offsets
+
+    Returns
+    -------
+    keys_out, values_out, offsets
+        Partitioned copies, and int64 (2**bits + 1,) offsets of each partition (or None).
+
+    Memory: two copies of keys and values (the output and one ping-pong buffer), plus
+    256 int32 + 256 int64 counters per 4096-row tile.
+    """
+    n = keys.size
+    kt = key_type(keys)
+    passes = [(s, min(MAX_PASS_BITS, digits.shift + digits.bits - s))
+              for s in range(digits.shift, digits.shift + digits.bits, MAX_PASS_BITS)]
+    src_k, src_v = keys, list(values)
+    if n == 0 or not passes:
+        offsets = cp.zeros((1 << digits.bits) + 1, cp.int64) if bounds else None
+        if bounds and not passes:
+            offsets[1] = n
+        return keys.copy(), [v.copy() for v in values], offsets
+    nblocks = (n + PART_TILE - 1) // PART_TILE
+    hist = kernel("partition.cu", f"radix_histogram<{kt}>")
+    counts = cp.empty(256 * nblocks, cp.int32)
+    for shift, bits in passes:
+        hist((nblocks,), (PART_BLOCK,), (src_k, np.int64(n), np.int32(digits.use_hash),
+                                         np.int64(digits.base), np.int32(shift), np.int32(bits),
+                                         counts, np.int32(nblocks)))
+        offs = cp.cumsum(counts, dtype=cp.int64)
+        offs -= counts
+        dst_k = cp.empty_like(src_k)
+        dst_v = [cp.empty_like(v) for v in src_v]
+        groups: dict[int, list[int]] = {}
+        for i, v in enumerate(src_v):
+            groups.setdefault(v.dtype.itemsize, []).append(i)
+        launches = list(groups.items()) or [(4, [])]
+        for g, (width, idx) in enumerate(launches):
+            vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
+            vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
+            scatter = kernel("partition.cu", f"radix_scatter<{kt}, {_WORD[width]}>")
+            scatter((nblocks,), (PART_BLOCK,), (src_k, dst_k, np.int64(n), np.int32(digits.use_hash),
+                                                np.int64(digits.base), np.int32(shift), np.int32(bits),
+                                                offs, np.int32(nblocks), vin, vout, np.int32(len(idx)),
+                                                np.int32(g == 0)))
+        src_k, src_v = dst_k, dst_v
+    offsets = partition_offsets(src_k, digits) if bounds else None
+    return src_k, src_v, offsets
+
+
+def partition_offsets(keys: cp.ndarray, digits: Digits) -> cp.ndarray:
+    """int64 (2**bits + 1,) start of each partition of ``keys``, already ordered by ``digits``."""
+    P = 1 << digits.bits
+    offsets = cp.zeros(P + 1, cp.int64)
+    n = keys.size
+    if n:
+        k = kernel("partition.cu", f"partition_bounds<{key_type(keys)}>")
+        k((_grid(n, 256),), (256,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
+                                     np.int32(digits.shift), np.int32(digits.bits), offsets))
+    return offsets
+
+
+def radix_sort(keys: cp.ndarray, values: list[cp.ndarray], base: int, bits: int
+               ) -> tuple[cp.ndarray, list[cp.ndarray]]:
+    """Stable LSD radix sort of ``keys`` (and ``values`` with them) on bits [0, bits) of key - base.
+
+    With base = min(keys) and bits = bit length of max - min, this sorts ascending by key.
+    """
+    k, v, _ = radix_partition(keys, values, Digits(bits=bits, use_hash=False, base=base), bounds=False)
+    return k, v
+
+
+def gather(src: cp.ndarray, idx: cp.ndarray, with_validity: bool = False
+           ) -> tuple[cp.ndarray, cp.ndarray | None]:
+    """``out[i] = src[idx[i]]``; a negative index gives a null (0 and validity False).
+
+    idx: int32, int64, uint32 or uint64.  Returns (out, validity uint8 or None).
+    """
+    n = idx.size
+    out = cp.empty(n, src.dtype)
+    valid = cp.empty(n, cp.uint8) if with_validity else None
+    if n:
+        k = kernel("gather.cu", f"gather<{_WORD[src.dtype.itemsize]}, {_INDEX[idx.dtype]}>")
+        k((_grid(n, 256),), (256,), (as_words(src), idx, _u64(n), as_words(out), ptr(valid)))
+    return out, valid
+
+
+def compact(flags: cp.ndarray, want: bool, index_dtype=cp.int64) -> cp.ndarray:
+    """Positions i (ascending) where ``bool(flags[i]) == want``; flags uint8 (n,)."""
+    n = flags.size
+    if n == 0:
+        return cp.empty(0, index_dtype)
+    nblocks = (n + COMPACT_TILE - 1) // COMPACT_TILE
+    counts = cp.empty(nblocks, cp.int64)
+    kernel("gather.cu", "compact_count")((nblocks,), (COMPACT_BLOCK,),
+                                        (flags, np.int64(n), np.int32(want), counts))
+    offs = cp.cumsum(counts)
+    total = int(offs[-1])
+    offs -= counts
+    out = cp.empty(total, index_dtype)
+    if total:
+        kernel("gather.cu", f"compact_write<{_INDEX[np.dtype(index_dtype)]}>")(
+            (nblocks,), (COMPACT_BLOCK,), (flags, np.int64(n), np.int32(want), offs, out))
+    return out
+
+
+def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, items: int = 8) -> cp.ndarray:
+    """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``).
+
+    Merge path over a and b, ``items`` merge steps per thread; int64 (len(b),).
+    """
+    out = cp.empty(b.size, cp.int64)
+    total = a.size + b.size
+    if b.size:
+        threads = (total + items - 1) // items
+        kernel("merge.cu", f"merge_bounds<{key_type(a)}>")(
+            ((threads + 255) // 256,), (256,),
+            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), np.int32(items), out))
+    return out
+
+
+def hash_partition_bits(n: int, target: int) -> int:
+    """Radix bits so that n rows make partitions of about ``target`` rows on average."""
+    bits = 0
+    while (n >> bits) > target:
+        bits += 1
+    return bits

@@ -1,0 +1,89 @@
+"""CUDA runtime of gpujoin: device discovery, the memory budget, and kernel loading.
+
+Kernels are CUDA C++ files in ``gpujoin/cuda/kernels``, compiled on first use through
+``cupy.RawModule`` (NVRTC) for the running GPU's architecture, with every template instance
+named up front; CuPy caches the binaries on disk.  Memory comes from CuPy's default pool
+(``cudaMalloc`` underneath), so repeated joins reuse their buffers.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .kernels import NAME_EXPRESSIONS, OPTIONS, source
+
+
+def _cupy():
+    import cupy  # noqa: PLC0415  (optional dependency)
+
+    return cupy
+
+
+def device_count() -> int:
+    """Number of CUDA devices CuPy can use (0 without CuPy, a driver or a GPU)."""
+    try:
+        return int(_cupy().cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+@functools.lru_cache(maxsize=None)
+def device_properties(device: int = 0) -> dict:
+    """Name, compute capability, SM count, shared memory per block (opt-in) and L2 bytes."""
+    cp = _cupy()
+    p = cp.cuda.runtime.getDeviceProperties(device)
+    name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
+    return {"name": name, "cc": (p["major"], p["minor"]), "sms": p["multiProcessorCount"],
+            "smem_optin": p.get("sharedMemPerBlockOptin", 49152), "l2_bytes": p["l2CacheSize"]}
+
+
+def arch() -> str:
+    major, minor = device_properties(_cupy().cuda.Device().id)["cc"]
+    return f"sm_{major}{minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def _module(file: str, device_arch: str):
+    cp = _cupy()
+    return cp.RawModule(code=source(file), options=(*OPTIONS, f"--gpu-architecture={device_arch}"),
+                        name_expressions=NAME_EXPRESSIONS[file])
+
+
+def kernel(file: str, name: str):
+    """The compiled kernel ``name`` (a name expression listed in NAME_EXPRESSIONS[file])."""
+    return _module(file, arch()).get_function(name)
+
+
+def free_bytes() -> int:
+    """Device memory a join can still take: free on the device plus free in CuPy's pool."""
+    cp = _cupy()
+    free, _total = cp.cuda.runtime.memGetInfo()
+    pool = cp.get_default_memory_pool()
+    return int(free) + int(pool.free_bytes())
+
+
+def check_memory(need: int, what: str) -> None:
+    """Raise MemoryError, naming the budget, when ``need`` bytes cannot fit on the device.
+
+    The check runs before any allocation, so nothing is half-built when it fails.
+    """
+    have = free_bytes()
+    if need > have:
+        raise MemoryError(
+            f"{what} needs about {need / 2**30:.2f} GiB of GPU memory but {have / 2**30:.2f} GiB is "
+            f"free on {device_properties(_cupy().cuda.Device().id)['name']}; use smaller inputs, "
+            f"device='cpu', or free GPU memory")
+
+
+def out_of_memory(exc: Exception, what: str) -> MemoryError:
+    """A MemoryError with the budget, for a CuPy allocation that failed mid-way."""
+    return MemoryError(f"{what} ran out of GPU memory ({exc}); {free_bytes() / 2**30:.2f} GiB free "
+                       f"now; use smaller inputs or device='cpu'")
+
+
+def ptr(a):
+    """A kernel argument for an optional array: the array, or a null pointer (CuPy passes None
+    as 0xffffffff, not NULL)."""
+    import numpy as np  # noqa: PLC0415
+
+    return np.uint64(0) if a is None else a

@@ -1,0 +1,140 @@
+"""Joins of device-resident tables: inputs and output stay in GPU memory.
+
+The planner's part for DeviceTables (or dicts of CuPy arrays): check the key columns, promote
+their types, choose the build side and the join mode, hand every output column's source to the
+GPU algorithm as a payload (validity masks travel as payloads too), and lay the output out as
+``polars.DataFrame.join`` would.  Keys here are one integer (or date/time) column a side without
+nulls; composite, string and nullable keys go through Arrow tables (``gpujoin.join`` on host
+tables, which also runs on the GPU).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..backend import resolve_algorithm, resolve_device
+from ..errors import ComputeError, SchemaError
+from ..table import check_columns
+from .join import JoinStats, _resolve_keys, output_layout
+
+
+def _key_dtype(lname, ldt, rname, rdt) -> tuple[np.dtype, np.dtype]:
+    """(output key dtype, int32/int64 dtype the GPU joins on) for two integer key columns."""
+    t = np.result_type(ldt, rdt)
+    if ldt.kind not in "iub" or rdt.kind not in "iub" or t.kind not in "iub":
+        raise SchemaError(f"join keys {lname!r} ({ldt}) and {rname!r} ({rdt}) cannot be compared on the GPU: "
+                          f"device-resident keys must both be integers; pass Arrow tables for other key types")
+    if t == np.uint64:
+        return t, np.dtype(np.int64)  # same bits: equality is all a hash or merge join needs
+    return t, np.dtype(np.int32) if (t.itemsize < 4 or t == np.int32) else np.dtype(np.int64)
+
+
+def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
+                        nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
+                        radix_bits=None):
+    """:func:`gpujoin.join` for device-resident inputs; returns (DeviceTable, JoinStats).
+
+    Raises
+    ------
+    ColumnNotFoundError, SchemaError, ValueError
+        As for host tables; also for composite keys or keys with nulls (use Arrow tables).
+    RuntimeError
+        device="cpu" with device-resident inputs.
+    MemoryError
+        The join does not fit in free GPU memory.
+    """
+    import cupy as cp
+
+    from ..cuda.join import run
+    from ..cuda.table import DeviceTable, as_device_table
+
+    if device not in ("auto", "cuda"):
+        raise RuntimeError(f"device={device!r}: these tables are in GPU memory; use device='cuda' or 'auto', "
+                           f"or pass host tables (DeviceTable.to_arrow())")
+    dev = resolve_device("cuda", "join")
+    algo = resolve_algorithm("join", algorithm, dev)
+    lt, rt = as_device_table(left), as_device_table(right)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    if coalesce is None:
+        coalesce = how != "full"
+    stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
+    layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce)
+    t0 = time.perf_counter()
+    if how == "cross":
+        nl, nr = lt.num_rows, rt.num_rows
+        lidx = cp.repeat(cp.arange(nl, dtype=cp.int64), nr)
+        ridx = cp.tile(cp.arange(nr, dtype=cp.int64), nl)
+        cols = {out: (lt if side == "l" else rt)[name][lidx if side == "l" else ridx]
+                for side, name, out, _ in layout}
+        valid = {out: (lt if side == "l" else rt).validity[name][lidx if side == "l" else ridx]
+                 for side, name, out, _ in layout if name in (lt if side == "l" else rt).validity}
+        result = DeviceTable(cols, valid, {o: (lt if s == "l" else rt).types.get(n) for s, n, o, _ in layout})
+        stats.output_rows = result.num_rows
+        stats.phases = {"transform": 0.0, "match": time.perf_counter() - t0, "materialize": 0.0}
+        return result, stats
+    if len(lk) != 1:
+        raise ValueError(f"device-resident joins take one key column a side, got {lk} and {rk}; "
+                         f"pass Arrow tables for composite keys")
+    ln, rn = lk[0], rk[0]
+    for t, name, side in ((lt, ln, "left"), (rt, rn, "right")):
+        if name in t.validity:
+            raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
+                             f"cannot be null: drop those rows or pass Arrow tables")
+    out_dt, join_dt = _key_dtype(ln, lt[ln].dtype, rn, rt[rn].dtype)
+    lkey = lt[ln].view(join_dt) if lt[ln].dtype == np.uint64 else lt[ln].astype(join_dt, copy=False)
+    rkey = rt[rn].view(join_dt) if rt[rn].dtype == np.uint64 else rt[rn].astype(join_dt, copy=False)
+    for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")), (rkey, "right", validate in ("1:1", "m:1"))):
+        if check and cp.unique(keys).size != keys.size:
+            raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
+
+    build_left = how == "right" or (how in ("inner", "full") and lt.num_rows < rt.num_rows)
+    stats.params["build_side"] = "left" if build_left else "right"
+    mode = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
+            "semi": "semi", "anti": "anti"}[how]
+    # each side's payloads: the columns its output needs, then their validity masks
+    sides = {"l": (lt, []), "r": (rt, [])}
+    index = {}
+    for side, name, _out, key in layout:
+        if key:
+            continue
+        t, pay = sides[side]
+        index[(side, name)] = len(pay)
+        pay.append(t[name])
+    for side, (t, pay) in sides.items():
+        for (s, name), i in list(index.items()):
+            if s == side and name in t.validity:
+                index[(s, name, "valid")] = len(pay)
+                pay.append(t.validity[name].astype(cp.uint8, copy=False))
+    bside, pside = ("l", "r") if build_left else ("r", "l")
+    emit_keys = any(key for *_, key in layout)
+    res = run(algo, lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1], sides[pside][1],
+              mode, emit_keys=emit_keys, radix_bits=radix_bits)
+    stats.phases.update(res.phases)
+    stats.params.update(res.params)
+    t1 = time.perf_counter()
+    cols, valid, types = {}, {}, {}
+    for side, name, out, key in layout:
+        src = lt if side == "l" else rt
+        if key:
+            k = res.key_column()
+            cols[out] = k.view(out_dt) if out_dt == np.uint64 else k.astype(out_dt, copy=False)
+            types[out] = src.types.get(name)
+            continue
+        column = res.build_column if side == bside else res.probe_column
+        values, present = column(index[(side, name)])
+        if (side, name, "valid") in index:
+            v, _ = column(index[(side, name, "valid")])
+            present = v if present is None else (present & v)
+        cols[out] = values
+        if present is not None:
+            valid[out] = present
+        types[out] = src.types.get(name)
+    result = DeviceTable(cols, valid, types)
+    cp.cuda.Device().synchronize()
+    stats.phases["materialize"] = time.perf_counter() - t1
+    stats.output_rows = result.num_rows
+    return result, stats

@@ -1,0 +1,217 @@
+"""GPU joins (every algorithm, every join type) against the CPU engine; GPU primitives against
+NumPy.  Marker ``gpu``: run on a GPU machine with ``pytest -m gpu``."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gpujoin
+from gpujoin.testing import assert_tables_equal
+
+from strategies import join_pair
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+if not gpujoin.backend.cuda_available():
+    pytest.skip("no usable GPU", allow_module_level=True)
+
+from gpujoin.cuda import primitives as prim  # noqa: E402
+from gpujoin.cuda.join import ALGORITHMS  # noqa: E402
+from gpujoin.cuda.table import DeviceTable  # noqa: E402
+
+HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+
+
+def fmix32(k):
+    h = k.astype(np.uint32)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h ^= h >> np.uint32(16)
+    return h
+
+
+# ---------------------------------------------------------------- primitives
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 100_003])
+@pytest.mark.parametrize("bits", [3, 8, 11, 16])
+def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits):
+    rng = np.random.default_rng(n + bits)
+    keys = rng.integers(-1000, 1000, n).astype(np.int32)
+    vals = np.arange(n, dtype=np.int64)
+    small = rng.integers(0, 255, n).astype(np.uint8)
+    k, (v, s), off = prim.radix_partition(cp.asarray(keys), [cp.asarray(vals), cp.asarray(small)],
+                                          prim.Digits(bits=bits))
+    digit = (fmix32(keys) & np.uint32((1 << bits) - 1)).astype(np.int64)
+    order = np.argsort(digit, kind="stable")
+    np.testing.assert_array_equal(cp.asnumpy(k), keys[order])
+    np.testing.assert_array_equal(cp.asnumpy(v), vals[order])
+    np.testing.assert_array_equal(cp.asnumpy(s), small[order])
+    expected = np.searchsorted(digit[order], np.arange((1 << bits) + 1))
+    np.testing.assert_array_equal(cp.asnumpy(off), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_radix_sort_matches_numpy_stable_sort(dtype):
+    rng = np.random.default_rng(1)
+    info = np.iinfo(dtype)
+    keys = np.concatenate([rng.integers(info.min, info.max, 50_000, dtype=dtype),
+                           np.array([info.min, info.max, 0, -1, info.min], dtype)])
+    vals = np.arange(keys.size, dtype=np.uint32)
+    lo, hi = int(keys.min()), int(keys.max())
+    k, (v,) = prim.radix_sort(cp.asarray(keys), [cp.asarray(vals)], lo, (hi - lo).bit_length())
+    order = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(cp.asnumpy(k), keys[order])
+    np.testing.assert_array_equal(cp.asnumpy(v), vals[order])
+
+
+def test_gather_compact_and_merge_bounds():
+    rng = np.random.default_rng(2)
+    src = rng.random(1000)
+    idx = rng.integers(-1, 1000, 5000)
+    out, valid = prim.gather(cp.asarray(src), cp.asarray(idx), with_validity=True)
+    np.testing.assert_array_equal(cp.asnumpy(valid).astype(bool), idx >= 0)
+    np.testing.assert_array_equal(cp.asnumpy(out)[idx >= 0], src[idx[idx >= 0]])
+    flags = (rng.random(100_000) < 0.3).astype(np.uint8)
+    np.testing.assert_array_equal(cp.asnumpy(prim.compact(cp.asarray(flags), True)), np.flatnonzero(flags))
+    np.testing.assert_array_equal(cp.asnumpy(prim.compact(cp.asarray(flags), False)), np.flatnonzero(flags == 0))
+    a = np.sort(rng.integers(0, 100, 20_000)).astype(np.int64)
+    b = np.sort(rng.integers(-5, 105, 30_000)).astype(np.int64)
+    for upper, side in ((False, "left"), (True, "right")):
+        got = prim.merge_bounds(cp.asarray(a), cp.asarray(b), upper)
+        np.testing.assert_array_equal(cp.asnumpy(got), np.searchsorted(a, b, side=side))
+
+
+# ---------------------------------------------------------------- joins through the API
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("key_type", ["int", "int32", "string", "composite"])
+@settings(max_examples=15)
+@given(data=st.data())
+def test_gpu_join_matches_cpu_engine(algorithm, how, key_type, data):
+    left, right = data.draw(join_pair(max_rows=60, key_type=key_type))
+    on = ["k", "k2"] if key_type == "composite" else "k"
+    nulls_equal = data.draw(st.booleans())
+    want = gpujoin.join(left, right, on, how=how, nulls_equal=nulls_equal, device="cpu")
+    got = gpujoin.join(left, right, on, how=how, nulls_equal=nulls_equal, device="cuda", algorithm=algorithm)
+    assert_tables_equal(got, want, unordered=True)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("case", ["all_equal", "zipf2", "one_row", "empty_build", "extremes", "wide"])
+def test_gpu_join_skew_and_edge_cases(algorithm, case):
+    rng = np.random.default_rng(7)
+    if case == "all_equal":  # one build partition far larger than shared memory; 30k x 40 output
+        lk, rk = np.full(40, 5), np.full(30_000, 5)
+    elif case == "zipf2":
+        lk, rk = rng.zipf(2.0, 200_000) % 100_000, rng.zipf(2.0, 20_000) % 100_000
+    elif case == "one_row":
+        lk, rk = np.array([3]), np.array([3])
+    elif case == "empty_build":
+        lk, rk = np.arange(100), np.array([], np.int64)
+    elif case == "extremes":
+        ext = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1], np.int64)
+        lk, rk = rng.choice(ext, 5000), rng.choice(ext, 300)
+    else:
+        lk, rk = rng.integers(-(2**62), 2**62, 300_000), rng.integers(-(2**62), 2**62, 300_000)
+        rk[:1000] = lk[:1000]
+    left = pa.table({"k": lk.astype(np.int64), "a": np.arange(lk.size)})
+    right = pa.table({"k": rk.astype(np.int64), "b": np.arange(rk.size) * 3})
+    for how in HOWS:
+        want = gpujoin.join(left, right, "k", how=how, device="cpu")
+        got = gpujoin.join(left, right, "k", how=how, device="cuda", algorithm=algorithm)
+        assert_tables_equal(got, want, unordered=True)
+
+
+# ---------------------------------------------------------------- device-resident tables
+
+
+def _device_pair(rng, nl, nr, domain, key_dtype):
+    left = pa.table({
+        "k": pa.array(rng.integers(0, domain, nl).astype(key_dtype)),
+        "x": pa.array(rng.integers(-9, 9, nl).astype(np.int32), mask=rng.random(nl) < 0.1),
+        "f": pa.array(rng.random(nl)),
+        "b": pa.array(rng.random(nl) < 0.5),
+        "s": pa.array(rng.integers(0, 100, nl).astype(np.int16)),
+    })
+    right = pa.table({
+        "k": pa.array(rng.integers(0, domain, nr).astype(key_dtype)),
+        "y": pa.array(rng.integers(0, 2**40, nr)),
+        "d": pa.array(rng.integers(0, 20000, nr).astype(np.int32)).view(pa.date32()),
+    })
+    return left, right
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("how", HOWS + ["cross"])
+@pytest.mark.parametrize("shape", [(2000, 3000, 500, np.int32), (5000, 200, 10_000, np.int64), (0, 50, 10, np.int32),
+                                   (70_000, 90_000, 2**20, np.int64)])
+def test_device_tables_match_cpu_engine(algorithm, how, shape):
+    nl, nr, domain, kdt = shape
+    if how == "cross" and nl * nr > 10**6:
+        pytest.skip("cross join output too large for a test")
+    left, right = _device_pair(np.random.default_rng(nl + nr), nl, nr, domain, kdt)
+    on = None if how == "cross" else "k"
+    want = gpujoin.join(left, right, on, how=how, device="cpu")
+    out = gpujoin.join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how,
+                       device="cuda", algorithm=algorithm)
+    assert isinstance(out, DeviceTable)
+    assert_tables_equal(out.to_arrow(), want, unordered=True)
+
+
+def test_device_dict_of_cupy_arrays_and_layout():
+    r = {"k": cp.arange(10, dtype=cp.int32), "r0": cp.arange(10, dtype=cp.int32) * 2}
+    s = {"k": cp.asarray([1, 1, 3, 11], dtype=cp.int32), "s0": cp.asarray([5, 6, 7, 8], dtype=cp.int32)}
+    out = gpujoin.join(s, r, "k")
+    assert out.column_names == ["k", "s0", "r0"]
+    t = out.to_arrow().sort_by("s0")
+    assert t.to_pydict() == {"k": [1, 1, 3], "s0": [5, 6, 7], "r0": [2, 2, 6]}
+
+
+def test_device_errors_are_clear():
+    r = {"k": cp.arange(4, dtype=cp.int64)}
+    with pytest.raises(gpujoin.ColumnNotFoundError, match="nope"):
+        gpujoin.join(r, r, "nope")
+    with pytest.raises(gpujoin.SchemaError, match="'k'.*'kf'"):
+        gpujoin.join(r, {"kf": cp.arange(4, dtype=cp.float64)}, left_on="k", right_on="kf")
+    with pytest.raises(RuntimeError, match="GPU memory"):
+        gpujoin.join(r, r, "k", device="cpu")
+    with pytest.raises(gpujoin.ComputeError, match="1:1"):
+        gpujoin.join({"k": cp.asarray([1, 1])}, r, "k", validate="1:1")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_join_larger_than_memory_raises_memory_error(algorithm, monkeypatch):
+    import gpujoin.cuda.runtime as rt
+
+    monkeypatch.setattr(rt, "free_bytes", lambda: 1 << 20)
+    r = {"k": cp.arange(1 << 20, dtype=cp.int32)}
+    with pytest.raises(MemoryError, match="GiB"):
+        gpujoin.join(r, r, "k", algorithm=algorithm)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("payloads", [1, 2])
+def test_2e27_join_checksums(algorithm, payloads):
+    """|R| = |S| = 2^27 PK-FK join (paper 003's default), checked by row count and checksums."""
+    n = 1 << 27
+    rng = cp.random.default_rng(3)
+    rk = rng.permutation(n).astype(cp.int32)
+    sk = rng.integers(0, n, n, dtype=cp.int32)
+    r = {"k": rk, **{f"r{i}": rng.integers(0, 1 << 20, n, dtype=cp.int32) for i in range(payloads)}}
+    s = {"k": sk, **{f"s{i}": rng.integers(0, 1 << 20, n, dtype=cp.int32) for i in range(payloads)}}
+    out = gpujoin.join(s, r, "k", algorithm=algorithm)
+    assert out.num_rows == n
+    by_key = cp.empty(n, cp.int32)
+    for i in range(payloads):
+        by_key[rk] = r[f"r{i}"]
+        assert int(out[f"r{i}"].astype(cp.int64).sum()) == int(by_key[sk].astype(cp.int64).sum())
+        assert int(out[f"s{i}"].astype(cp.int64).sum()) == int(s[f"s{i}"].astype(cp.int64).sum())
+    assert int(out["k"].astype(cp.int64).sum()) == int(sk.astype(cp.int64).sum())
+    del out
+    cp.get_default_memory_pool().free_all_blocks()
