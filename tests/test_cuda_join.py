@@ -99,7 +99,7 @@ def test_gpu_join_matches_cpu_engine(algorithm, how, key_type, data):
     nulls_equal = data.draw(st.booleans())
     want = gpujoin.join(left, right, on, how=how, nulls_equal=nulls_equal, device="cpu")
     got = gpujoin.join(left, right, on, how=how, nulls_equal=nulls_equal, device="cuda", algorithm=algorithm)
-    assert_tables_equal(got, want, unordered=True)
+    assert_tables_equal(got, want)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -125,7 +125,7 @@ def test_gpu_join_skew_and_edge_cases(algorithm, case):
     for how in HOWS:
         want = gpujoin.join(left, right, "k", how=how, device="cpu")
         got = gpujoin.join(left, right, "k", how=how, device="cuda", algorithm=algorithm)
-        assert_tables_equal(got, want, unordered=True)
+        assert_tables_equal(got, want)
 
 
 # ---------------------------------------------------------------- device-resident tables
@@ -161,7 +161,7 @@ def test_device_tables_match_cpu_engine(algorithm, how, shape):
     out = gpujoin.join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how,
                        device="cuda", algorithm=algorithm)
     assert isinstance(out, DeviceTable)
-    assert_tables_equal(out.to_arrow(), want, unordered=True)
+    assert_tables_equal(out.to_arrow(), want)
 
 
 def test_device_dict_of_cupy_arrays_and_layout():
