@@ -91,7 +91,7 @@ def test_gather_compact_and_merge_bounds():
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("how", HOWS)
 @pytest.mark.parametrize("key_type", ["int", "int32", "string", "composite"])
-@settings(max_examples=15)
+@settings(max_examples=10)
 @given(data=st.data())
 def test_gpu_join_matches_cpu_engine(algorithm, how, key_type, data):
     left, right = data.draw(join_pair(max_rows=60, key_type=key_type))
@@ -109,7 +109,8 @@ def test_gpu_join_skew_and_edge_cases(algorithm, case):
     if case == "all_equal":  # one build partition far larger than shared memory; 30k x 40 output
         lk, rk = np.full(40, 5), np.full(30_000, 5)
     elif case == "zipf2":
-        lk, rk = rng.zipf(2.0, 200_000) % 100_000, rng.zipf(2.0, 20_000) % 100_000
+        # the hottest key holds ~60% of each side: 3,000 x 600 rows of output for it alone
+        lk, rk = rng.zipf(2.0, 5_000) % 100_000, rng.zipf(2.0, 1_000) % 100_000
     elif case == "one_row":
         lk, rk = np.array([3]), np.array([3])
     elif case == "empty_build":
