@@ -1,0 +1,50 @@
+"""Time each step of the GPU join pipeline at |R| = |S| = 2^27 with CUDA events (device check aid)."""
+
+import cupy as cp
+import numpy as np
+
+from gpujoin.cuda import primitives as prim
+from gpujoin.cuda.join.phj import phj
+from gpujoin.cuda.runtime import kernel
+
+
+def timed(label, fn, reps=5):
+    fn()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(start, end))
+    print(f"{label:44} {np.median(ts):8.3f} ms")
+
+
+n = 1 << 27
+rng = cp.random.default_rng(0)
+keys = rng.permutation(n).astype(cp.int32) if hasattr(rng, "permutation") else cp.random.permutation(n).astype(cp.int32)
+vals = rng.integers(0, 1 << 30, n, dtype=cp.int32)
+nblocks = (n + prim.PART_TILE - 1) // prim.PART_TILE
+counts = cp.empty(256 * nblocks, cp.int32)
+hist = kernel("partition.cu", "radix_histogram<i32>")
+args = (keys, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), counts, np.int32(nblocks))
+timed("histogram (8 bits)", lambda: hist((nblocks,), (256,), args))
+timed("cumsum int32->int64 of counts", lambda: cp.cumsum(counts, dtype=cp.int64))
+offs = cp.cumsum(counts, dtype=cp.int64) - counts
+kout, vout = cp.empty_like(keys), cp.empty_like(vals)
+vin_p = cp.asarray([vals.data.ptr], dtype=cp.uint64)
+vout_p = cp.asarray([vout.data.ptr], dtype=cp.uint64)
+sc = kernel("partition.cu", "radix_scatter<i32, u32>")
+sargs = (keys, kout, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), offs, np.int32(nblocks),
+         vin_p, vout_p, np.int32(1), np.int32(1))
+timed("scatter key+1 value (8 bits)", lambda: sc((nblocks,), (256,), sargs))
+sargs0 = sargs[:-2] + (np.int32(0), np.int32(1))
+timed("scatter key only (8 bits)", lambda: sc((nblocks,), (256,), sargs0))
+timed("copy key+value (floor)", lambda: (kout.__setitem__(slice(None), keys), vout.__setitem__(slice(None), vals)))
+d16 = prim.Digits(bits=16)
+timed("radix_partition 16 bits key+value", lambda: prim.radix_partition(keys, [vals], d16))
+k2, _, _ = prim.radix_partition(keys, [vals], d16)
+timed("partition_offsets 16 bits", lambda: prim.partition_offsets(k2, d16))
+timed("phj-tr narrow 2^27 x 2^27", lambda: phj(keys, keys, [vals], [vals], emit_keys=True))
+timed("phj-tr narrow, no keys out", lambda: phj(keys, keys, [vals], [vals]))
