@@ -179,18 +179,20 @@ def compact(flags: cp.ndarray, want: bool, index_dtype=cp.int64) -> cp.ndarray:
     return out
 
 
-def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, items: int = 8) -> cp.ndarray:
+MERGE_TILE = 2048  # merge.cu: 256 threads x 8 merge steps per block
+
+
+def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool) -> cp.ndarray:
     """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``).
 
-    Merge path over a and b, ``items`` merge steps per thread; int64 (len(b),).
+    Merge path over a and b (same key dtype); int64 (len(b),).
     """
     out = cp.empty(b.size, cp.int64)
     total = a.size + b.size
     if b.size:
-        threads = (total + items - 1) // items
         kernel("merge.cu", f"merge_bounds<{key_type(a)}>")(
-            ((threads + 255) // 256,), (256,),
-            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), np.int32(items), out))
+            ((total + MERGE_TILE - 1) // MERGE_TILE,), (256,),
+            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), out))
     return out
 
 

@@ -27,6 +27,20 @@ __device__ __forceinline__ u32 lanemask_lt() {
     u32 m; asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m)); return m;
 }
 
+// Lanes of the warp whose `bits`-bit label equals this lane's (all lanes must call it; lanes
+// with valid == false match only each other).  One ballot per bit, as CUB's MatchAny: on
+// Hopper __match_any_sync throttled the radix passes to a quarter of memory bandwidth.
+__device__ __forceinline__ u32 match_label(u32 label, bool valid, int bits) {
+    u32 vmask = __ballot_sync(FULL_MASK, valid);
+    u32 peers = valid ? vmask : ~vmask;
+    for (int b = 0; b < bits; ++b) {
+        const bool one = (label >> b) & 1u;
+        const u32 m = __ballot_sync(FULL_MASK, one);
+        peers &= one ? m : ~m;
+    }
+    return peers;
+}
+
 // Inclusive prefix sum over the 32 lanes of a warp (all lanes must call it).
 template <typename T>
 __device__ __forceinline__ T warp_inclusive_sum(T x) {
@@ -49,6 +63,29 @@ __device__ __forceinline__ u64 warp_claim(u64* counter, u32 c) {
     if (lane == 31 && total) base = atomicAdd(counter, (u64)total);
     base = __shfl_sync(FULL_MASK, base, 31);
     return base + incl - c;
+}
+
+// Claim `c` consecutive output slots per thread with one atomic per block.  Every thread of the
+// block must call it (block-uniform loops): one atomic per warp on a single counter serializes
+// millions of atomics at the L2 for a 2^27-row probe.
+__device__ __forceinline__ u64 block_claim(u64* counter, u32 c) {
+    __shared__ u32 s_warp[32];
+    __shared__ u64 s_base;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nwarps = (blockDim.x + 31) >> 5;
+    u32 incl = warp_inclusive_sum<u32>(c);
+    if (lane == 31) s_warp[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        u32 v = lane < nwarps ? s_warp[lane] : 0u;
+        u32 inc = warp_inclusive_sum<u32>(v);
+        s_warp[lane] = inc - v;
+        if (lane == 31) s_base = inc ? atomicAdd(counter, (u64)inc) : 0ull;
+    }
+    __syncthreads();
+    u64 o = s_base + s_warp[warp] + incl - c;
+    __syncthreads();  // s_warp and s_base are reused by the next call
+    return o;
 }
 
 // Output of a match: the build and probe sides' values, or their positions when `src` is null.

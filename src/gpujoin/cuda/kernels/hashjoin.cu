@@ -3,7 +3,7 @@
 //
 // Both emit the same output: for each match, out_b[o] = bsrc[build position] (or the position
 // itself when bsrc is null), out_p[o] likewise for the probe side, and out_k[o] the key when
-// out_k is not null.  Slots o come from one atomic per warp on `counter`; writes past `cap` are
+// out_k is not null.  Slots o come from one atomic per block and round on `counter`; writes past `cap` are
 // dropped but still counted, so the caller re-runs with the exact capacity when the first guess
 // was short.  bflag / pflag (when not null) mark matched build / probe rows for outer, semi and
 // anti joins.
@@ -16,7 +16,7 @@
 #define EMIT_MATCHES(WALK)                                                            \
     u32 c = 0;                                                                        \
     if (valid) { WALK(c += 1u) }                                                      \
-    u64 o = warp_claim(counter, c);                                                   \
+    u64 o = block_claim(counter, c);                                                   \
     if (c) {                                                                          \
         if (pflag) pflag[s] = 1;                                                      \
         WALK({ if (o < cap) { out_b[o] = side_value(bsrc, bpos);                      \
@@ -67,9 +67,8 @@ phj_match(const K* __restrict__ bk, const i64* __restrict__ boff, const K* __res
     }
     __syncthreads();
 
-    const int lane = threadIdx.x & 31;
-    for (i64 w0 = s0 + (threadIdx.x & ~31); w0 < s1; w0 += blockDim.x) {
-        const i64 s = w0 + lane;
+    for (i64 r0 = s0; r0 < s1; r0 += blockDim.x) {  // block-uniform: block_claim syncs the block
+        const i64 s = r0 + threadIdx.x;
         const bool valid = s < s1;
         K k = valid ? pk[s] : (K)0;
         u32 h = head[(hash_key(k) >> radix_bits) & bmask];
@@ -100,10 +99,9 @@ __global__ void nphj_probe(const K* __restrict__ pk, i64 n, const K* __restrict_
                            const BV* __restrict__ bsrc, const PV* __restrict__ psrc,
                            BV* __restrict__ out_b, PV* __restrict__ out_p, K* __restrict__ out_k,
                            u64* counter, u64 cap, u8* __restrict__ bflag, u8* __restrict__ pflag) {
-    const int lane = threadIdx.x & 31;
     const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 w0 = (i64)blockIdx.x * blockDim.x + (threadIdx.x & ~31); w0 < n; w0 += stride) {
-        const i64 s = w0 + lane;
+    for (i64 r0 = (i64)blockIdx.x * blockDim.x; r0 < n; r0 += stride) {  // block-uniform
+        const i64 s = r0 + threadIdx.x;
         const bool valid = s < n;
         const K k = valid ? pk[s] : (K)0;
         const u64 t0 = (u64)hash_key(k) & mask;

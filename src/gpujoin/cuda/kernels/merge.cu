@@ -9,23 +9,49 @@
 template <typename K>
 __device__ __forceinline__ bool take_a(K x, K y, int upper) { return upper ? (x <= y) : (x < y); }
 
+// The number of a's elements among the first d of the merge of a and b.
 template <typename K>
-__global__ void merge_bounds(const K* __restrict__ a, i64 na, const K* __restrict__ b, i64 nb,
-                             int upper, int items, i64* __restrict__ out) {
-    const i64 total = na + nb;
-    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    const i64 d0 = t * items;
-    if (d0 >= total) return;
-    i64 lo = d0 > nb ? d0 - nb : 0, hi = d0 < na ? d0 : na;
-    while (lo < hi) {  // the number of a's elements among the first d0 of the merge
+__device__ __forceinline__ i64 merge_path_search(const K* a, i64 na, const K* b, i64 nb, i64 d, int upper) {
+    i64 lo = d > nb ? d - nb : 0, hi = d < na ? d : na;
+    while (lo < hi) {
         i64 mid = (lo + hi) >> 1;
-        if (take_a(a[mid], b[d0 - 1 - mid], upper)) lo = mid + 1; else hi = mid;
+        if (take_a(a[mid], b[d - 1 - mid], upper)) lo = mid + 1; else hi = mid;
     }
-    i64 i = lo, j = d0 - lo;
-    const i64 d1 = min(d0 + items, total);
-    for (i64 d = d0; d < d1; ++d) {
-        if (j >= nb || (i < na && take_a(a[i], b[j], upper))) ++i;
-        else { out[j] = i; ++j; }
+    return lo;
+}
+
+#define MERGE_BLOCK 256
+#define MERGE_ITEMS 8
+#define MERGE_TILE (MERGE_BLOCK * MERGE_ITEMS)
+
+// Block b merges diagonals [b*TILE, (b+1)*TILE): two global searches find its ranges of a and
+// b, which it stages in shared memory (coalesced); each thread then searches its own diagonal
+// there and merges MERGE_ITEMS steps, writing out[j] when it consumes b[j].
+template <typename K>
+__global__ void __launch_bounds__(MERGE_BLOCK)
+merge_bounds(const K* __restrict__ a, i64 na, const K* __restrict__ b, i64 nb, int upper,
+             i64* __restrict__ out) {
+    __shared__ K sa[MERGE_TILE];
+    __shared__ K sb[MERGE_TILE];
+    __shared__ i64 split[2];
+    const i64 total = na + nb;
+    const i64 d0 = (i64)blockIdx.x * MERGE_TILE;
+    const i64 d1 = min(d0 + MERGE_TILE, total);
+    if (threadIdx.x < 2) split[threadIdx.x] = merge_path_search(a, na, b, nb, threadIdx.x ? d1 : d0, upper);
+    __syncthreads();
+    const i64 i0 = split[0], j0 = d0 - i0;
+    const int na_t = (int)(split[1] - i0), nb_t = (int)((d1 - split[1]) - j0);
+    for (int t = threadIdx.x; t < na_t; t += MERGE_BLOCK) sa[t] = a[i0 + t];
+    for (int t = threadIdx.x; t < nb_t; t += MERGE_BLOCK) sb[t] = b[j0 + t];
+    __syncthreads();
+    const int dt = threadIdx.x * MERGE_ITEMS;
+    const int n_t = na_t + nb_t;
+    if (dt >= n_t) return;
+    int i = (int)merge_path_search(sa, (i64)na_t, sb, (i64)nb_t, (i64)dt, upper), j = dt - i;
+    const int dend = min(dt + MERGE_ITEMS, n_t);
+    for (int d = dt; d < dend; ++d) {
+        if (j >= nb_t || (i < na_t && take_a(sa[i], sb[j], upper))) ++i;
+        else { out[j0 + j] = i0 + i; ++j; }
     }
 }
 

@@ -4,7 +4,7 @@
 // hash joins: skew in the key bits does not matter) or of (key - base) as an unsigned number
 // (sorting: order-preserving when base is the minimum key).  One pass is a histogram kernel
 // (per-tile digit counts, digit-major), an exclusive scan of those counts (CuPy's CUB scan),
-// and a scatter kernel that ranks each tile stably in shared memory (warp match + per-warp
+// and a scatter kernel that ranks each tile stably in shared memory (warp ballots + per-warp
 // counters, in memory order) and writes it out digit run by digit run, so global writes are
 // coalesced.  The same offsets scatter any number of value columns to the same positions:
 // that is what makes GFTR (paper 003 §1.4) correct.
@@ -23,27 +23,34 @@ __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, 
     return (u32)(((u64)((i64)k - base)) >> shift) & mask;
 }
 
-// counts[d * nblocks + b] = number of keys of tile b whose digit is d (d < 256).
+// counts[d * nblocks + b] = number of keys of tile b whose digit is d (d < 256).  Each warp
+// counts into its own shared counters (contention stays within a warp even for all-equal keys).
 template <typename K>
 __global__ void __launch_bounds__(PART_BLOCK)
 radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits,
                 i32* __restrict__ counts, int nblocks) {
-    __shared__ u32 hist[RADIX];
+    __shared__ u32 hist[PART_WARPS * RADIX];
     const u32 mask = (1u << bits) - 1u;
-    hist[threadIdx.x] = 0;
+    for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) hist[j] = 0;
     __syncthreads();
     const i64 tile0 = (i64)blockIdx.x * PART_TILE;
-    const int lane = threadIdx.x & 31;
-#pragma unroll 4
+    u32* my = hist + (threadIdx.x >> 5) * RADIX;
+    K key[PART_ITEMS];
+#pragma unroll
     for (int i = 0; i < PART_ITEMS; ++i) {
         i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
-        u32 d = idx < n ? digit_of(keys[idx], use_hash, base, shift, mask) : NO_DIGIT;
-        // aggregate equal digits of a warp so all-equal keys do not serialize on one counter
-        u32 peers = __match_any_sync(FULL_MASK, d);
-        if (d != NO_DIGIT && lane == 31 - __clz(peers)) atomicAdd(&hist[d], (u32)__popc(peers));
+        key[i] = idx < n ? keys[idx] : (K)0;
+    }
+#pragma unroll
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
+        if (idx < n) atomicAdd(&my[digit_of(key[i], use_hash, base, shift, mask)], 1u);
     }
     __syncthreads();
-    counts[(i64)threadIdx.x * nblocks + blockIdx.x] = (i32)hist[threadIdx.x];
+    u32 total = 0;
+#pragma unroll
+    for (int w = 0; w < PART_WARPS; ++w) total += hist[w * RADIX + threadIdx.x];
+    counts[(i64)threadIdx.x * nblocks + blockIdx.x] = (i32)total;
 }
 
 // Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
@@ -82,7 +89,7 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
 #pragma unroll
     for (int i = 0; i < PART_ITEMS; ++i) {
         u32 d = dig[i];
-        u32 peers = __match_any_sync(FULL_MASK, d);
+        u32 peers = match_label(d, d != NO_DIGIT, bits);
         u32 r = 0;
         if (d != NO_DIGIT) r = my[d] + __popc(peers & lanemask_lt());
         __syncwarp();
