@@ -23,7 +23,8 @@ if [[ $stage == quick ]]; then
   exit 0
 fi
 if [[ $stage == tests || $stage == all ]]; then
-  python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf tests/ ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n 8"
+  python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf $xdist tests/ ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
   rc=${PIPESTATUS[0]}
 fi
 if [[ $stage == bench || $stage == all ]]; then
