@@ -52,11 +52,10 @@ class DeviceTable:
                 storage = arr.view(pa.int32() if t.bit_width == 32 else pa.int64())
             else:
                 storage = arr
-            values = storage.to_numpy(zero_copy_only=False)
-            if arr.null_count:
-                values = np.where(arr.is_valid().to_numpy(zero_copy_only=False), values,
-                                  np.zeros(1, values.dtype)) if values.dtype != object else values
+            if arr.null_count:  # nulls become 0 under a validity mask (to_numpy would make floats)
                 valid[name] = cp.asarray(arr.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8))
+                storage = storage.fill_null(False if pa.types.is_boolean(t) else 0)
+            values = storage.to_numpy(zero_copy_only=False)
             cols[name] = cp.asarray(values.astype(np.uint8) if values.dtype == np.bool_ else values)
             types[name] = t
         return cls(cols, valid, types)

@@ -97,18 +97,17 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
             "semi": "semi", "anti": "anti"}[how]
     # each side's payloads: the columns its output needs, then their validity masks
     sides = {"l": (lt, []), "r": (rt, [])}
-    index = {}
+    index, vindex = {}, {}
     for side, name, _out, key in layout:
-        if key:
-            continue
+        if not key:
+            t, pay = sides[side]
+            index[(side, name)] = len(pay)
+            pay.append(t[name])
+    for (side, name) in list(index):
         t, pay = sides[side]
-        index[(side, name)] = len(pay)
-        pay.append(t[name])
-    for side, (t, pay) in sides.items():
-        for (s, name), i in list(index.items()):
-            if s == side and name in t.validity:
-                index[(s, name, "valid")] = len(pay)
-                pay.append(t.validity[name].astype(cp.uint8, copy=False))
+        if name in t.validity:
+            vindex[(side, name)] = len(pay)
+            pay.append(t.validity[name].astype(cp.uint8, copy=False))
     bside, pside = ("l", "r") if build_left else ("r", "l")
     emit_keys = any(key for *_, key in layout)
     res = run(algo, lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1], sides[pside][1],
@@ -126,8 +125,8 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
             continue
         column = res.build_column if side == bside else res.probe_column
         values, present = column(index[(side, name)])
-        if (side, name, "valid") in index:
-            v, _ = column(index[(side, name, "valid")])
+        if (side, name) in vindex:
+            v, _ = column(vindex[(side, name)])
             present = v if present is None else (present & v)
         cols[out] = values
         if present is not None:
