@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
-#   scripts/device_check.sh [quick|tests|bench|sweeps|all]   (default: all)
+#   scripts/device_check.sh [quick|tests|profile|bench|sweeps|all]   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
 # missing on the machine can travel as wheels in .whl/ (installed into /tmp/site).
@@ -26,6 +26,11 @@ if [[ $stage == tests || $stage == all ]]; then
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n 8"
   python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf $xdist tests/ ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
   rc=${PIPESTATUS[0]}
+fi
+if [[ $stage == profile || $stage == all ]]; then
+  # per-kernel timings, and the faster register budget of the radix scatter for what follows
+  python3 scripts/profile_kernels.py "$OUT/best_minb.txt" 2>&1 | tee "$OUT/profile.txt"
+  [[ -s "$OUT/best_minb.txt" ]] && export GPUJOIN_SCATTER_MINB=$(cat "$OUT/best_minb.txt")
 fi
 if [[ $stage == bench || $stage == all ]]; then
   # paper 003's default workloads (ANCHORS.md): |R| = |S| = 2^27, one and two 4-byte payloads a side

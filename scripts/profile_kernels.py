@@ -1,5 +1,7 @@
 """Time each step of the GPU join pipeline at |R| = |S| = 2^27 with CUDA events (device check aid)."""
 
+import sys
+
 import cupy as cp
 import numpy as np
 
@@ -35,7 +37,7 @@ offs = cp.cumsum(counts, dtype=cp.int64) - counts
 kout, vout = cp.empty_like(keys), cp.empty_like(vals)
 vin_p = cp.asarray([vals.data.ptr], dtype=cp.uint64)
 vout_p = cp.asarray([vout.data.ptr], dtype=cp.uint64)
-sc = kernel("partition.cu", "radix_scatter<i32, u32>")
+sc = kernel("partition.cu", "radix_scatter<i32, u32, u32, 1>")
 sargs = (keys, kout, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), offs, np.int32(nblocks),
          vin_p, vout_p, np.int32(1), np.int32(1))
 timed("scatter key+1 value (8 bits)", lambda: sc((nblocks,), (256,), sargs))
@@ -43,8 +45,22 @@ sargs0 = sargs[:-2] + (np.int32(0), np.int32(1))
 timed("scatter key only (8 bits)", lambda: sc((nblocks,), (256,), sargs0))
 timed("copy key+value (floor)", lambda: (kout.__setitem__(slice(None), keys), vout.__setitem__(slice(None), vals)))
 d16 = prim.Digits(bits=16)
-timed("radix_partition 16 bits key+value", lambda: prim.radix_partition(keys, [vals], d16))
+best = {}
+for minb in (1, 4):
+    prim.SCATTER_MINB = minb
+    timed(f"radix_partition 16 bits key+value, minb {minb}", lambda: prim.radix_partition(keys, [vals], d16))
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    phj(keys, keys, [vals], [vals], emit_keys=True)
+    start.record()
+    for _ in range(5):
+        phj(keys, keys, [vals], [vals], emit_keys=True)
+    end.record()
+    end.synchronize()
+    best[minb] = cp.cuda.get_elapsed_time(start, end) / 5
+    print(f"{'phj-tr narrow 2^27 x 2^27, minb ' + str(minb):44} {best[minb]:8.3f} ms")
 k2, _, _ = prim.radix_partition(keys, [vals], d16)
 timed("partition_offsets 16 bits", lambda: prim.partition_offsets(k2, d16))
-timed("phj-tr narrow 2^27 x 2^27", lambda: phj(keys, keys, [vals], [vals], emit_keys=True))
-timed("phj-tr narrow, no keys out", lambda: phj(keys, keys, [vals], [vals]))
+choice = min(best, key=best.get)
+print(f"best scatter register budget: minb {choice}")
+if len(sys.argv) > 1:
+    open(sys.argv[1], "w").write(str(choice))

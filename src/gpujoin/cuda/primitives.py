@@ -8,12 +8,18 @@ arrays on the current device; keys are int32 or int64, carried columns any 1/2/4
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import cupy as cp
 import numpy as np
 
+from .kernels import scatter_name
 from .runtime import kernel, ptr
+
+#: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
+#: GPUJOIN_SCATTER_MINB overrides.
+SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
 
 #: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
 PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8
@@ -113,7 +119,9 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
         for g, (width, idx) in enumerate(launches):
             vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
-            scatter = kernel("partition.cu", f"radix_scatter<{kt}, {_WORD[width]}>")
+            # a register cap pays for 4-byte keys; 8-byte keys would spill under it
+            minb = SCATTER_MINB if kt == "i32" else 1
+            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], minb))
             scatter((nblocks,), (PART_BLOCK,), (src_k, dst_k, np.int64(n), np.int32(digits.use_hash),
                                                 np.int64(digits.base), np.int32(shift), np.int32(bits),
                                                 offs, np.int32(nblocks), vin, vout, np.int32(len(idx)),

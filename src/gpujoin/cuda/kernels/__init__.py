@@ -12,11 +12,21 @@ _WORDS = ("u32", "u64")
 _VALUES = ("u8", "u16", "u32", "u64")
 _INDEX = ("i32", "i64", "u32", "u64")
 
+#: Register budgets the radix scatter is built for (minimum resident blocks per SM).
+SCATTER_MINB = (1, 4)
+
+
+def scatter_name(key: str, value: str, minb: int) -> str:
+    """The radix_scatter instance for key and value types: 4-byte staging when both fit."""
+    stage = "u32" if key == "i32" and value in ("u8", "u16", "u32") else "u64"
+    return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
+
+
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
         [f"radix_histogram<{k}>" for k in _KEYS]
-        + [f"radix_scatter<{k}, {v}>" for k, v in product(_KEYS, _VALUES)]
+        + [scatter_name(k, v, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
         + [f"partition_bounds<{k}>" for k in _KEYS]
     ),
     "hashjoin.cu": (

@@ -54,8 +54,10 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 }
 
 // Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
-template <typename K, typename V>
-__global__ void __launch_bounds__(PART_BLOCK)
+// S: the staging word (4 bytes when keys and values fit, halving shared memory); MINB: minimum
+// resident blocks per SM asked of the register allocator.
+template <typename K, typename V, typename S, int MINB>
+__global__ void __launch_bounds__(PART_BLOCK, MINB)
 radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
               int shift, int bits, const i64* __restrict__ offsets, int nblocks,
               const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
@@ -64,7 +66,7 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
     __shared__ u32 local_start[RADIX];
     __shared__ i64 gbase[RADIX];
     __shared__ u32 wsum[PART_WARPS];
-    __shared__ u64 stage[PART_TILE];
+    __shared__ S stage[PART_TILE];
     __shared__ u8 stage_digit[PART_TILE];
 
     const u32 mask = (1u << bits) - 1u;
