@@ -196,6 +196,7 @@ def test_join_larger_than_memory_raises_memory_error(algorithm, monkeypatch):
         gpujoin.join(r, r, "k", algorithm=algorithm)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("payloads", [1, 2])
 def test_2e27_join_checksums(algorithm, payloads):
