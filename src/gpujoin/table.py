@@ -235,13 +235,15 @@ def _fixed_width_view(t: pa.DataType):
 
 
 def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
-    """Rows of ``table`` at ``indices`` (int64 (n,)); an index of -1 gives a row of nulls.
+    """Rows of ``table`` at ``indices`` (int32 or int64 (n,)); an index of -1 gives a row of nulls.
 
     Fixed-width columns are gathered by a multi-threaded kernel; the others by Arrow's take.
     """
     from .cpu.kernels import gather
 
-    indices = np.ascontiguousarray(indices, dtype=np.int64)
+    if not (isinstance(indices, np.ndarray) and indices.dtype in (np.int32, np.int64)):
+        indices = np.asarray(indices, dtype=np.int64)
+    indices = np.ascontiguousarray(indices)
     n = indices.size
     if n == table.num_rows and (n == 0 or (indices[0] == 0 and indices[-1] == n - 1
                                           and np.array_equal(indices, np.arange(n)))):

@@ -65,28 +65,14 @@ def num_chunks(n: int) -> int:
     return int(max(1, min(numba.get_num_threads() * 4, n // MIN_CHUNK)))
 
 
+@njit(inline="always", cache=True)
+def _hash_at(hashes, a, i, inline):
+    return fmix64(np.uint64(a[i])) if inline else hashes[i]
+
+
 @njit(parallel=True, cache=True)
-def radix_partition(hashes, nbits, nchunks, a, b):
-    """Stable radix partition of the int64 pairs (a[i], b[i]) on hash bits [32, 32 + nbits).
-
-    Parameters
-    ----------
-    hashes : uint64 (n,)   the hash of each row's key
-    nbits : int            radix bits; 2**nbits partitions
-    nchunks : int          thread chunks (see ``num_chunks``)
-    a, b : int64 (n,)      payloads moved with the rows (key and row id, or row id and hash)
-
-    Returns
-    -------
-    out_a, out_b : int64 (n,)      partitioned payloads, input order kept within a partition
-    offsets : int64 (2**nbits + 1,) partition p holds rows offsets[p]:offsets[p+1]
-
-    Notes
-    -----
-    Histogram per chunk, exclusive scan in (partition, chunk) order, scatter per chunk: the
-    classic two-pass parallel radix partition (paper 003 §1, "radix-partition").
-    """
-    n = hashes.size
+def _radix_partition(hashes, inline, nbits, nchunks, a, b):
+    n = a.size
     P = 1 << nbits
     mask = np.uint64(P - 1)
     step = (n + nchunks - 1) // nchunks
@@ -95,7 +81,7 @@ def radix_partition(hashes, nbits, nchunks, a, b):
         lo = t * step
         hi = min(n, lo + step)
         for i in range(lo, hi):
-            hist[t, partition_of(hashes[i], mask)] += 1
+            hist[t, partition_of(_hash_at(hashes, a, i, inline), mask)] += 1
     offsets = np.empty(P + 1, np.int64)
     total = 0
     for p in range(P):
@@ -105,19 +91,48 @@ def radix_partition(hashes, nbits, nchunks, a, b):
             hist[t, p] = total
             total += c
     offsets[P] = total
-    out_a = np.empty(n, np.int64)
-    out_b = np.empty(n, np.int64)
+    out_a = np.empty_like(a)
+    out_b = np.empty_like(b)
     for t in prange(nchunks):
         lo = t * step
         hi = min(n, lo + step)
         cur = hist[t]
         for i in range(lo, hi):
-            p = partition_of(hashes[i], mask)
+            p = partition_of(_hash_at(hashes, a, i, inline), mask)
             j = cur[p]
             out_a[j] = a[i]
             out_b[j] = b[i]
             cur[p] = j + 1
     return out_a, out_b, offsets
+
+
+def radix_partition(hashes, nbits, nchunks, a, b):
+    """Stable radix partition of the pairs (a[i], b[i]) on hash bits [32, 32 + nbits).
+
+    Parameters
+    ----------
+    hashes : uint64 (n,)   the hash of each row's key
+    nbits : int            radix bits; 2**nbits partitions
+    nchunks : int          thread chunks (see ``num_chunks``)
+    a, b : (n,) integer    payloads moved with the rows (key and row id, or row id and hash)
+
+    Returns
+    -------
+    out_a, out_b : (n,), dtypes of a and b: partitioned payloads, input order kept within a partition
+    offsets : int64 (2**nbits + 1,) partition p holds rows offsets[p]:offsets[p+1]
+
+    Notes
+    -----
+    Histogram per chunk, exclusive scan in (partition, chunk) order, scatter per chunk: the
+    classic two-pass parallel radix partition (paper 003 §1, "radix-partition").
+    """
+    return _radix_partition(hashes, False, nbits, nchunks, a, b)
+
+
+def radix_partition_keys(keys, rows, nbits, nchunks):
+    """:func:`radix_partition` of (key, row id) pairs on the fmix64 hash of the key, computed in
+    both passes instead of read from an array (8 bytes a row less to write and read twice)."""
+    return _radix_partition(np.empty(0, np.uint64), True, nbits, nchunks, keys, rows)
 
 
 def table_offsets(part_offsets: np.ndarray, load: int = 1) -> np.ndarray:

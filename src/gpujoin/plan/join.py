@@ -110,7 +110,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
                  for a, b in zip(lk, rk)]
         lcols = [cast_key(a, combined(lt, a), t) for a, t in zip(lk, types)]
         rcols = [cast_key(b, combined(rt, b), t) for b, t in zip(rk, types)]
-        enc = encode_keys([lcols, rcols], nulls_equal)
+        enc = encode_keys([lcols, rcols], nulls_equal, narrow=True)
         (lkeys, rkeys), (lvalid, rvalid) = enc.keys, enc.valid
         if validate in ("1:1", "1:m"):
             _check_unique(lkeys, lvalid, "left", validate)
@@ -135,7 +135,8 @@ def _on_device(x) -> bool:
 
 
 def _rows(valid, n) -> np.ndarray:
-    return np.arange(n, dtype=np.int64) if valid is None else np.flatnonzero(valid).astype(np.int64)
+    dtype = np.int32 if n < 2**31 else np.int64  # row ids: half the bytes below 2^31 rows
+    return np.arange(n, dtype=dtype) if valid is None else np.flatnonzero(valid).astype(dtype)
 
 
 def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj"):
@@ -208,9 +209,14 @@ def _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce) -> pa
     """Take the output rows of both sides and lay out their columns as Polars does."""
     if how in ("semi", "anti"):
         return take(lt, lidx)
-    lout, rout = take(lt, lidx), take(rt, ridx)
+    layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce)
+    # gather only the columns the output keeps (the full join's coalesce also reads right keys)
+    lneed = [n for n in lt.column_names if any(s == "l" and n == name for s, name, _, _ in layout)]
+    rneed = [n for n in rt.column_names if any(s == "r" and n == name for s, name, _, _ in layout)
+             or (how == "full" and coalesce and n in rk)]
+    lout, rout = take(lt.select(lneed), lidx), take(rt.select(rneed), ridx)
     names, cols = [], []
-    for side, name, out, key in output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce):
+    for side, name, out, key in layout:
         col = (lout if side == "l" else rout).column(name)
         if key:
             i = (lk if side == "l" else rk).index(name)

@@ -139,13 +139,18 @@ def string_codes(arrays: list[pa.Array]) -> list[np.ndarray]:
 
 @dataclass
 class EncodedKeys:
-    """One int64 key per row for each side, and which rows have a non-null key."""
+    """One int64 key per row for each side (int32 when narrowed), and which rows have a non-null key."""
 
     keys: list[np.ndarray]
     valid: list[np.ndarray | None]
 
 
-def encode_keys(sides: list[list[pa.Array]], nulls_equal: bool) -> EncodedKeys:
+def _narrow_physical(t: pa.DataType) -> bool:
+    """Keys of this type keep 4-byte physical values under ``encode_keys(narrow=True)``."""
+    return (pa.types.is_date32(t) or t in (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16()))
+
+
+def encode_keys(sides: list[list[pa.Array]], nulls_equal: bool, narrow: bool = False) -> EncodedKeys:
     """Encode the key columns of one or more sides jointly into int64 keys.
 
     Parameters
@@ -154,6 +159,9 @@ def encode_keys(sides: list[list[pa.Array]], nulls_equal: bool) -> EncodedKeys:
     nulls_equal : bool
         If True, null is a value like any other (nulls match nulls; a group-by's null group);
         if False, a row with a null in any key column is marked invalid.
+    narrow : bool
+        A single key column of at most 32-bit integers (or date32) comes back as int32, its
+        values unchanged: half the bytes for the join's partitioning (no copy for int32).
 
     Returns
     -------
@@ -167,6 +175,9 @@ def encode_keys(sides: list[list[pa.Array]], nulls_equal: bool) -> EncodedKeys:
         arrs = [side[c] for side in sides]
         if is_string_type(arrs[0].type):
             phys = [[codes] for codes in string_codes(arrs)]
+        elif narrow and k == 1 and _narrow_physical(arrs[0].type):
+            phys = [[np.asarray((a.view(pa.int32()) if pa.types.is_date32(a.type) else a).fill_null(0)
+                                ).astype(np.int32, copy=False)] for a in arrs]
         else:
             phys = [physical(a) for a in arrs]
             if pa.types.is_decimal128(arrs[0].type) and all(

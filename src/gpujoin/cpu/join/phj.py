@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..kernels import fmix64, hash_keys, num_chunks, partition_bits, radix_partition, table_offsets
+from ..kernels import fmix64, num_chunks, partition_bits, radix_partition_keys, table_offsets
 
 #: Probe modes: which probe rows and pairs are emitted.
 INNER, PROBE_OUTER, FULL, SEMI, ANTI = 0, 1, 2, 3, 4
@@ -57,8 +57,8 @@ def _compact(out_off, counts, out_p, out_b, has_b):
     dst = np.zeros(P + 1, np.int64)
     for p in range(P):
         dst[p + 1] = dst[p] + counts[p]
-    res_p = np.empty(dst[P], np.int64)
-    res_b = np.empty(dst[P] if has_b else 0, np.int64)
+    res_p = np.empty(dst[P], out_p.dtype)
+    res_b = np.empty(dst[P] if has_b else 0, out_b.dtype)
     for p in prange(P):
         for i in range(counts[p]):
             res_p[dst[p] + i] = out_p[out_off[p] + i]
@@ -106,15 +106,55 @@ def _probe(bkeys, brows, boff, pkeys, prows, poff, toff, heads, nxt, mode, write
     return counts
 
 
+@njit(parallel=True, cache=True)
+def _int32_range(a):
+    """True when every value of the integer array ``a`` fits in int32 (a parallel min/max)."""
+    n = a.size
+    if n == 0:
+        return True
+    chunks = max(1, min(64, n >> 16))
+    step = (n + chunks - 1) // chunks
+    lo = np.empty(chunks, np.int64)
+    hi = np.empty(chunks, np.int64)
+    for t in prange(chunks):
+        a0, a1 = t * step, min(n, (t + 1) * step)
+        mn = mx = np.int64(a[a0])
+        for i in range(a0, a1):
+            v = np.int64(a[i])
+            mn = min(mn, v)
+            mx = max(mx, v)
+        lo[t], hi[t] = mn, mx
+    return lo.min() >= -2147483648 and hi.max() <= 2147483647
+
+
+@njit(parallel=True, cache=True)
+def _to_int32(a):
+    out = np.empty(a.size, np.int32)
+    for i in prange(a.size):
+        out[i] = a[i]
+    return out
+
+
+def _narrow(bkeys, pkeys, brows, prows):
+    """4-byte keys and row ids where the values allow: half the bytes through the partition,
+    the tables and the output gather maps."""
+    if bkeys.dtype != np.int32 and _int32_range(bkeys) and _int32_range(pkeys):
+        bkeys, pkeys = _to_int32(bkeys), _to_int32(pkeys)
+    if brows.dtype != np.int32 or prows.dtype != np.int32:  # row ids ascend: the last is the largest
+        if max(brows[-1] if brows.size else 0, prows[-1] if prows.size else 0) < 2**31:
+            brows, prows = _to_int32(brows), _to_int32(prows)
+    return bkeys, pkeys, brows, prows
+
+
 def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.ndarray,
               probe_rows: np.ndarray, mode: str, *, radix_bits: int | None = None):
     """Radix-partitioned hash join of int64 keys; returns gather maps.
 
     Parameters
     ----------
-    build_keys, build_rows : int64 (nb,)
+    build_keys, build_rows : int64 (nb,), and int32 or int64 ascending row ids
         Keys of the build side R and the row id each came from (rows with null keys left out).
-    probe_keys, probe_rows : int64 (np,)
+    probe_keys, probe_rows : the same (np,)
         The same for the probe side S.
     mode : {"inner", "probe_outer", "full", "semi", "anti"}
         ``probe_outer`` also emits probe rows without a partner (build id -1); ``full`` adds
@@ -125,7 +165,7 @@ def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nda
 
     Returns
     -------
-    probe_idx, build_idx : int64 (m,)
+    probe_idx, build_idx : int32 or int64 (m,), the dtype of the row ids (int32 when they fit)
         Row ids of each output pair, -1 where a side has no partner; ``build_idx`` is None
         for semi and anti joins.  Order is unspecified.
 
@@ -136,35 +176,34 @@ def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nda
     """
     m = MODES[mode]
     nbits = partition_bits(build_keys.size) if radix_bits is None else radix_bits
-    bk, br, boff = radix_partition(hash_keys(build_keys), nbits, num_chunks(build_keys.size),
-                                   build_keys, build_rows)
-    pk, pr, poff = radix_partition(hash_keys(probe_keys), nbits, num_chunks(probe_keys.size),
-                                   probe_keys, probe_rows)
+    build_keys, probe_keys, build_rows, probe_rows = _narrow(build_keys, probe_keys, build_rows, probe_rows)
+    bk, br, boff = radix_partition_keys(build_keys, build_rows, nbits, num_chunks(build_keys.size))
+    pk, pr, poff = radix_partition_keys(probe_keys, probe_rows, nbits, num_chunks(probe_keys.size))
     toff = table_offsets(boff)
     heads = np.zeros(toff[-1], np.int32)
     nxt = np.empty(bk.size, np.int32)
     unique_build = _build(bk, boff, toff, heads, nxt) == 0
-    empty = np.empty(0, np.int64)
+    empty_p, empty_b = np.empty(0, pr.dtype), np.empty(0, br.dtype)
     bmatched = np.zeros(bk.size if m == FULL else 0, np.bool_)
     has_b = m in (INNER, PROBE_OUTER, FULL)
     if unique_build or m in (SEMI, ANTI):
         # every probe row emits at most one row: its partition's probe range bounds the output,
         # so one probe pass writes it and a compaction closes the gaps (no counting pass)
-        out_p = np.empty(pk.size, np.int64)
-        out_b = np.empty(pk.size if has_b else 0, np.int64)
+        out_p = np.empty(pk.size, pr.dtype)
+        out_b = np.empty(pk.size if has_b else 0, br.dtype)
         counts = _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, True, poff, out_p, out_b, bmatched)
         if counts.sum() != pk.size:
             out_p, out_b = _compact(poff, counts, out_p, out_b, has_b)
     else:
         counts = _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, False,
-                        np.zeros(poff.size, np.int64), empty, empty, bmatched)
+                        np.zeros(poff.size, np.int64), empty_p, empty_b, bmatched)
         out_off = np.zeros(counts.size + 1, np.int64)
         np.cumsum(counts, out=out_off[1:])
-        out_p = np.empty(int(out_off[-1]), np.int64)
-        out_b = np.empty(int(out_off[-1]) if has_b else 0, np.int64)
+        out_p = np.empty(int(out_off[-1]), pr.dtype)
+        out_b = np.empty(int(out_off[-1]) if has_b else 0, br.dtype)
         _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, True, out_off, out_p, out_b, bmatched)
     if m == FULL:
         unmatched = br[~bmatched]
-        out_p = np.concatenate([out_p, np.full(unmatched.size, -1, np.int64)])
+        out_p = np.concatenate([out_p, np.full(unmatched.size, -1, out_p.dtype)])
         out_b = np.concatenate([out_b, unmatched])
     return out_p, (out_b if m in (INNER, PROBE_OUTER, FULL) else None)
