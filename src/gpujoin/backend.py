@@ -7,12 +7,15 @@ import importlib.util
 #: Algorithms by device and operation, by their standard names (lower case).
 _ALGORITHMS = {
     "cpu": {
-        "join": ["phj"],      # cpu/join/phj.py: radix-partitioned hash join
+        # cpu/join/phj.py: radix-partitioned hash join (default); merge.py: paper 002's parallel
+        # merge join; bitmap.py: paper 002's bitmap joins (semi/anti joins of keys in [0, 2^32))
+        "join": ["phj", "merge", "hash", "split", "bucket"],
         "group_by": ["pgb"],  # cpu/groupby/pgb.py: partitioned hash group-by
     },
     "cuda": {
         # cuda/join/: paper 003's PHJ (GFTR first: the default), SMJ, and the cuDF-style NPHJ
-        "join": ["phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj"],
+        # bitmap: paper 002's GPU bitmap join (semi/anti joins of keys in [0, 2^32))
+        "join": ["phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "bitmap"],
         "group_by": [],  # none yet on the GPU: device="auto" runs group-by on the CPU
     },
 }

@@ -147,6 +147,14 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", a
         from ..cuda.join import hash_join_maps
 
         hash_join = partial(hash_join_maps, algorithm)
+    elif algorithm == "merge":
+        from ..cpu.join.merge import merge_join as hash_join
+    elif algorithm in ("hash", "split", "bucket"):
+        from functools import partial
+
+        from ..cpu.join.bitmap import bitmap_join
+
+        hash_join = partial(bitmap_join, algorithm)
     else:
         from ..cpu.join.phj import hash_join
 
@@ -159,10 +167,11 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", a
     stats.params["build_side"] = "left" if build_left else "right"
     mode = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
             "semi": "semi", "anti": "anti"}[how]
+    kw = {"radix_bits": radix_bits} if algorithm in ("phj", "phj-tr", "phj-ur") else {}
     if build_left:
-        ridx, lidx = hash_join(lk, lrows, rk, rrows, mode, radix_bits=radix_bits)
+        ridx, lidx = hash_join(lk, lrows, rk, rrows, mode, **kw)
     else:
-        lidx, ridx = hash_join(rk, rrows, lk, lrows, mode, radix_bits=radix_bits)
+        lidx, ridx = hash_join(rk, rrows, lk, lrows, mode, **kw)
     # rows whose key is null are unmatched rows of the outer sides (and anti-join rows)
     keep_left = how in ("left", "full", "anti")
     keep_right = how in ("right", "full")

@@ -7,7 +7,7 @@ import numpy as np
 from .common import MODES, JoinOutput
 
 #: Algorithms by their standard names (lower case), best default first.
-ALGORITHMS = ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj")
+ALGORITHMS = ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "bitmap")
 
 
 def run(algorithm: str, build_keys, probe_keys, build_payloads, probe_payloads, mode: str = "inner", *,
@@ -27,6 +27,10 @@ def run(algorithm: str, build_keys, probe_keys, build_payloads, probe_payloads, 
 
         return smj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method=algorithm[-2:],
                    emit_keys=emit_keys)
+    if algorithm == "bitmap":
+        from .bitmap import bitmap_join
+
+        return bitmap_join(build_keys, probe_keys, build_payloads, probe_payloads, mode)
     if algorithm == "nphj":
         from .nphj import nphj
 

@@ -38,6 +38,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         [f"merge_bounds<{k}>" for k in _KEYS]
         + [f"expand_matches<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
     ),
+    "bitmap.cu": ["bitmap_build", "bitmap_probe<u32>", "bitmap_probe<u64>"],
     "gather.cu": (
         [f"gather<{v}, {i}>" for v, i in product(_VALUES, _INDEX)]
         + ["compact_count"]
