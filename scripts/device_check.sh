@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
-#   scripts/device_check.sh [quick|tests|profile|bench|sweeps|all]   (default: all)
+#   scripts/device_check.sh [quick|tests|profile|bench|sweeps|cpu-joins|all]   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
 # missing on the machine can travel as wheels in .whl/ (installed into /tmp/site).
@@ -24,7 +24,7 @@ if [[ $stage == quick ]]; then
 fi
 if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
-  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n 8"
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
   timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m "gpu and not slow" -q -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
   rc=${PIPESTATUS[0]}
@@ -51,9 +51,14 @@ if [[ $stage == sweeps || $stage == all ]]; then
   gj bench join --device cuda --algorithm all --log2-s 27 --payloads 2 --sweep log2_r=23,25 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all --log2-r 26 --payloads 2 --sweep distinct_keys=8388608,16777216,33554432 --runs 5 -o "$f" >/dev/null
 fi
+if [[ $stage == cpu-joins || $stage == all ]]; then
+  # paper 002 on this host's cores: CPU joins against thread count, DuckDB, the GPU bitmap join
+  timeout ${CPU_JOINS_TIMEOUT:-300} python3 -m gpujoin.cli bench cpu-joins --log2-n 22,23,24 --threads 1,2,4,8,16 \
+    --runs ${CPU_JOINS_RUNS:-2} --peers duckdb --gpu -o "$OUT/cpu_joins.jsonl" 2>&1 >/dev/null | tail -40
+fi
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
-rows = [json.loads(l) for p in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl")) for l in p.read_text().splitlines() if l]
+rows = [json.loads(l) for p in sorted(pathlib.Path(sys.argv[1]).glob("bench_*.jsonl")) for l in p.read_text().splitlines() if l]
 print(f"{'workload':58} {'algorithm':8} {'median ms':>10} {'G tuples/s':>10}  phases ms")
 for r in rows:
     w = r["workload"]

@@ -17,10 +17,12 @@ if not gpujoin.backend.cuda_available():
     pytest.skip("no usable GPU", allow_module_level=True)
 
 from gpujoin.cuda import primitives as prim  # noqa: E402
-from gpujoin.cuda.join import ALGORITHMS  # noqa: E402
+from gpujoin.cuda.join import ALGORITHMS as ALL_ALGORITHMS  # noqa: E402
 from gpujoin.cuda.table import DeviceTable  # noqa: E402
 
 HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+#: The general equi-join algorithms; "bitmap" (semi/anti joins over [0, 2^32)) is tested apart.
+ALGORITHMS = tuple(a for a in ALL_ALGORITHMS if a != "bitmap")
 
 
 def fmix32(k):
@@ -217,3 +219,49 @@ def test_2e27_join_checksums(algorithm, payloads):
     assert int(out["k"].astype(cp.int64).sum()) == int(sk.astype(cp.int64).sum())
     del out
     cp.get_default_memory_pool().free_all_blocks()
+
+
+# ---------------------------------------------------------------- paper 002's GPU bitmap join
+
+from gpujoin.cuda.join.bitmap import probe_hits  # noqa: E402
+from test_cpu_joins import domain_pair  # noqa: E402
+
+
+@pytest.mark.parametrize("bucket_bits", [0, 4, 8])
+@pytest.mark.parametrize("case", ["empty_build", "empty_probe", "no_overlap", "full_overlap", "ends", "random"])
+def test_gpu_bitmap_set_intersection(bucket_bits, case):
+    rng = np.random.default_rng(3)
+    u = rng.choice(2**32, 200_000, replace=False).astype(np.uint32)
+    r, s = {
+        "empty_build": (u[:0], u[:100]), "empty_probe": (u[:100], u[:0]),
+        "no_overlap": (u[:100_000], u[100_000:]), "full_overlap": (u[:100_000], rng.permutation(u[:100_000])),
+        "ends": (np.array([0, 2**32 - 1, 7], np.uint32), np.array([2**32 - 1, 0, 8, 2**31], np.uint32)),
+        "random": (u[:150_000], u[50_000:]),
+    }[case]
+    for want in (True, False):
+        pos = cp.asnumpy(probe_hits(cp.asarray(r), cp.asarray(s), want, bucket_bits=bucket_bits))
+        np.testing.assert_array_equal(np.sort(pos), np.flatnonzero(np.isin(s, r) == want))
+    keys = cp.asnumpy(probe_hits(cp.asarray(r), cp.asarray(s), bucket_bits=bucket_bits, emit_keys=True))
+    np.testing.assert_array_equal(np.sort(keys), np.sort(s[np.isin(s, r)]))
+
+
+@pytest.mark.parametrize("how", ["semi", "anti"])
+@settings(max_examples=20)
+@given(pair=domain_pair())
+def test_gpu_bitmap_join_matches_cpu_engine(how, pair):
+    left, right = pair
+    want = gpujoin.join(left, right, "k", how=how, device="cpu")
+    got = gpujoin.join(left, right, "k", how=how, device="cuda", algorithm="bitmap")
+    assert_tables_equal(got, want)
+    dl = DeviceTable.from_arrow(left.filter(left["k"].is_valid()))
+    dr = DeviceTable.from_arrow(right.filter(right["k"].is_valid()))
+    out = gpujoin.join(dl, dr, "k", how=how, algorithm="bitmap").to_arrow()
+    assert_tables_equal(out, gpujoin.join(dl.to_arrow(), dr.to_arrow(), "k", how=how, device="cpu"))
+
+
+def test_gpu_bitmap_join_refuses_other_joins():
+    t = {"k": cp.arange(4, dtype=cp.int64)}
+    with pytest.raises(ValueError, match="semi and anti"):
+        gpujoin.join(t, t, "k", how="inner", algorithm="bitmap")
+    with pytest.raises(ValueError, match=r"\[0, 2\^32\)"):
+        gpujoin.join({"k": cp.asarray([-1])}, t, "k", how="semi", algorithm="bitmap")

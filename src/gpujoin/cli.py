@@ -146,6 +146,38 @@ def cmd_bench(a):
     Console(stderr=True).print(t)
 
 
+def cmd_bench_cpu_joins(a):
+    from .bench.cpu_joins import CPU_ALGORITHMS, bench_cpu_joins, summary
+
+    algos = _csv_list(a.algorithms)
+    bad = [x for x in algos if x not in CPU_ALGORITHMS]
+    if bad:
+        raise ValueError(f"unknown CPU join {bad[0]!r}; valid: {','.join(CPU_ALGORITHMS)}")
+    threads = [int(t) for t in _csv_list(a.threads)] if a.threads else None
+    sizes = [1 << int(x) for x in _csv_list(a.log2_n)]
+    records = bench_cpu_joins(sizes, threads, a.runs, algos, _csv_list(a.peers), a.gpu, a.seed)
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    if a.output:
+        with open(a.output, "a") as f:
+            f.write(lines)
+    else:
+        sys.stdout.write(lines)
+    tcounts = sorted({r["threads"] for r in records if "threads" in r})
+    t = RichTable(title="set intersection, median ms (paper 002 Figs. 3-5)")
+    for col in ["n", "engine"] + [f"{x}T" for x in tcounts]:
+        t.add_column(col, justify="right")
+    for n in sorted({r["workload"]["n"] for r in records}):
+        for name in dict.fromkeys(r["algorithm"] if r["engine"] == "gpujoin" else r["engine"]
+                                  for r in records if r["workload"]["n"] == n and "threads" in r):
+            ms = {r["threads"]: r["median_s"] * 1e3 for r in records if r["workload"]["n"] == n and "threads" in r
+                  and (r["algorithm"] if r["engine"] == "gpujoin" else r["engine"]) == name}
+            t.add_row(f"2^{n.bit_length() - 1}", name, *[f"{ms[x]:.1f}" if x in ms else "" for x in tcounts])
+    err = Console(stderr=True)
+    err.print(t)
+    for row in summary(records):
+        err.print(f"n=2^{row.pop('n').bit_length() - 1}: " + "; ".join(f"{k} {v[0]} {v[1]:.1f} ms" for k, v in row.items()))
+
+
 def cmd_info(a):
     import numba
     import numpy
@@ -238,6 +270,16 @@ def build_parser() -> argparse.ArgumentParser:
             bb.add_argument("--log2-groups", type=int, default=16)
             bb.add_argument("--values", type=int, default=2)
         bb.set_defaults(fn=cmd_bench)
+    bc = bsub.add_parser("cpu-joins", help="paper 002: set intersection of unique 32-bit keys vs threads")
+    bc.add_argument("--log2-n", default="22,23,24", help="comma-separated log2 of the keys per side")
+    bc.add_argument("--threads", help="comma-separated thread counts (default 1, 2, 4, ... all)")
+    bc.add_argument("--algorithms", default="merge,hash,split,bucket,phj")
+    bc.add_argument("--runs", type=int, default=5)
+    bc.add_argument("--peers", default="", help="comma-separated: duckdb,polars")
+    bc.add_argument("--gpu", action="store_true", help="also the GPU bitmap join (compute, and with transfers)")
+    bc.add_argument("--seed", type=int, default=2011)
+    bc.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+    bc.set_defaults(fn=cmd_bench_cpu_joins)
     bp = bsub.add_parser("plot")
     bp.add_argument("file")
     bp.add_argument("-o", "--output", required=True)
