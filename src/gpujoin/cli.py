@@ -104,6 +104,16 @@ def _sweep(spec: str | None, base: dict) -> list[dict]:
     return [{**base, name: kind(v)} for v in _csv_list(values)]
 
 
+def _write_records(records: list[dict], output: str | None) -> None:
+    """Append JSON lines to ``output``, or print them."""
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    if output:
+        with open(output, "a") as f:
+            f.write(lines)
+    else:
+        sys.stdout.write(lines)
+
+
 def cmd_bench(a):
     from .bench import runner
     from .bench.workloads import GroupByWorkload, JoinWorkload
@@ -128,12 +138,7 @@ def cmd_bench(a):
         runs = [runner.bench_group_by(GroupByWorkload(**w), a.device, a.algorithm, a.runs, peers)
                 for w in _sweep(a.sweep, base)]
     records = [r for rs in runs for r in rs]
-    lines = "".join(json.dumps(r) + "\n" for r in records)
-    if a.output:
-        with open(a.output, "a") as f:
-            f.write(lines)
-    else:
-        sys.stdout.write(lines)
+    _write_records(records, a.output)
     t = RichTable(title=f"gpujoin bench {a.what}")
     for col in ("workload", "engine", "algorithm", "median ms", "min ms", "max ms", "G items/s", "phases ms"):
         t.add_column(col)
@@ -156,12 +161,7 @@ def cmd_bench_cpu_joins(a):
     threads = [int(t) for t in _csv_list(a.threads)] if a.threads else None
     sizes = [1 << int(x) for x in _csv_list(a.log2_n)]
     records = bench_cpu_joins(sizes, threads, a.runs, algos, _csv_list(a.peers), a.gpu, a.seed)
-    lines = "".join(json.dumps(r) + "\n" for r in records)
-    if a.output:
-        with open(a.output, "a") as f:
-            f.write(lines)
-    else:
-        sys.stdout.write(lines)
+    _write_records(records, a.output)
     tcounts = sorted({r["threads"] for r in records if "threads" in r})
     t = RichTable(title="set intersection, median ms (paper 002 Figs. 3-5)")
     for col in ["n", "engine"] + [f"{x}T" for x in tcounts]:

@@ -7,8 +7,6 @@ Reference: paper 002 §6 (Figs. 3-6).
 
 from __future__ import annotations
 
-import time
-
 import numba
 import numpy as np
 
@@ -16,7 +14,7 @@ from ..cpu.join.bitmap import membership
 from ..cpu.join.merge import merge_join
 from ..cpu.join.phj import hash_join
 from ..cpu.join.threads import num_threads
-from .runner import _record, device_name
+from .runner import _record, _timed, device_name
 
 CPU_ALGORITHMS = ("merge", "hash", "split", "bucket", "phj")
 
@@ -48,16 +46,6 @@ def intersect(algorithm: str, r: np.ndarray, s: np.ndarray, threads: int) -> np.
         with num_threads(threads):
             p, _ = hash_join(r.astype(np.int64), rows_r, s.astype(np.int64), rows_s, "inner")
     return s[p]
-
-
-def _timed(fn, runs: int) -> tuple[list[float], object]:
-    out = fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return times, out
 
 
 def bench_cpu_joins(sizes=(1 << 22, 1 << 23, 1 << 24), threads: list[int] | None = None, runs: int = 5,

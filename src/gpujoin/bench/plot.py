@@ -26,6 +26,8 @@ def plot(jsonl: Path, png: Path) -> Path:
     records = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
     if not records:
         raise ValueError(f"{jsonl} holds no benchmark records")
+    if records[0]["benchmark"] == "cpu-joins":
+        return _plot_threads(plt, records, Path(png))
     param = swept_parameter(records)
     lines = defaultdict(list)
     for r in records:
@@ -45,3 +47,35 @@ def plot(jsonl: Path, png: Path) -> Path:
     fig.savefig(tmp, dpi=120)
     tmp.replace(png)
     return Path(png)
+
+
+def _plot_threads(plt, records: list[dict], png: Path) -> Path:
+    """paper 002 Figs. 3-5: time against thread count, one panel per set size, one line per join."""
+    sizes = sorted({r["workload"]["n"] for r in records})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2), squeeze=False)
+    for ax, n in zip(axes[0], sizes):
+        lines = defaultdict(list)
+        for r in records:
+            if r["workload"]["n"] == n and "threads" in r:
+                name = r["algorithm"] if r["engine"] == "gpujoin" else r["engine"]
+                lines[name].append((r["threads"], r["median_s"] * 1e3))
+        for name, pts in lines.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        gpu = [r for r in records if r["workload"]["n"] == n and "threads" not in r]
+        for r, color in zip(gpu, ("black", "gray")):  # the GPU runs, as levels
+            ax.axhline(r["median_s"] * 1e3, linestyle="--", linewidth=1, color=color, label=f"GPU {r['algorithm']}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("threads")
+        ax.set_ylabel("median ms")
+        ax.set_title(f"{n >> 20}M unique keys a side")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    cpu = next((r["device"] for r in records if "threads" in r), "").rsplit(",", 1)[0]
+    fig.suptitle(f"set intersection (paper 002), {cpu}, commit {records[0]['commit']}")
+    fig.tight_layout()
+    tmp = png.with_name(png.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(png)
+    return png

@@ -20,10 +20,16 @@ from .workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
 
 
 def commit() -> str:
+    """Short hash of HEAD, with "-dirty" when tracked files differ from it (a copied working tree
+    whose .git is older than its files, for one)."""
     try:
         here = os.path.dirname(__file__)
-        return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=5).stdout.strip() or "unknown"
+        git = ["git", "-C", here]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+        return (head + ("-dirty" if dirty else "")) or "unknown"
     except Exception:
         return "unknown"
 
