@@ -49,7 +49,11 @@ def hash_keys(keys):
 
 @njit(parallel=True, cache=True)
 def hash_rows(keys2d):
-    """One uint64 hash per row of the (k, n) int64 key matrix (columns combined, boost-style)."""
+    """One uint64 hash per row of the (k, n) int64 key matrix (columns combined, boost-style).
+
+    For one column it is a bijection of the key (fmix64, an xor and an add, each invertible):
+    ``factorize`` relies on that to skip comparing keys whose hashes are equal.
+    """
     k, n = keys2d.shape
     out = np.empty(n, np.uint64)
     for i in prange(n):
@@ -171,7 +175,9 @@ def _factorize_partitions(keys2d, rows, hashes, offsets, local, reps):
                 if ghash[g - 1] == h:
                     rr = reps[lo + g - 1]
                     same = True
-                    for c in range(k):
+                    # one column: hash_rows is a bijection of the key, so equal hashes are equal
+                    # keys and the two random reads of the check can be skipped
+                    for c in range(k if k > 1 else 0):
                         if keys2d[c, rr] != keys2d[c, r]:
                             same = False
                             break
