@@ -79,3 +79,19 @@ def test_bench_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     main(["bench", "plot", str(out), "-o", str(tmp_path / "b.png")])
     assert (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_bench_cpu_joins_and_plot(tmp_path):
+    out = tmp_path / "c.jsonl"
+    main(["bench", "cpu-joins", "--log2-n", "12", "--threads", "1,2", "--runs", "1", "--peers", "duckdb",
+          "-o", str(out)])
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    ours = [r for r in recs if r["engine"] == "gpujoin"]
+    assert {r["algorithm"] for r in ours} == {"merge", "hash", "split", "bucket", "phj"}
+    assert {r["threads"] for r in ours} == {1, 2}
+    assert len({r["output_rows"] for r in recs}) == 1  # every engine found the same intersection
+    pytest.importorskip("matplotlib")
+    main(["bench", "plot", str(out), "-o", str(tmp_path / "c.png")])
+    assert (tmp_path / "c.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        main(["bench", "cpu-joins", "--algorithms", "nope"])

@@ -14,7 +14,7 @@ from ..cpu.join.bitmap import membership
 from ..cpu.join.merge import merge_join
 from ..cpu.join.phj import hash_join
 from ..cpu.join.threads import num_threads
-from .runner import _record, _timed, device_name
+from .runner import _peer_join, _record, _timed, device_name
 
 CPU_ALGORITHMS = ("merge", "hash", "split", "bucket", "phj")
 
@@ -115,26 +115,7 @@ def _gpu_records(w, r, s, runs, expect) -> list[dict]:
 def _peer(peer: str, r: np.ndarray, s: np.ndarray, threads: int):
     import pyarrow as pa
 
-    rt, st = pa.table({"k": r}), pa.table({"k": s})
-    if peer == "duckdb":
-        import duckdb
-
-        con = duckdb.connect()
-        con.execute(f"set threads={threads}")
-        con.register("r_in", rt)
-        con.register("s_in", st)
-
-        def run():
-            con.execute("create or replace table out as select s_in.k from s_in join r_in on s_in.k = r_in.k")
-            return con.execute("select count(*) from out").fetchone()[0]
-        return run
-    if peer == "polars":
-        from .runner import _polars
-
-        pl = _polars(threads)
-        pr, ps = pl.from_arrow(rt), pl.from_arrow(st)
-        return lambda: ps.join(pr, on="k").height
-    raise ValueError(f"unknown peer {peer!r}; valid: duckdb, polars")
+    return _peer_join(peer, pa.table({"k": s}), pa.table({"k": r}), threads)
 
 
 def summary(records: list[dict]) -> list[dict]:

@@ -150,8 +150,9 @@ def _duckdb(threads: int):
     return con
 
 
-def _peer_join(peer: str, s: pa.Table, r: pa.Table) -> Callable[[], int]:
-    threads = numba.get_num_threads()
+def _peer_join(peer: str, s: pa.Table, r: pa.Table, threads: int | None = None) -> Callable[[], int]:
+    """A call that runs S ⋈ R on k in ``peer`` (duckdb, polars) on ``threads`` and returns the row count."""
+    threads = threads or numba.get_num_threads()
     if peer == "duckdb":
         con = _duckdb(threads)
         con.register("r_in", r)
