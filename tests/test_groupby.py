@@ -1,5 +1,7 @@
 """The CPU group-by against DuckDB on random inputs, and its errors."""
 
+import contextlib
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -35,13 +37,28 @@ def groupby_table(draw, max_rows=40):
     })
 
 
+@contextlib.contextmanager
+def aggregation_path(path: str):
+    """Aggregate by per-thread accumulators (few groups) or by partitions (many groups)."""
+    from gpujoin.cpu.groupby import pgb
+
+    saved = pgb.PRIVATE_SLOTS
+    pgb.PRIVATE_SLOTS = saved if path == "per-thread" else 0
+    try:
+        yield
+    finally:
+        pgb.PRIVATE_SLOTS = saved
+
+
+@pytest.mark.parametrize("path", ["per-thread", "partitioned"])
 @pytest.mark.parametrize("by", [["k"], ["s"], ["k", "s"]])
 @given(table=groupby_table())
-def test_groupby_matches_duckdb(duck, by, table):
+def test_groupby_matches_duckdb(duck, path, by, table):
     aggs = {"sv": ("v", "sum"), "cv": ("v", "count"), "n": (None, "size"), "mn": ("v", "min"),
             "mx": ("v", "max"), "av": ("v", "mean"), "sf": ("f", "sum"), "mnf": ("f", "min"),
             "ms": ("s", "max")}
-    got = gpujoin.group_by(table, by).agg(**aggs)
+    with aggregation_path(path):
+        got = gpujoin.group_by(table, by).agg(**aggs)
     duck_aggs = {k: (("v" if c is None else c), fn) for k, (c, fn) in aggs.items()}
     expected = duckdb_groupby(duck, table, by, duck_aggs)
     got = got.set_column(got.column_names.index("sv"), "sv", got["sv"].cast(pa.float64()))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -167,14 +166,13 @@ def _from_words(w0: np.ndarray, w1: np.ndarray, valid: np.ndarray, t: pa.DataTyp
 
 
 def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
-    ng = fact.num_groups
     if fn == "size":
-        return pa.array(pgb.group_sizes(fact.offsets, fact.part_gid, ng))
+        return pa.array(pgb.group_sizes(fact))
     arr = combined(t, col)
     typ = arr.type
     valid, has_valid = _validity(arr)
     if fn == "count" and not has_valid:
-        return pa.array(pgb.group_sizes(fact.offsets, fact.part_gid, ng))
+        return pa.array(pgb.group_sizes(fact))
     if is_string_type(typ):
         if fn not in ("min", "max", "count"):
             raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
@@ -183,15 +181,14 @@ def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
         uniq = pc.unique(arr.cast(pa.large_string())).drop_null()
         uniq = uniq.take(pc.sort_indices(uniq))
         values = pc.index_in(arr.cast(pa.large_string()), value_set=uniq).fill_null(0).to_numpy().astype(np.int64)
-        count, _, _, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact.rows, fact.offsets, fact.part_gid, ng)
+        count, _, _, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact)
         if fn == "count":
             return pa.array(count)
         codes = vmin if fn == "min" else vmax
         return uniq.take(pa.array(codes, mask=count == 0)).cast(typ)
     if pa.types.is_floating(typ):
         values = arr.cast(pa.float64()).fill_null(0).to_numpy()
-        count, vsum, vmin, vmax = pgb.reduce_float(values, valid, has_valid, fact.rows, fact.offsets,
-                                                   fact.part_gid, ng)
+        count, vsum, vmin, vmax = pgb.reduce_float(values, valid, has_valid, fact)
         empty = count == 0
         if fn == "count":
             return pa.array(count)
@@ -208,8 +205,7 @@ def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
         raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
                                     f"dates and timestamps support count, size, min and max")
     values = _int_values(col, arr)
-    count, sum_hi, sum_lo, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact.rows, fact.offsets,
-                                                       fact.part_gid, ng)
+    count, sum_hi, sum_lo, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact)
     empty = count == 0
     if fn == "count":
         return pa.array(count)

@@ -10,82 +10,164 @@ References: paper 003 §2.6 (PGB-UR), doi:10.1145/3709689.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
 _MASK32 = np.int64(0xFFFFFFFF)
 
 
-@njit(parallel=True, cache=True)
-def reduce_int(values, valid, has_valid, rows, offsets, part_gid, ng):
-    """count, exact sum (as hi/lo 32-bit halves), min and max of int64 values per group.
+#: The per-thread accumulator path runs when groups x chunks stays below this many slots.
+PRIVATE_SLOTS = 1 << 21
 
-    The sum is kept as sum(v >> 32) and sum(v & 0xffffffff), each exact for < 2**31 rows,
-    so the caller can form the exact 128-bit total.
-    """
+
+@njit(inline="always", cache=True)
+def _update_int(count, sum_hi, sum_lo, vmin, vmax, g, v):
+    if count[g] == 0:
+        vmin[g] = v
+        vmax[g] = v
+    else:
+        if v < vmin[g]:
+            vmin[g] = v
+        if v > vmax[g]:
+            vmax[g] = v
+    count[g] += 1
+    sum_hi[g] += v >> 32
+    sum_lo[g] += v & _MASK32
+
+
+@njit(inline="always", cache=True)
+def _update_float(count, vsum, vmin, vmax, g, v):
+    if count[g] == 0:
+        vmin[g] = v
+        vmax[g] = v
+    else:
+        if v < vmin[g] or np.isnan(vmin[g]):
+            vmin[g] = v
+        if v > vmax[g] or np.isnan(v):
+            vmax[g] = v
+    count[g] += 1
+    vsum[g] += v
+
+
+@njit(parallel=True, cache=True)
+def _int_by_partition(values, valid, has_valid, rows, offsets, part_gid, ng):
     count = np.zeros(ng, np.int64)
     sum_hi = np.zeros(ng, np.int64)
     sum_lo = np.zeros(ng, np.int64)
     vmin = np.zeros(ng, np.int64)
     vmax = np.zeros(ng, np.int64)
-    P = offsets.size - 1
-    for p in prange(P):
+    for p in prange(offsets.size - 1):
         for i in range(offsets[p], offsets[p + 1]):
             r = rows[i]
-            if has_valid and not valid[r]:
-                continue
-            g = part_gid[i]
-            v = values[r]
-            if count[g] == 0:
-                vmin[g] = v
-                vmax[g] = v
-            else:
-                if v < vmin[g]:
-                    vmin[g] = v
-                if v > vmax[g]:
-                    vmax[g] = v
-            count[g] += 1
-            sum_hi[g] += v >> 32
-            sum_lo[g] += v & _MASK32
+            if not (has_valid and not valid[r]):
+                _update_int(count, sum_hi, sum_lo, vmin, vmax, part_gid[i], values[r])
     return count, sum_hi, sum_lo, vmin, vmax
 
 
 @njit(parallel=True, cache=True)
-def reduce_float(values, valid, has_valid, rows, offsets, part_gid, ng):
-    """count, sum, min and max of float64 values per group; NaN is larger than every number."""
+def _int_by_codes(values, valid, has_valid, codes, ng, nchunks):
+    n = values.size
+    step = (n + nchunks - 1) // nchunks
+    count = np.zeros((nchunks, ng), np.int64)
+    sum_hi = np.zeros((nchunks, ng), np.int64)
+    sum_lo = np.zeros((nchunks, ng), np.int64)
+    vmin = np.zeros((nchunks, ng), np.int64)
+    vmax = np.zeros((nchunks, ng), np.int64)
+    for t in prange(nchunks):
+        for i in range(t * step, min(n, (t + 1) * step)):
+            if not (has_valid and not valid[i]):
+                _update_int(count[t], sum_hi[t], sum_lo[t], vmin[t], vmax[t], codes[i], values[i])
+    for g in prange(ng):  # fold the chunks' accumulators into chunk 0's
+        for t in range(1, nchunks):
+            c = count[t, g]
+            if c == 0:
+                continue
+            if count[0, g] == 0 or vmin[t, g] < vmin[0, g]:
+                vmin[0, g] = vmin[t, g]
+            if count[0, g] == 0 or vmax[t, g] > vmax[0, g]:
+                vmax[0, g] = vmax[t, g]
+            count[0, g] += c
+            sum_hi[0, g] += sum_hi[t, g]
+            sum_lo[0, g] += sum_lo[t, g]
+    return count[0], sum_hi[0], sum_lo[0], vmin[0], vmax[0]
+
+
+@njit(parallel=True, cache=True)
+def _float_by_partition(values, valid, has_valid, rows, offsets, part_gid, ng):
     count = np.zeros(ng, np.int64)
     vsum = np.zeros(ng, np.float64)
     vmin = np.zeros(ng, np.float64)
     vmax = np.zeros(ng, np.float64)
-    P = offsets.size - 1
-    for p in prange(P):
+    for p in prange(offsets.size - 1):
         for i in range(offsets[p], offsets[p + 1]):
             r = rows[i]
-            if has_valid and not valid[r]:
-                continue
-            g = part_gid[i]
-            v = values[r]
-            if count[g] == 0:
-                vmin[g] = v
-                vmax[g] = v
-            else:
-                if v < vmin[g] or np.isnan(vmin[g]):
-                    vmin[g] = v
-                if v > vmax[g] or np.isnan(v):
-                    vmax[g] = v
-            count[g] += 1
-            vsum[g] += v
+            if not (has_valid and not valid[r]):
+                _update_float(count, vsum, vmin, vmax, part_gid[i], values[r])
     return count, vsum, vmin, vmax
 
 
 @njit(parallel=True, cache=True)
-def group_sizes(offsets, part_gid, ng):
-    """Rows per group (SQL count(*))."""
-    size = np.zeros(ng, np.int64)
-    for p in prange(offsets.size - 1):
-        for i in range(offsets[p], offsets[p + 1]):
-            size[part_gid[i]] += 1
-    return size
+def _float_by_codes(values, valid, has_valid, codes, ng, nchunks):
+    n = values.size
+    step = (n + nchunks - 1) // nchunks
+    count = np.zeros((nchunks, ng), np.int64)
+    vsum = np.zeros((nchunks, ng), np.float64)
+    vmin = np.zeros((nchunks, ng), np.float64)
+    vmax = np.zeros((nchunks, ng), np.float64)
+    for t in prange(nchunks):
+        for i in range(t * step, min(n, (t + 1) * step)):
+            if not (has_valid and not valid[i]):
+                _update_float(count[t], vsum[t], vmin[t], vmax[t], codes[i], values[i])
+    for g in prange(ng):
+        for t in range(1, nchunks):
+            c = count[t, g]
+            if c == 0:
+                continue
+            if count[0, g] == 0 or vmin[t, g] < vmin[0, g] or np.isnan(vmin[0, g]):
+                vmin[0, g] = vmin[t, g]
+            if count[0, g] == 0 or vmax[t, g] > vmax[0, g] or np.isnan(vmax[t, g]):
+                vmax[0, g] = vmax[t, g]
+            count[0, g] += c
+            vsum[0, g] += vsum[t, g]
+    return count[0], vsum[0], vmin[0], vmax[0]
+
+
+def _private_chunks(fact) -> int:
+    """Chunks for the per-thread accumulator path, or 0 when the groups are too many for it.
+
+    With few groups every thread keeps its own accumulators (a few KiB to MiB, cache-resident)
+    and reads the values in input order; with many, the partitioned path keeps each group in
+    one partition instead.
+    """
+    chunks = numba.get_num_threads()
+    return chunks if fact.num_groups * chunks <= PRIVATE_SLOTS else 0
+
+
+def reduce_int(values, valid, has_valid, fact):
+    """count, exact sum (as hi/lo 32-bit halves), min and max of int64 values per group.
+
+    values, valid : (n,) in input order; fact : the Factorization of the keys.  The sum is kept
+    as sum(v >> 32) and sum(v & 0xffffffff), each exact for < 2**31 rows, so the caller can form
+    the exact 128-bit total.
+    """
+    chunks = _private_chunks(fact)
+    if chunks:
+        return _int_by_codes(values, valid, has_valid, fact.codes, fact.num_groups, chunks)
+    return _int_by_partition(values, valid, has_valid, fact.rows, fact.offsets, fact.part_gid, fact.num_groups)
+
+
+def reduce_float(values, valid, has_valid, fact):
+    """count, sum, min and max of float64 values per group; NaN is larger than every number."""
+    chunks = _private_chunks(fact)
+    if chunks:
+        return _float_by_codes(values, valid, has_valid, fact.codes, fact.num_groups, chunks)
+    return _float_by_partition(values, valid, has_valid, fact.rows, fact.offsets, fact.part_gid, fact.num_groups)
+
+
+def group_sizes(fact) -> np.ndarray:
+    """Rows per group (SQL count(*)), int64 (g,)."""
+    return np.bincount(fact.codes, minlength=fact.num_groups).astype(np.int64, copy=False)
 
 
 def exact_sum_words(sum_hi: np.ndarray, sum_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
