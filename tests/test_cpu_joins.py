@@ -83,3 +83,20 @@ def test_bitmap_joins_refuse_what_they_cannot_answer():
     with pytest.raises(ValueError, match="threads=99"):
         membership("bucket", np.zeros(1, np.uint32), np.zeros(1, np.uint32), threads=99)
     assert "merge" in gpujoin.algorithms("cpu")["join"]
+
+
+def test_auto_picks_bucket_only_for_large_semi_anti_joins_in_its_domain(monkeypatch):
+    from gpujoin.plan import join as plan_join
+    from gpujoin.plan.join import execute_join
+
+    monkeypatch.setattr(plan_join, "BITMAP_AUTO_MIN_ROWS", 4)
+    left = pa.table({"k": pa.array([1, 2, 3, 2**32 - 1, None], pa.int64())})
+    right = pa.table({"k": pa.array([2, 2**32 - 1, 9], pa.int64())})
+    for how, want in (("semi", [2, 2**32 - 1]), ("anti", [1, 3, None])):
+        out, stats = execute_join(left, right, "k", how=how)
+        assert stats.algorithm == "bucket" and sorted(out["k"].to_pylist(), key=str) == sorted(want, key=str)
+    assert execute_join(left, right, "k", how="inner")[1].algorithm == "phj"
+    negative = pa.table({"k": pa.array([-1, 2, 3, 4, 5], pa.int64())})
+    assert execute_join(negative, right, "k", how="semi")[1].algorithm == "phj"
+    monkeypatch.setattr(plan_join, "BITMAP_AUTO_MIN_ROWS", 1 << 23)
+    assert execute_join(left, right, "k", how="semi")[1].algorithm == "phj"

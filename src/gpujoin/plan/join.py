@@ -116,6 +116,8 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
             _check_unique(lkeys, lvalid, "left", validate)
         if validate in ("1:1", "m:1"):
             _check_unique(rkeys, rvalid, "right", validate)
+        if algorithm.lower() == "auto" and dev == "cpu":
+            algo = stats.algorithm = _auto_cpu_join(how, lkeys, rkeys)
         t1 = time.perf_counter()
         stats.phases["transform"] = t1 - t0
         lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo)
@@ -125,6 +127,22 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     stats.phases["materialize"] = time.perf_counter() - t2
     stats.output_rows = out.num_rows
     return out, stats
+
+
+#: Probe rows from which ``auto`` answers a CPU semi/anti join with paper 002's ``bucket`` join
+#: (keys in [0, 2^32)): at 8M keys a side it matched or beat ``phj`` on 1 to 16 threads, at 4M it
+#: lost on one thread (docs/BENCHMARKS.md, issue 6); below, zeroing its 512 MiB bitmap dominates.
+BITMAP_AUTO_MIN_ROWS = 1 << 23
+
+
+def _auto_cpu_join(how: str, lkeys: np.ndarray, rkeys: np.ndarray) -> str:
+    """The CPU join ``algorithm="auto"`` runs: ``bucket`` for large semi and anti joins whose keys
+    fit its bitmap's domain, else ``phj`` (every join type)."""
+    if how not in ("semi", "anti") or lkeys.size < BITMAP_AUTO_MIN_ROWS:
+        return "phj"
+    in_domain = all(k.size == 0 or (int(k.min()) >= 0 and (k.dtype == np.int32 or int(k.max()) < 1 << 32))
+                    for k in (lkeys, rkeys))
+    return "bucket" if in_domain else "phj"
 
 
 def _on_device(x) -> bool:
