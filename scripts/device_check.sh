@@ -25,10 +25,10 @@ fi
 if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m "gpu and not slow" -q -p no:cacheprovider --tb=short -rf \
+  timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and not slow" -q -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
   rc=${PIPESTATUS[0]}
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m "gpu and slow" -q -p no:cacheprovider --tb=short -rf \
+  timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and slow" -q -p no:cacheprovider --tb=short -rf \
     tests/ 2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -10
   [[ $rc == 0 ]] && rc=${PIPESTATUS[0]}
 fi
