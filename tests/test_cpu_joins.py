@@ -100,3 +100,17 @@ def test_auto_picks_bucket_only_for_large_semi_anti_joins_in_its_domain(monkeypa
     assert execute_join(negative, right, "k", how="semi")[1].algorithm == "phj"
     monkeypatch.setattr(plan_join, "BITMAP_AUTO_MIN_ROWS", 1 << 23)
     assert execute_join(left, right, "k", how="semi")[1].algorithm == "phj"
+
+
+@pytest.mark.parametrize("algorithm,how", [("merge", h) for h in HOWS]
+                         + [(a, h) for a in BITMAP for h in ("semi", "anti")])
+def test_paper002_joins_match_the_cpu_engine(algorithm, how):
+    """Larger random inputs than the DuckDB tests, against gpujoin's own PHJ."""
+    rng = np.random.default_rng(len(algorithm) * 7 + len(how))
+    n = 50_000
+    keys = rng.integers(0, 2**32, n // 3)
+    left = pa.table({"k": pa.array(rng.choice(keys, n), mask=rng.random(n) < 0.05), "lid": np.arange(n)})
+    right = pa.table({"k": rng.choice(np.concatenate([keys, rng.integers(0, 2**32, 1000)]), n // 2),
+                      "rid": np.arange(n // 2)})
+    want = gpujoin.join(left, right, "k", how=how, algorithm="phj")
+    assert_tables_equal(gpujoin.join(left, right, "k", how=how, algorithm=algorithm), want)
