@@ -101,27 +101,6 @@ class JoinOutput:
         return (self.n_pairs + (0 if self.probe_only is None else self.probe_only.size)
                 + (0 if self.build_only is None else self.build_only.size))
 
-    def finish(self, method: str, pairs: tuple | None, probe_only, build_only, originals, transformed,
-               rowids, direct: tuple) -> JoinOutput:
-        """Fill in a transforming join's result (PHJ, SMJ).
-
-        pairs: (out_b, out_p, out_k) of the match, or None; probe_only/build_only: positions in the
-        transformed sides; originals / transformed: (build, probe) keys before / after the
-        transformation; rowids: (build, probe) original row ids in transformed order (GFUR);
-        direct: (build, probe) whether the match wrote the single payload column itself (GFTR).
-        """
-        if pairs is not None:
-            self.pairs_b, self.pairs_p, self.pair_keys = pairs
-        if method == "ur":  # positions go back to original rows, where GFUR gathers from
-            self.probe_only = map_positions(probe_only, rowids[1])
-            self.build_only = map_positions(build_only, rowids[0])
-            self.key_b, self.key_p = originals
-        else:
-            self.direct_b, self.direct_p = direct
-            self.probe_only, self.build_only = probe_only, build_only
-            self.key_b, self.key_p = transformed
-        return self
-
     def _side(self, col: int, build: bool) -> tuple[cp.ndarray, cp.ndarray | None]:
         space = self.space_b if build else self.space_p
         pairs, direct = (self.pairs_b, self.direct_b) if build else (self.pairs_p, self.direct_p)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..primitives import Digits, hash_partition_bits, key_type, radix_partition, word_type
 from ..runtime import check_memory, kernel, out_of_memory, ptr
-from .common import (JoinOutput, PhaseTimer, direct_column, emits_pairs,
+from .common import (JoinOutput, PhaseTimer, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
 
 #: Shared-memory table of a work unit: at most CAP_BUILD build rows in NBUCKETS chains.
@@ -116,8 +116,15 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
     timer.mark("match")
     out = JoinOutput(space_b, space_p, params={"radix_bits": bits, "work_units": units, "method": method},
                      phases=timer.phases)
-    return out.finish(method, (out_b, out_p, out_k) if pairs else None, probe_only, build_only, (bk, pk),
-                      (tbk, tpk), (tbrow, tprow) if method == "ur" else None,
-                      (bsrc is not None, psrc is not None))
+    if pairs:
+        out.pairs_b, out.pairs_p, out.pair_keys = out_b, out_p, out_k
+    if method == "ur":
+        out.probe_only, out.build_only = map_positions(probe_only, tprow), map_positions(build_only, tbrow)
+        out.key_b, out.key_p = bk, pk
+    else:
+        out.direct_b, out.direct_p = bsrc is not None, psrc is not None
+        out.probe_only, out.build_only = probe_only, build_only
+        out.key_b, out.key_p = tbk, tpk
+    return out
 
 

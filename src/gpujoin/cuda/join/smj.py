@@ -18,7 +18,7 @@ import numpy as np
 
 from ..primitives import key_type, merge_bounds, radix_sort, word_type
 from ..runtime import check_memory, kernel, out_of_memory, ptr
-from .common import (JoinOutput, PhaseTimer, direct_column, emits_pairs,
+from .common import (JoinOutput, PhaseTimer, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
 
 BLOCK = 256
@@ -92,6 +92,13 @@ def _smj(bk, pk, bpay, ppay, mode, method, emit_keys):
     probe_only, build_only = unmatched(mode, pflag, bflag)
     timer.mark("match")
     out = JoinOutput(space_b, space_p, params={"key_bits": bits, "method": method}, phases=timer.phases)
-    return out.finish(method, (out_b, out_p, out_k) if pairs else None, probe_only, build_only, (bk, pk),
-                      (sbk, spk), (sbrow, sprow) if method == "ur" else None,
-                      (bsrc is not None, psrc is not None))
+    if pairs:
+        out.pairs_b, out.pairs_p, out.pair_keys = out_b, out_p, out_k
+    if method == "ur":
+        out.probe_only, out.build_only = map_positions(probe_only, sprow), map_positions(build_only, sbrow)
+        out.key_b, out.key_p = bk, pk
+    else:
+        out.direct_b, out.direct_p = bsrc is not None, psrc is not None
+        out.probe_only, out.build_only = probe_only, build_only
+        out.key_b, out.key_p = sbk, spk
+    return out
