@@ -150,19 +150,25 @@ def _duckdb(threads: int):
     return con
 
 
+def _duckdb_query(threads: int, tables: dict[str, pa.Table], select: str) -> Callable[[], int]:
+    """A call that materializes ``select`` over ``tables`` as a DuckDB table; returns its rows."""
+    con = _duckdb(threads)
+    for name, table in tables.items():
+        con.register(name, table)
+
+    def run():
+        con.execute(f"create or replace table out as {select}")
+        return con.execute("select count(*) from out").fetchone()[0]
+    return run
+
+
 def _peer_join(peer: str, s: pa.Table, r: pa.Table, threads: int | None = None) -> Callable[[], int]:
     """A call that runs S ⋈ R on k in ``peer`` (duckdb, polars) on ``threads`` and returns the row count."""
     threads = threads or numba.get_num_threads()
     if peer == "duckdb":
-        con = _duckdb(threads)
-        con.register("r_in", r)
-        con.register("s_in", s)
         cols = ", ".join(["s_in.k"] + [f"s_in.{c}" for c in s.column_names[1:]] + [f"r_in.{c}" for c in r.column_names[1:]])
-
-        def run():
-            con.execute(f"create or replace table out as select {cols} from s_in join r_in on s_in.k = r_in.k")
-            return con.execute("select count(*) from out").fetchone()[0]
-        return run
+        return _duckdb_query(threads, {"r_in": r, "s_in": s},
+                             f"select {cols} from s_in join r_in on s_in.k = r_in.k")
     if peer == "polars":
         pl = _polars(threads)
         pr, ps = pl.from_arrow(r), pl.from_arrow(s)
@@ -173,14 +179,8 @@ def _peer_join(peer: str, s: pa.Table, r: pa.Table, threads: int | None = None) 
 def _peer_group_by(peer: str, t: pa.Table, aggs) -> Callable[[], int]:
     threads = numba.get_num_threads()
     if peer == "duckdb":
-        con = _duckdb(threads)
-        con.register("t_in", t)
         sel = ", ".join(f"max({c})" for c, _ in aggs)
-
-        def run():
-            con.execute(f"create or replace table out as select k, {sel} from t_in group by k")
-            return con.execute("select count(*) from out").fetchone()[0]
-        return run
+        return _duckdb_query(threads, {"t_in": t}, f"select k, {sel} from t_in group by k")
     if peer == "polars":
         pl = _polars(threads)
         df = pl.from_arrow(t)

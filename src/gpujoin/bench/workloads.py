@@ -8,8 +8,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
+class _Workload:
+    def describe(self) -> dict:
+        """The workload's fields, for benchmark records."""
+        return asdict(self)
+
+
 @dataclass
-class JoinWorkload:
+class JoinWorkload(_Workload):
     """R ⋈ S on ``k``.  ``distinct_keys`` > 0 makes it many-to-many (both sides uniform over K)."""
 
     log2_r: int = 24
@@ -22,12 +28,9 @@ class JoinWorkload:
     payload_bytes: int = 4
     seed: int = 42
 
-    def describe(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class GroupByWorkload:
+class GroupByWorkload(_Workload):
     """``log2_rows`` rows, keys uniform (or Zipf) over ``2**log2_groups`` groups, MAX of ``values`` columns."""
 
     log2_rows: int = 24
@@ -36,9 +39,6 @@ class GroupByWorkload:
     values: int = 2
     key_bytes: int = 4
     seed: int = 42
-
-    def describe(self) -> dict:
-        return asdict(self)
 
 
 class _Random:
