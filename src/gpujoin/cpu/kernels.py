@@ -39,15 +39,6 @@ def partition_of(h, mask):
 
 
 @njit(parallel=True, cache=True)
-def hash_keys(keys):
-    """fmix64 of each int64 key; uint64 (n,)."""
-    out = np.empty(keys.size, np.uint64)
-    for i in prange(keys.size):
-        out[i] = fmix64(np.uint64(keys[i]))
-    return out
-
-
-@njit(parallel=True, cache=True)
 def hash_rows(keys2d):
     """One uint64 hash per row of the (k, n) int64 key matrix (columns combined, boost-style).
 

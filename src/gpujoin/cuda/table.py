@@ -82,12 +82,5 @@ class DeviceTable:
         return f"DeviceTable({self.num_rows} rows; {cols})"
 
 
-def is_device_input(x) -> bool:
-    """True for a DeviceTable or a dict whose columns are GPU arrays."""
-    if isinstance(x, DeviceTable):
-        return True
-    return isinstance(x, dict) and bool(x) and all(hasattr(v, "__cuda_array_interface__") for v in x.values())
-
-
 def as_device_table(x) -> DeviceTable:
     return x if isinstance(x, DeviceTable) else DeviceTable(x)

@@ -53,20 +53,8 @@ __device__ __forceinline__ T warp_inclusive_sum(T x) {
     return x;
 }
 
-// Claim `c` consecutive output slots per lane from a global counter with one atomic per warp;
-// returns this lane's first slot.  Every lane of the warp must call it.
-__device__ __forceinline__ u64 warp_claim(u64* counter, u32 c) {
-    const int lane = threadIdx.x & 31;
-    u32 incl = warp_inclusive_sum<u32>(c);
-    u32 total = __shfl_sync(FULL_MASK, incl, 31);
-    u64 base = 0;
-    if (lane == 31 && total) base = atomicAdd(counter, (u64)total);
-    base = __shfl_sync(FULL_MASK, base, 31);
-    return base + incl - c;
-}
-
 // Claim `c` consecutive output slots per thread with one atomic per block.  Every thread of the
-// block must call it (block-uniform loops): one atomic per warp on a single counter serializes
+// block must call it (block-uniform loops): one atomic per warp (measured: match 5.6 ms, against 3.0 ms this way) serializes
 // millions of atomics at the L2 for a 2^27-row probe.
 __device__ __forceinline__ u64 block_claim(u64* counter, u32 c) {
     __shared__ u32 s_warp[32];
