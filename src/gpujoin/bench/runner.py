@@ -107,7 +107,11 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
         records.append(_record("join", w.describe(), "gpujoin", st.algorithm, device_name(dev), times, items,
                                st.phases, rows))
     if peers:
-        rt, st_ = (pa.table(make_join(w)[0]), pa.table(make_join(w)[1])) if dev == "cuda" else (right, left)
+        if dev == "cuda":  # the peers join the same workload from host memory
+            r_host, s_host = make_join(w)
+            rt, st_ = pa.table(r_host), pa.table(s_host)
+        else:
+            rt, st_ = right, left
         for peer in peers:
             fn = _peer_join(peer, st_, rt)
             ptimes, prows = _timed(fn, runs)
