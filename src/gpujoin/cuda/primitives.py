@@ -37,7 +37,7 @@ def key_type(keys: cp.ndarray) -> str:
     try:
         return _KEY[keys.dtype]
     except KeyError:
-        raise TypeError(f"GPU join keys must be int32 or int64, got {keys.dtype}") from None
+        raise TypeError(f"GPU join and group-by keys must be int32 or int64, got {keys.dtype}") from None
 
 
 def word_type(dtype) -> str:

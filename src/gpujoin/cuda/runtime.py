@@ -87,3 +87,21 @@ def ptr(a):
     import numpy as np  # noqa: PLC0415
 
     return np.uint64(0) if a is None else a
+
+
+class PhaseTimer:
+    """Wall time of an operation's phases (seconds), the device synchronized at each mark."""
+
+    def __init__(self):
+        import time  # noqa: PLC0415
+
+        self._now = time.perf_counter
+        self.phases: dict[str, float] = {}
+        _cupy().cuda.Device().synchronize()
+        self._t = self._now()
+
+    def mark(self, phase: str) -> None:
+        _cupy().cuda.Device().synchronize()
+        t = self._now()
+        self.phases[phase] = self.phases.get(phase, 0.0) + t - self._t
+        self._t = t

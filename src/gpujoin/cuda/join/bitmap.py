@@ -14,8 +14,8 @@ import cupy as cp
 import numpy as np
 
 from ..primitives import Digits, radix_partition
-from ..runtime import check_memory, kernel, out_of_memory, ptr
-from .common import JoinOutput, PhaseTimer
+from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
+from .common import JoinOutput
 
 DOMAIN_BITS, BLOCK = 32, 256
 

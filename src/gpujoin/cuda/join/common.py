@@ -174,21 +174,3 @@ def direct_column(space: list[cp.ndarray]) -> cp.ndarray | None:
     if len(space) == 1 and space[0].dtype.itemsize in (4, 8):
         return space[0].view(np.dtype(f"u{space[0].dtype.itemsize}"))
     return None
-
-
-class PhaseTimer:
-    """Wall time of a join's phases (transform, match), the device synchronized at each mark."""
-
-    def __init__(self):
-        import time  # noqa: PLC0415
-
-        self._now = time.perf_counter
-        self.phases: dict[str, float] = {}
-        cp.cuda.Device().synchronize()
-        self._t = self._now()
-
-    def mark(self, phase: str) -> None:
-        cp.cuda.Device().synchronize()
-        t = self._now()
-        self.phases[phase] = self.phases.get(phase, 0.0) + t - self._t
-        self._t = t

@@ -21,8 +21,8 @@ import cupy as cp
 import numpy as np
 
 from ..primitives import Digits, hash_partition_bits, key_type, radix_partition, word_type
-from ..runtime import check_memory, kernel, out_of_memory, ptr
-from .common import (JoinOutput, PhaseTimer, direct_column, emits_pairs, map_positions,
+from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
+from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
 
 #: Shared-memory table of a work unit: at most CAP_BUILD build rows in NBUCKETS chains.

@@ -39,6 +39,11 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         + [f"expand_matches<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
     ),
     "bitmap.cu": ["bitmap_build", "bitmap_probe<u32>", "bitmap_probe<u64>"],
+    "groupby.cu": (
+        [f"{name}<{k}>" for name, k in product(("hll_sketch", "hgb_build", "hgb_lookup", "hgb_aggregate"), _KEYS)]
+        + [f"sorted_reduce<{i}>" for i in ("i32", "i64")]
+        + [f"pgb_aggregate<{k}, {i}>" for k, i in product(_KEYS, ("i32", "i64"))]
+    ),
     "gather.cu": (
         [f"gather<{v}, {i}>" for v, i in product(_VALUES, _INDEX)]
         + ["compact_count"]

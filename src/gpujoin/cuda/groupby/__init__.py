@@ -1,0 +1,29 @@
+"""Single-GPU group-by algorithms of paper 003 §2: HGB, SGB-UR/TR/DE-TR, PGB-UR/TR, behind one call."""
+
+from __future__ import annotations
+
+from .common import AggInput, GroupByOutput
+
+#: Algorithms by their standard names (lower case), the default first.
+ALGORITHMS = ("hgb", "pgb-tr", "pgb-ur", "sgb-tr", "sgb-de-tr", "sgb-ur")
+
+
+def run(algorithm: str, keys, inputs: list[AggInput], *, radix_bits: int | None = None) -> GroupByOutput:
+    """Run GPU group-by ``algorithm`` (one of ALGORITHMS) over int32/int64 device ``keys``
+    (no nulls) and the aggregate ``inputs``; see ``hgb.hgb``, ``sgb.sgb``, ``pgb.pgb``."""
+    if algorithm == "hgb":
+        from .hgb import hgb
+
+        return hgb(keys, inputs)
+    if algorithm in ("sgb-tr", "sgb-ur", "sgb-de-tr"):
+        from .sgb import sgb
+
+        return sgb(keys, inputs, method=algorithm[4:])
+    if algorithm in ("pgb-tr", "pgb-ur"):
+        from .pgb import pgb
+
+        return pgb(keys, inputs, method=algorithm[4:], radix_bits=radix_bits)
+    raise ValueError(f"unknown GPU group-by algorithm {algorithm!r}; valid: {list(ALGORITHMS)}")
+
+
+__all__ = ["ALGORITHMS", "AggInput", "GroupByOutput", "run"]

@@ -1,0 +1,172 @@
+"""What every GPU group-by algorithm shares: aggregate inputs, their accumulators, the result.
+
+An aggregate input is one value column (int32, int64, float32 or float64; or none, to count
+rows) with optional validity, and the accumulators it needs among count, sum, min and max.
+Accumulators are u64 slots, one row of g slots each (``kernels/groupby.cu`` explains the
+encodings); :func:`decode` turns them back into typed arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import cupy as cp
+import numpy as np
+
+from ..primitives import key_type
+from ..runtime import device_properties, kernel
+
+#: Accumulators in kernel order, and their flag bits.
+ACCUMULATORS = ("count", "sum", "sum_lo", "min", "max")
+_FLAG = {name: 1 << i for i, name in enumerate(ACCUMULATORS)}
+_TYPE = {np.dtype(np.int32): 0, np.dtype(np.int64): 1, np.dtype(np.float32): 2, np.dtype(np.float64): 3}
+_NONE = 4
+DESC_WORDS = 4
+MAXC = 4  # aggregate columns per hgb_aggregate launch (groupby.cu)
+_SIGN32, _SIGN64 = np.uint64(1 << 31), np.uint64(1 << 63)
+
+
+@dataclass
+class AggInput:
+    """One column to aggregate per group.
+
+    values : int32, int64, float32 or float64 (n,) on the device, or None to count rows
+    valid : uint8 (n,) (1 where present) or None
+    ops : subset of ("count", "sum", "min", "max"); an int64 sum also keeps "sum_lo"
+    """
+
+    values: cp.ndarray | None
+    valid: cp.ndarray | None
+    ops: tuple[str, ...]
+
+    def __post_init__(self):
+        if self.values is not None and self.values.dtype not in _TYPE:
+            raise TypeError(f"GPU aggregates take int32, int64, float32 or float64 values, got {self.values.dtype}")
+        bad = set(self.ops) - {"count", "sum", "min", "max"}
+        if bad:
+            raise ValueError(f"unknown accumulators {sorted(bad)}; valid: count, sum, min, max")
+
+    @property
+    def accumulators(self) -> tuple[str, ...]:
+        wanted = set(self.ops) if self.values is not None else {"count"}
+        if "sum" in wanted and self.values.dtype == np.int64:
+            wanted.add("sum_lo")
+        return tuple(a for a in ACCUMULATORS if a in wanted)
+
+    @property
+    def type_code(self) -> int:
+        return _NONE if self.values is None else _TYPE[self.values.dtype]
+
+    @property
+    def flags(self) -> int:
+        return sum(_FLAG[a] for a in self.accumulators)
+
+
+@dataclass
+class GroupByOutput:
+    """A GPU group-by's result: ``keys`` (g,) and, per input, its accumulators by name
+    (count int64; sum int64 or float64; sum_lo int64; min and max in the values' dtype;
+    a group with count 0 has meaningless sum, min and max)."""
+
+    keys: cp.ndarray
+    columns: list[dict[str, cp.ndarray]]
+    phases: dict[str, float] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.keys.size)
+
+
+def allocate(inputs: list[AggInput], groups: int) -> list[cp.ndarray]:
+    """Each input's accumulators, (accumulators, groups) u64 at their identities."""
+    accs = []
+    for inp in inputs:
+        a = cp.zeros((len(inp.accumulators), groups), cp.uint64)
+        if "min" in inp.accumulators:
+            a[inp.accumulators.index("min")] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        accs.append(a)
+    return accs
+
+
+def descriptors(inputs: list[AggInput], accs: list[cp.ndarray], smem_slots: int = 0) -> cp.ndarray:
+    """The kernels' column descriptors (DESC_WORDS u64 per input); with ``smem_slots``, the
+    inputs' shared-memory accumulators laid out one after another, ``smem_slots`` each."""
+    words, offset = [], 0
+    for inp, a in zip(inputs, accs):
+        meta = inp.type_code | (inp.flags << 8) | (offset << 32)
+        words += [_addr(inp.values), _addr(inp.valid), meta, a.data.ptr]
+        offset += len(inp.accumulators) * smem_slots * 8
+    return cp.asarray(np.array(words, dtype=np.uint64))
+
+
+def smem_bytes(inputs: list[AggInput], slots: int) -> int:
+    return sum(len(inp.accumulators) for inp in inputs) * slots * 8
+
+
+def _addr(a) -> int:
+    return 0 if a is None else a.data.ptr
+
+
+def decode(inp: AggInput, acc: cp.ndarray) -> dict[str, cp.ndarray]:
+    """Typed arrays from one input's (accumulators, g) u64 slots."""
+    out = {}
+    floating = inp.values is not None and inp.values.dtype.kind == "f"
+    for name, row in zip(inp.accumulators, acc):
+        if name in ("min", "max"):
+            out[name] = _unorder(row, inp.values.dtype)
+        elif name == "sum" and floating:
+            out[name] = row.view(cp.float64)
+        else:
+            out[name] = row.view(cp.int64)
+    return out
+
+
+def _unorder(row: cp.ndarray, dtype: np.dtype) -> cp.ndarray:
+    """Invert the kernels' order-preserving u64 image of a value."""
+    if dtype == np.int32:
+        return (row ^ _SIGN32).astype(cp.uint32).view(cp.int32)
+    if dtype == np.int64:
+        return (row ^ _SIGN64).view(cp.int64)
+    if dtype == np.float32:
+        u = row.astype(cp.uint32)
+        return cp.where(u & np.uint32(1 << 31), u ^ np.uint32(1 << 31), ~u).view(cp.float32)
+    return cp.where(row >> np.uint64(63), row ^ _SIGN64, ~row).view(cp.float64)
+
+
+def take_columns(columns: list[dict[str, cp.ndarray]], idx: cp.ndarray) -> list[dict[str, cp.ndarray]]:
+    return [{k: v[idx] for k, v in c.items()} for c in columns]
+
+
+def concat_outputs(parts: list[GroupByOutput]) -> tuple[cp.ndarray, list[dict[str, cp.ndarray]]]:
+    """Keys and columns of several outputs over disjoint groups, one after another."""
+    keys = cp.concatenate([p.keys for p in parts])
+    cols = [{k: cp.concatenate([p.columns[i][k] for p in parts]) for k in parts[0].columns[i]}
+            for i in range(len(parts[0].columns))]
+    return keys, cols
+
+
+HLL_BITS = 12
+
+
+def estimate_groups(keys: cp.ndarray) -> int:
+    """HyperLogLog estimate of the number of distinct keys (2^12 registers: about 1.6% error).
+
+    One pass over the keys (Flajolet et al. 2007, with the small-range correction).
+    """
+    n = keys.size
+    if n == 0:
+        return 0
+    m = 1 << HLL_BITS
+    regs = cp.zeros(m, cp.uint32)
+    sms = device_properties(cp.cuda.Device().id)["sms"]
+    grid = max(1, min((n + 255) // 256, sms * 8))
+    kernel("groupby.cu", f"hll_sketch<{key_type(keys)}>")((grid,), (256,), (keys, np.int64(n), regs))
+    r = cp.asnumpy(regs).astype(np.float64)
+    alpha = 0.7213 / (1 + 1.079 / m)
+    est = alpha * m * m / np.sum(2.0 ** -r)
+    zeros = int(np.count_nonzero(r == 0))
+    if est <= 2.5 * m and zeros:
+        est = m * math.log(m / zeros)
+    return max(1, min(n, int(round(est))))

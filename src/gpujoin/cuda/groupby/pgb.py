@@ -1,0 +1,116 @@
+"""PGB-UR and PGB-TR: the partition-based group-by of paper 003 §2.6 on one GPU.
+
+1. Transform: radix-partition on the murmur3 hash of the key (so skew in the key bits does not
+   matter), 2^bits partitions with about MAX_GROUPS / 2 groups each by a HyperLogLog estimate
+   of g.  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR moves
+   (key, row id) and later reads the values through the row ids (GFUR).
+2. One thread block per partition (``pgb_aggregate``) inserts the partition's keys into a
+   shared-memory table first, which gives its group count; it claims that many output slots
+   with one atomic and aggregates each column in shared-memory slots (a single group reduces
+   in registers), storing every group whole, since no group spans two partitions.
+3. A partition with more than MAX_GROUPS groups (or past the output's capacity, when the
+   estimate was low) is aggregated afterwards by HGB over its rows, and its groups appended.
+
+Deviation: the paper places each partition's groups by a scan over the partitions' group
+counts; one atomic claim per partition gives the same dense output without a second pass
+over the keys.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from ..primitives import Digits, hash_partition_bits, key_type, radix_partition
+from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
+from .common import AggInput, GroupByOutput, allocate, concat_outputs, decode, descriptors, estimate_groups
+from .hgb import check_rows, hgb
+
+#: Groups one partition may hold in shared memory, and the table's slots (2^TABLE_BITS).
+MAX_GROUPS, TABLE_BITS, BLOCK = 2048, 12, 256
+
+
+def _smem(key_bytes: int, inputs: list[AggInput]) -> int:
+    table = ((1 << TABLE_BITS) * (8 + key_bytes) + 15) & ~15
+    return table + MAX_GROUPS * 8 * max([len(i.accumulators) for i in inputs] + [1])
+
+
+def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits: int | None = None
+        ) -> GroupByOutput:
+    """Partition-based group-by of ``keys`` (int32 or int64 (n,), no nulls) with each input's aggregates.
+
+    method : "tr" (GFTR) or "ur" (GFUR); radix_bits : 2**radix_bits partitions (default from
+    the estimated groups).
+
+    Returns
+    -------
+    GroupByOutput, groups in unspecified order.
+
+    Raises
+    ------
+    MemoryError
+        The partitioned copies or the accumulators do not fit in free GPU memory.
+    ValueError
+        An unknown method, or 2**31 rows or more.
+    """
+    if method not in ("ur", "tr"):
+        raise ValueError(f"unknown PGB method {method!r}; valid: ur, tr")
+    n = keys.size
+    check_rows(n, "group-by")
+    timer = PhaseTimer()
+    if n == 0:
+        return GroupByOutput(keys[:0], [decode(i, a) for i, a in zip(inputs, allocate(inputs, 0))], timer.phases)
+    est = estimate_groups(keys)
+    bits = radix_bits if radix_bits is not None else hash_partition_bits(est, MAX_GROUPS // 2)
+    carried = [c for i in inputs if i.values is not None for c in (i.values, i.valid) if c is not None]
+    width = keys.dtype.itemsize + (4 if method == "ur" else sum(c.dtype.itemsize for c in carried))
+    check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")
+    if method == "tr":
+        pkeys, moved, offsets = radix_partition(keys, carried, Digits(bits=bits))
+        it = iter(moved)
+        part_inputs = [AggInput(next(it), next(it) if i.valid is not None else None, i.ops)
+                       if i.values is not None else i for i in inputs]
+        index = None
+    else:
+        pkeys, (index,), offsets = radix_partition(keys, [cp.arange(n, dtype=cp.int32)], Digits(bits=bits))
+        part_inputs = inputs
+    timer.mark("transform")
+
+    capacity = min(n, est + est // 8 + 4096)
+    check_memory(capacity * (8 * sum(len(i.accumulators) for i in inputs) + keys.dtype.itemsize),
+                 f"the aggregates of about {est:,} groups")
+    accs = allocate(part_inputs, capacity)
+    out_keys = cp.empty(capacity, keys.dtype)
+    counter = cp.zeros(1, cp.uint64)
+    filled = cp.full(1, np.uint64(0xFFFFFFFFFFFFFFFF), cp.uint64)
+    P = 1 << bits
+    overflow_parts, overflow_count = cp.empty(P, cp.int32), cp.zeros(1, cp.int32)
+    props = device_properties(cp.cuda.Device().id)
+    smem = _smem(keys.dtype.itemsize, inputs)
+    fn = kernel("groupby.cu", f"pgb_aggregate<{key_type(keys)}, i32>")
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    grid = max(1, min(P, props["sms"] * max(1, min(2048 // BLOCK, props["smem_optin"] // smem))))
+    fn((grid,), (BLOCK,), (pkeys, offsets, np.int32(P), ptr(index), descriptors(part_inputs, accs),
+                           np.int32(len(inputs)), np.int32(TABLE_BITS), np.uint32(MAX_GROUPS), out_keys,
+                           np.uint64(capacity), counter, filled, overflow_parts, overflow_count),
+       shared_mem=smem)
+    g = int(min(int(counter[0]), int(filled[0])))
+    parts = [GroupByOutput(out_keys[:g], [decode(i, a[:, :g]) for i, a in zip(inputs, accs)])]
+    spilled = int(overflow_count[0])
+    if spilled:  # partitions too large for shared memory: HGB over their rows
+        off = cp.asnumpy(offsets)
+        pos = cp.concatenate([cp.arange(off[p], off[p + 1], dtype=cp.int64)
+                              for p in sorted(cp.asnumpy(overflow_parts[:spilled]).tolist())])
+        if method == "tr":
+            sub = [AggInput(i.values[pos], None if i.valid is None else i.valid[pos], i.ops)
+                   if i.values is not None else i for i in part_inputs]
+        else:
+            rows = index[pos]
+            sub = [AggInput(i.values[rows], None if i.valid is None else i.valid[rows], i.ops)
+                   if i.values is not None else i for i in inputs]
+        parts.append(hgb(pkeys[pos], sub))
+    group_keys, cols = concat_outputs(parts) if len(parts) > 1 else (parts[0].keys, parts[0].columns)
+    timer.mark("aggregate")
+    return GroupByOutput(group_keys, cols, timer.phases,
+                         {"radix_bits": bits, "estimated_groups": est, "spilled_partitions": spilled})

@@ -1,0 +1,436 @@
+// Grouped aggregation of paper 003 §2: HGB's global hash table of group ids and its shared- or
+// global-memory aggregation, SGB's segmented reduction of sorted runs, PGB's per-partition
+// shared-memory tables, and a HyperLogLog sketch that estimates the number of groups.
+//
+// Every aggregate column is described by 4 u64 words (see groupby/common.py): its values
+// (i32, i64, f32, f64, or none: count rows), its validity bytes (or null), a meta word
+// (type | accumulator flags << 8 | shared-memory offset << 32) and its global accumulators,
+// one u64 row of g slots per flagged accumulator, in the order count, sum, sum_lo, min, max.
+// Sums of 4-byte integers are exact int64; 8-byte integers sum (v >> 32) and (v & 0xffffffff)
+// apart, each exact below 2^31 rows, so the host can form the exact 128-bit total; float
+// sums are float64.  min and max work on an order-preserving u64 image of the value (floats:
+// every NaN one value above +inf, as SQL orders them), so one integer atomic serves all types.
+#include "common.cuh"
+
+#define EMPTY_ROW 0xffffffffu
+#define NACC 5
+#define DESC 4
+#define MAXC 4
+
+enum { T_I32 = 0, T_I64 = 1, T_F32 = 2, T_F64 = 3, T_NONE = 4 };
+enum { A_COUNT = 0, A_SUM = 1, A_LO = 2, A_MIN = 3, A_MAX = 4 };
+
+struct Col {
+    const void* values;
+    const u8* valid;
+    int type;
+    u32 flags;
+    u32 soff;  // byte offset of this column's shared-memory accumulators
+    u64* acc;
+};
+
+__device__ __forceinline__ Col load_col(const u64* __restrict__ d, int c) {
+    const u64* p = d + (u64)c * DESC;
+    Col col;
+    col.values = (const void*)p[0];
+    col.valid = (const u8*)p[1];
+    const u64 meta = p[2];
+    col.type = (int)(meta & 0xff);
+    col.flags = (u32)((meta >> 8) & 0xff);
+    col.soff = (u32)(meta >> 32);
+    col.acc = (u64*)p[3];
+    return col;
+}
+
+// Row of accumulator j among a column's flagged ones.
+__device__ __forceinline__ u64 acc_row(u32 flags, int j) { return (u64)__popc(flags & ((1u << j) - 1u)); }
+
+__device__ __forceinline__ bool has(u32 flags, int j) { return (flags >> j) & 1u; }
+
+// A run of rows of one group, accumulated in registers.
+struct Run {
+    u64 count;
+    i64 isum, lo;
+    double fsum;
+    u64 mn, mx;
+};
+
+__device__ __forceinline__ void run_reset(Run& r) {
+    r.count = 0; r.isum = 0; r.lo = 0; r.fsum = 0.0; r.mn = ~0ull; r.mx = 0ull;
+}
+
+__device__ __forceinline__ void run_add(Run& r, const Col& c, u64 row) {
+    if (c.valid && !c.valid[row]) return;
+    r.count += 1;
+    switch (c.type) {
+    case T_I32: {
+        const i32 v = ((const i32*)c.values)[row];
+        r.isum += v;
+        const u64 o = (u64)((u32)v ^ 0x80000000u);
+        r.mn = min(r.mn, o); r.mx = max(r.mx, o);
+        break;
+    }
+    case T_I64: {
+        const i64 v = ((const i64*)c.values)[row];
+        r.isum += v >> 32;
+        r.lo += v & 0xffffffffll;
+        const u64 o = (u64)v ^ 0x8000000000000000ull;
+        r.mn = min(r.mn, o); r.mx = max(r.mx, o);
+        break;
+    }
+    case T_F32: {
+        const float v = ((const float*)c.values)[row];
+        r.fsum += (double)v;
+        const u32 b = (v != v) ? 0x7fc00000u : __float_as_uint(v);
+        const u64 o = (b & 0x80000000u) ? (u64)(~b) : (u64)(b | 0x80000000u);
+        r.mn = min(r.mn, o); r.mx = max(r.mx, o);
+        break;
+    }
+    case T_F64: {
+        const double v = ((const double*)c.values)[row];
+        r.fsum += v;
+        const u64 b = (v != v) ? 0x7ff8000000000000ull : (u64)__double_as_longlong(v);
+        const u64 o = (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+        r.mn = min(r.mn, o); r.mx = max(r.mx, o);
+        break;
+    }
+    default: break;  // T_NONE: rows are counted
+    }
+}
+
+// Merge a run into the accumulators at base[row(j) * stride] (shared or global) with atomics.
+__device__ __forceinline__ void merge_atomic(u64* base, u64 stride, const Col& c, const Run& r) {
+    if (r.count == 0) return;
+    const u32 f = c.flags;
+    if (has(f, A_COUNT)) atomicAdd(base + acc_row(f, A_COUNT) * stride, r.count);
+    if (has(f, A_SUM)) {
+        u64* p = base + acc_row(f, A_SUM) * stride;
+        if (c.type == T_F32 || c.type == T_F64) atomicAdd((double*)p, r.fsum);
+        else atomicAdd(p, (u64)r.isum);
+    }
+    if (has(f, A_LO)) atomicAdd(base + acc_row(f, A_LO) * stride, (u64)r.lo);
+    if (has(f, A_MIN)) atomicMin(base + acc_row(f, A_MIN) * stride, r.mn);
+    if (has(f, A_MAX)) atomicMax(base + acc_row(f, A_MAX) * stride, r.mx);
+}
+
+// Store a run as the whole of a group (no other block holds rows of it).
+__device__ __forceinline__ void merge_store(u64* base, u64 stride, const Col& c, const Run& r) {
+    const u32 f = c.flags;
+    if (has(f, A_COUNT)) base[acc_row(f, A_COUNT) * stride] = r.count;
+    if (has(f, A_SUM))
+        base[acc_row(f, A_SUM) * stride] = (c.type == T_F32 || c.type == T_F64)
+            ? (u64)__double_as_longlong(r.fsum) : (u64)r.isum;
+    if (has(f, A_LO)) base[acc_row(f, A_LO) * stride] = (u64)r.lo;
+    if (has(f, A_MIN)) base[acc_row(f, A_MIN) * stride] = r.mn;
+    if (has(f, A_MAX)) base[acc_row(f, A_MAX) * stride] = r.mx;
+}
+
+// Read back a slot written by merge_atomic (count is 1 when not tracked, so it is merged).
+__device__ __forceinline__ void run_load(Run& r, const u64* base, u64 stride, const Col& c) {
+    const u32 f = c.flags;
+    run_reset(r);
+    r.count = has(f, A_COUNT) ? base[acc_row(f, A_COUNT) * stride] : 1ull;
+    if (has(f, A_SUM)) {
+        const u64 s = base[acc_row(f, A_SUM) * stride];
+        if (c.type == T_F32 || c.type == T_F64) r.fsum = __longlong_as_double((i64)s);
+        else r.isum = (i64)s;
+    }
+    if (has(f, A_LO)) r.lo = (i64)base[acc_row(f, A_LO) * stride];
+    if (has(f, A_MIN)) r.mn = base[acc_row(f, A_MIN) * stride];
+    if (has(f, A_MAX)) r.mx = base[acc_row(f, A_MAX) * stride];
+}
+
+// Identity values in the first `count` slots of a column's shared-memory accumulators.
+__device__ __forceinline__ void smem_init(u64* base, u64 stride, u64 count, const Col& c) {
+    const u32 f = c.flags;
+    for (int j = 0; j < NACC; ++j) {
+        if (!has(f, j)) continue;
+        u64* p = base + acc_row(f, j) * stride;
+        const u64 id = j == A_MIN ? ~0ull : 0ull;
+        for (u64 s = threadIdx.x; s < count; s += blockDim.x) p[s] = id;
+    }
+}
+
+// ---------------------------------------------------------------- HyperLogLog
+
+#define HLL_BITS 12
+
+__device__ __forceinline__ u64 mix64(u64 h) {
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
+    return h;
+}
+
+// regs[b] = max over keys hashing to register b of (leading zeros of the rest of the hash) + 1.
+template <typename K>
+__global__ void __launch_bounds__(256)
+hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs) {
+    __shared__ u32 r[1 << HLL_BITS];
+    for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x) r[j] = 0;
+    __syncthreads();
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const u64 h = mix64((u64)(i64)keys[i]);
+        const u32 b = (u32)(h >> (64 - HLL_BITS));
+        const u32 rho = __clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1;
+        if (r[b] < rho) atomicMax(&r[b], rho);
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x)
+        if (r[j]) atomicMax(&regs[j], r[j]);
+}
+
+// ---------------------------------------------------------------- HGB (Algorithm 1)
+
+// Stage 1: insert every key into an open-addressing table of row ids (linear probing; the
+// table holds the first row seen of each key, compared through the key column, so no key
+// value is reserved as "empty").  groups += number of keys inserted; overflow = 1 when the
+// table filled up (the caller retries with a larger one).
+template <typename K>
+__global__ void __launch_bounds__(256)
+hgb_build(const K* __restrict__ keys, i64 n, u32* __restrict__ table, u32 mask,
+          u64* __restrict__ groups, int* __restrict__ overflow) {
+    u32 inserted = 0;
+    bool full = false;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n && !full; i += (i64)gridDim.x * blockDim.x) {
+        const K k = keys[i];
+        u32 s = hash_key(k) & mask;
+        for (u32 probe = 0;; ++probe) {
+            u32 r = table[s];  // a stale EMPTY only costs a CAS; an occupied slot never changes
+            if (r == EMPTY_ROW) {
+                r = atomicCAS(&table[s], EMPTY_ROW, (u32)i);
+                if (r == EMPTY_ROW) { ++inserted; break; }
+            }
+            if (keys[r] == k) break;
+            s = (s + 1) & mask;
+            if (probe >= mask) { full = true; break; }
+        }
+    }
+    if (full) atomicExch(overflow, 1);
+    __syncwarp();
+    const u32 w = __reduce_add_sync(FULL_MASK, inserted);
+    if ((threadIdx.x & 31) == 0 && w) atomicAdd(groups, (u64)w);
+}
+
+// The table slot holding key k (which must be in the table).
+template <typename K>
+__device__ __forceinline__ u32 hgb_find(const K* __restrict__ keys, const u32* __restrict__ table, u32 mask, K k) {
+    u32 s = hash_key(k) & mask;
+    while (keys[table[s]] != k) s = (s + 1) & mask;
+    return s;
+}
+
+// codes[i] = slot_gid[slot of keys[i]], the dense group id of every row; without slot_gid, the
+// row id the slot holds (dictionary encoding for SGB-DE-TR, where the table was built over the
+// sorted distinct keys, so that row id is the key's rank).
+template <typename K>
+__global__ void __launch_bounds__(256)
+hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table_keys, const u32* __restrict__ table,
+           const i32* __restrict__ slot_gid, u32 mask, i32* __restrict__ codes) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+    {
+        const u32 s = hgb_find(table_keys, table, mask, keys[i]);
+        codes[i] = slot_gid ? slot_gid[s] : (i32)table[s];
+    }
+}
+
+// Stage 2: every row finds its group id and updates each column's accumulators: in shared
+// memory when `use_smem` (all groups' slots fit, `copies` copies of them so that the warps of a
+// block contend less at small g), flushed to global memory with one atomic per slot; else
+// straight into global memory.
+template <typename K>
+__global__ void __launch_bounds__(256)
+hgb_aggregate(const K* __restrict__ keys, i64 n, const u32* __restrict__ table, const i32* __restrict__ slot_gid,
+              u32 mask, const u64* __restrict__ desc, int ncols, u64 groups, int use_smem, int copies) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    Col cols[MAXC];
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+        if (c < ncols) cols[c] = load_col(desc, c);
+    const u64 slots = groups * (u64)copies;
+    if (use_smem) {
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c)
+            if (c < ncols) smem_init((u64*)(smem + cols[c].soff), slots, slots, cols[c]);
+        __syncthreads();
+    }
+    const u64 copy = (u64)((threadIdx.x >> 5) % copies);
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const u64 g = (u64)slot_gid[hgb_find(keys, table, mask, keys[i])];
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+            if (c >= ncols) break;
+            Run r;
+            run_reset(r);
+            run_add(r, cols[c], (u64)i);
+            if (use_smem) merge_atomic((u64*)(smem + cols[c].soff) + g * copies + copy, slots, cols[c], r);
+            else merge_atomic(cols[c].acc + g, groups, cols[c], r);
+        }
+    }
+    if (!use_smem) return;
+    __syncthreads();
+    for (u64 s = threadIdx.x; s < slots; s += blockDim.x) {
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+            if (c >= ncols) break;
+            Run r;
+            run_load(r, (u64*)(smem + cols[c].soff) + s, slots, cols[c]);
+            // slots still at their identity (groups this block never saw) need no atomic
+            if (r.isum || r.lo || r.fsum != 0.0 || r.mn != ~0ull || r.mx || has(cols[c].flags, A_COUNT))
+                merge_atomic(cols[c].acc + s / copies, groups, cols[c], r);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- SGB: segmented reduction
+
+#define SR_BLOCK 256
+#define SR_ITEMS 16
+#define SR_TILE (SR_BLOCK * SR_ITEMS)
+
+// One column of rows already ordered by group: gid[i] is the dense, non-decreasing group id of
+// position i, and the value of position i is values[index ? index[i] : i] (an index: GFUR, the
+// values still in input order; none: GFTR, the values moved with their keys).  Each thread
+// reduces 16 consecutive positions in registers, run by run, into the tile's shared slots;
+// groups inside a tile are stored whole, the two at its edges merged with atomics.
+template <typename I>
+__global__ void __launch_bounds__(SR_BLOCK)
+sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, const u64* __restrict__ desc,
+              u64 acc_stride) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const Col c = load_col(desc, 0);
+    const i64 tile0 = (i64)blockIdx.x * SR_TILE;
+    const i64 tile_n = min((i64)SR_TILE, n - tile0);
+    const i32 ga = gid[tile0], gb = gid[tile0 + tile_n - 1];
+    const u64 span = (u64)(gb - ga) + 1;
+    u64* sbase = (u64*)smem;
+    smem_init(sbase, SR_TILE, span, c);
+    __syncthreads();
+    Run r;
+    run_reset(r);
+    i32 cur = -1;
+    const i64 first = tile0 + (i64)threadIdx.x * SR_ITEMS;
+    for (int j = 0; j < SR_ITEMS; ++j) {
+        const i64 i = first + j;
+        if (i >= tile0 + tile_n) break;
+        const i32 g = gid[i];
+        if (g != cur) {
+            if (cur >= 0) merge_atomic(sbase + (cur - ga), SR_TILE, c, r);
+            run_reset(r);
+            cur = g;
+        }
+        run_add(r, c, index ? (u64)index[i] : (u64)i);
+    }
+    if (cur >= 0) merge_atomic(sbase + (cur - ga), SR_TILE, c, r);
+    __syncthreads();
+    for (u64 s = threadIdx.x; s < span; s += SR_BLOCK) {
+        Run t;
+        run_load(t, sbase + s, SR_TILE, c);
+        const u64 g = (u64)ga + s;
+        if (g == (u64)ga || g == (u64)gb) merge_atomic(c.acc + g, acc_stride, c, t);
+        else merge_store(c.acc + g, acc_stride, c, t);
+    }
+}
+
+// ---------------------------------------------------------------- PGB
+
+#define PGB_BLOCK 256
+
+// One block per partition of rows already radix-partitioned on their key hash (offsets: P + 1
+// starts).  The block first inserts the partition's keys into a shared-memory table of
+// 2^tbl_bits slots, which gives its group count; then it claims that many output slots with one
+// atomic and aggregates each column in shared memory (a single group reduces in registers),
+// storing every group whole: no group spans two partitions.  A partition with more than
+// max_groups groups, or whose groups do not fit in the output's capacity, is listed in
+// overflow_parts for the caller to aggregate another way.
+template <typename K, typename I>
+__global__ void __launch_bounds__(PGB_BLOCK)
+pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P, const I* __restrict__ index,
+              const u64* __restrict__ desc, int ncols, int tbl_bits, u32 max_groups, K* __restrict__ out_keys,
+              u64 capacity, u64* __restrict__ group_counter, u64* __restrict__ filled,
+              i32* __restrict__ overflow_parts, i32* __restrict__ overflow_count) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const u32 TBL = 1u << tbl_bits, tmask = TBL - 1u;
+    u32* table = (u32*)smem;
+    u32* slot_lid = table + TBL;
+    K* skey = (K*)(slot_lid + TBL);
+    u64* acc = (u64*)(smem + (((u64)TBL * (8 + sizeof(K)) + 15) & ~15ull));
+    __shared__ u32 ng;
+    __shared__ int ovf;
+    __shared__ u64 s_base;
+    for (int p = blockIdx.x; p < P; p += gridDim.x) {
+        const i64 start = offsets[p], end = offsets[p + 1];
+        if (start == end) continue;
+        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) table[s] = EMPTY_ROW;
+        if (threadIdx.x == 0) { ng = 0; ovf = 0; }
+        __syncthreads();
+        for (i64 i = start + threadIdx.x; i < end; i += PGB_BLOCK) {
+            const K k = keys[i];
+            u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
+            for (u32 probe = 0;; ++probe) {
+                u32 r = table[s];
+                if (r == EMPTY_ROW) {
+                    r = atomicCAS(&table[s], EMPTY_ROW, (u32)(i - start));
+                    if (r == EMPTY_ROW) {
+                        const u32 lid = atomicAdd(&ng, 1u);
+                        slot_lid[s] = lid;
+                        skey[s] = k;
+                        if (lid >= max_groups) ovf = 1;
+                        break;
+                    }
+                }
+                if (keys[start + r] == k) break;
+                s = (s + 1) & tmask;
+                if (probe >= tmask) { ovf = 1; break; }
+            }
+            if (ovf) break;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0 && !ovf) {
+            s_base = atomicAdd(group_counter, (u64)ng);
+            if (s_base + ng > capacity) {  // groups [s_base, ...) stay unfilled
+                ovf = 1;
+                atomicMin(filled, s_base);
+            }
+        }
+        __syncthreads();
+        if (ovf) {
+            if (threadIdx.x == 0) overflow_parts[atomicAdd(overflow_count, 1)] = p;
+            __syncthreads();
+            continue;
+        }
+        const u32 groups = ng;
+        const u64 base = s_base;
+        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK)
+            if (table[s] != EMPTY_ROW) out_keys[base + slot_lid[s]] = skey[s];
+        for (int ci = 0; ci < ncols; ++ci) {
+            const Col c = load_col(desc, ci);
+            smem_init(acc, groups, groups, c);
+            __syncthreads();
+            Run r;
+            run_reset(r);
+            u32 cur = EMPTY_ROW;
+            for (i64 i = start + threadIdx.x; i < end; i += PGB_BLOCK) {
+                u32 lid = 0;
+                if (groups > 1) {
+                    const K k = keys[i];
+                    u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
+                    while (skey[s] != k || table[s] == EMPTY_ROW) s = (s + 1) & tmask;
+                    lid = slot_lid[s];
+                }
+                if (lid != cur) {
+                    if (cur != EMPTY_ROW) merge_atomic(acc + cur, groups, c, r);
+                    run_reset(r);
+                    cur = lid;
+                }
+                run_add(r, c, index ? (u64)index[i] : (u64)i);
+            }
+            if (cur != EMPTY_ROW) merge_atomic(acc + cur, groups, c, r);
+            __syncthreads();
+            for (u32 l = threadIdx.x; l < groups; l += PGB_BLOCK) {
+                Run t;
+                run_load(t, acc + l, groups, c);
+                merge_store(c.acc + base + l, capacity, c, t);
+            }
+            __syncthreads();
+        }
+    }
+}
