@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
-#   scripts/device_check.sh [quick|tests|profile|bench|sweeps|cpu-joins|all]   (default: all)
+#   scripts/device_check.sh [quick|gb-quick|tests|profile|bench|sweeps|groupby|groupby-sweeps|cpu-joins|all]
+#   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
 # missing on the machine can travel as wheels in .whl/ (installed into /tmp/site).
@@ -21,6 +22,13 @@ if [[ $stage == quick ]]; then
   python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_cuda_join.py -k "radix or gather or dict or errors or memory" 2>&1 | tail -30
   python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_cuda_join.py -k "matches_cpu_engine and int" 2>&1 | tail -30
   exit 0
+fi
+if [[ $stage == gb-quick ]]; then
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m "gpu and not slow" -q -x -p no:cacheprovider --tb=short -rf \
+    -W ignore::Warning $xdist tests/test_cuda_groupby.py 2>&1 | tee "$OUT/pytest_gb.log" | tail -40
+  timeout 200 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all --log2-rows 26 \
+    --sweep log2_groups=4,12,20,24 --runs 3 -o "$OUT/bench_gb_quick.jsonl" 2>&1 >/dev/null | tail -30
 fi
 if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
@@ -50,6 +58,21 @@ if [[ $stage == sweeps || $stage == all ]]; then
   gj bench join --device cuda --algorithm all --log2-r 27 --key-bytes 4 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all --log2-s 27 --payloads 2 --sweep log2_r=23,25 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all --log2-r 26 --payloads 2 --sweep distinct_keys=8388608,16777216,33554432 --runs 5 -o "$f" >/dev/null
+fi
+if [[ $stage == groupby || $stage == all ]]; then
+  # paper 003 §5 / ANCHORS.md: 2^28 rows, 4-byte keys uniform over g groups, MAX of two 4-byte columns
+  gj bench group-by --device cuda --algorithm all --log2-rows 28 \
+    --sweep log2_groups=2,4,6,8,10,12,14,16,18,20,22,24,26 --runs 5 -o "$OUT/bench_groupby.jsonl" >/dev/null
+fi
+if [[ $stage == groupby-sweeps || $stage == all ]]; then
+  # paper 003 Figs. 15-20: 8-byte keys, and Zipf skew at g = 2^12 and 2^16
+  f="$OUT/bench_groupby_sweeps.jsonl"
+  gj bench group-by --device cuda --algorithm all --log2-rows 28 --key-bytes 8 \
+    --sweep log2_groups=4,10,16,20,24 --runs 5 -o "$f" >/dev/null
+  for g in 12 16; do
+    gj bench group-by --device cuda --algorithm all --log2-rows 28 --log2-groups $g \
+      --sweep zipf=0.5,1.0,1.5,2.0 --runs 5 -o "$f" >/dev/null
+  done
 fi
 if [[ $stage == cpu-joins || $stage == all ]]; then
   # paper 002 on this host's cores: CPU joins against thread count, DuckDB, the GPU bitmap join

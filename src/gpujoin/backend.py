@@ -16,7 +16,8 @@ _ALGORITHMS = {
         # cuda/join/: paper 003's PHJ (GFTR first: the default), SMJ, and the cuDF-style NPHJ
         # bitmap: paper 002's GPU bitmap join (semi/anti joins of keys in [0, 2^32))
         "join": ["phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "bitmap"],
-        "group_by": [],  # none yet on the GPU: device="auto" runs group-by on the CPU
+        # cuda/groupby/: paper 003's HGB (the default), PGB and SGB
+        "group_by": ["hgb", "pgb-tr", "pgb-ur", "sgb-tr", "sgb-de-tr", "sgb-ur"],
     },
 }
 

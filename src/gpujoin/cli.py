@@ -135,7 +135,8 @@ def cmd_bench(a):
     else:
         base = dict(log2_rows=a.log2_rows, log2_groups=a.log2_groups, zipf=a.zipf, values=a.values,
                     key_bytes=a.key_bytes, seed=a.seed)
-        runs = [runner.bench_group_by(GroupByWorkload(**w), a.device, a.algorithm, a.runs, peers)
+        algos = a.algorithm if a.algorithm == "all" else _csv_list(a.algorithm)
+        runs = [runner.bench_group_by(GroupByWorkload(**w), a.device, algos, a.runs, peers)
                 for w in _sweep(a.sweep, base)]
     records = [r for rs in runs for r in rs]
     _write_records(records, a.output)

@@ -29,6 +29,7 @@ class GroupByStats:
     rows: int
     groups: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
 
 
 class GroupBy:
@@ -38,10 +39,20 @@ class GroupBy:
     """
 
     def __init__(self, table, by, *, algorithm: str = "auto", device: str = "auto"):
-        self._table = to_arrow_table(table)
         self._by = [by] if isinstance(by, str) else list(by)
         if not self._by:
             raise ValueError("group_by needs at least one key column in 'by'")
+        self._on_device = _on_device(table)
+        if self._on_device:  # a DeviceTable or dict of GPU arrays: stays in GPU memory
+            from ..cuda.table import as_device_table
+
+            if device not in ("auto", "cuda"):
+                raise RuntimeError(f"device={device!r}: this table is in GPU memory; use device='cuda' or "
+                                   f"'auto', or pass a host table (DeviceTable.to_arrow())")
+            self._table = as_device_table(table)
+            device = "cuda"
+        else:
+            self._table = to_arrow_table(table)
         check_columns(self._table, self._by, "input")
         self._device = resolve_device(device, "group_by")
         self._algorithm = resolve_algorithm("group_by", algorithm, self._device)
@@ -56,7 +67,7 @@ class GroupBy:
 
         Returns
         -------
-        pyarrow.Table
+        pyarrow.Table, or DeviceTable for a table in GPU memory
             The key columns, then one column per aggregate, in the order given; one row per group,
             in unspecified order.  sum gives int64 for integers, float64 for floats, decimal128(38, s)
             for decimals; count and size int64; mean float64; min and max the column's type.
@@ -71,6 +82,8 @@ class GroupBy:
             A function the column's type does not support (the sum of a string column).
         ComputeError
             An integer sum outside int64, or decimal values wider than 64 bits.
+        MemoryError
+            On the GPU, when the group-by does not fit in free GPU memory (nothing is left allocated).
         """
         specs = []
         for name, spec in aggs.items():
@@ -82,6 +95,16 @@ class GroupBy:
             if fn != "size" or col is not None:
                 check_columns(self._table, [col], "input")
             specs.append((name, col, fn))
+        names = list(self._by)
+        for name, _, _ in specs:
+            if name in names:
+                raise ValueError(f"output column {name!r} appears twice; give the aggregate another name")
+            names.append(name)
+        if self._on_device:
+            from .device_groupby import execute_device_group_by
+
+            out, self.stats = execute_device_group_by(self._table, self._by, specs, self._algorithm)
+            return out
         return self._run(specs)
 
     def _run(self, specs) -> pa.Table:
@@ -89,17 +112,29 @@ class GroupBy:
         stats = GroupByStats(self._algorithm, self._device, t.num_rows)
         t0 = time.perf_counter()
         keys = [combined(t, b) for b in self._by]
-        enc = encode_keys([keys], nulls_equal=True)
-        fact = factorize(enc.keys[0][None, :])
+        requests = {}
+        for _, col, fn in specs:  # check every column's type before any work
+            if fn != "size" and col not in requests:
+                requests[col] = _request(t, col)
+            if fn != "size":
+                requests[col].check(fn)
+        if self._device == "cuda":
+            from .gpu_reduce import GpuReducer
+
+            enc = encode_keys([keys], nulls_equal=True, narrow=True)
+            reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()))
+            stats.params.update(reducer.params)
+        else:
+            enc = encode_keys([keys], nulls_equal=True)
+            reducer = CpuReducer(factorize(enc.keys[0][None, :]))
         t1 = time.perf_counter()
         stats.phases["group_ids"] = t1 - t0
-        stats.groups = fact.num_groups
-        out_cols = {name: col for name, col in zip(self._by, take(t.select(self._by), fact.first_rows).columns)}
+        stats.groups = reducer.num_groups
+        out_cols = {name: col for name, col in zip(self._by, take(t.select(self._by), reducer.first_rows).columns)}
         for name, col, fn in specs:
-            if name in out_cols:
-                raise ValueError(f"output column {name!r} appears twice; give the aggregate another name")
-            out_cols[name] = _aggregate(t, col, fn, fact)
+            out_cols[name] = _aggregate(requests.get(col), fn, reducer)
         stats.phases["aggregate"] = time.perf_counter() - t1
+        stats.phases.update({f"gpu_{k}": v for k, v in getattr(reducer, "phases", {}).items()})
         self.stats = stats
         return pa.table(out_cols)
 
@@ -165,30 +200,79 @@ def _from_words(w0: np.ndarray, w1: np.ndarray, valid: np.ndarray, t: pa.DataTyp
     return pa.Array.from_buffers(t, w0.size, [bitmap, pa.py_buffer(words)])
 
 
-def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
-    if fn == "size":
-        return pa.array(pgb.group_sizes(fact))
+@dataclass
+class _Request:
+    """One input column prepared for reduction: kind "int" (int64 values), "float" (float64),
+    "string" (order-preserving int64 codes into ``uniq``), or "other" (a type only count
+    supports; its values are zeros)."""
+
+    name: str
+    typ: pa.DataType
+    kind: str
+    values: np.ndarray
+    valid: np.ndarray
+    has_valid: bool
+    uniq: pa.Array | None = None
+
+    def check(self, fn: str) -> None:
+        col, typ = self.name, self.typ
+        if self.kind == "string" and fn not in ("min", "max", "count"):
+            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
+                                        f"strings support count, size, min and max")
+        if self.kind == "other" and fn != "count":
+            raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
+        if (pa.types.is_date32(typ) or pa.types.is_timestamp(typ)) and fn in ("sum", "mean"):
+            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
+                                        f"dates and timestamps support count, size, min and max")
+
+
+def _request(t: pa.Table, col: str) -> _Request:
     arr = combined(t, col)
     typ = arr.type
     valid, has_valid = _validity(arr)
-    if fn == "count" and not has_valid:
-        return pa.array(pgb.group_sizes(fact))
     if is_string_type(typ):
-        if fn not in ("min", "max", "count"):
-            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
-                                        f"strings support count, size, min and max")
         # order-preserving codes: rank in the sorted distinct values
         uniq = pc.unique(arr.cast(pa.large_string())).drop_null()
         uniq = uniq.take(pc.sort_indices(uniq))
         values = pc.index_in(arr.cast(pa.large_string()), value_set=uniq).fill_null(0).to_numpy().astype(np.int64)
-        count, _, _, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact)
+        return _Request(col, typ, "string", values, valid, has_valid, uniq)
+    if pa.types.is_floating(typ):
+        return _Request(col, typ, "float", arr.cast(pa.float64()).fill_null(0).to_numpy(), valid, has_valid)
+    if not (pa.types.is_integer(typ) or pa.types.is_decimal128(typ) or pa.types.is_boolean(typ)
+            or pa.types.is_date32(typ) or pa.types.is_timestamp(typ)):
+        return _Request(col, typ, "other", np.zeros(len(arr), np.int64), valid, has_valid)
+    return _Request(col, typ, "int", _int_values(col, arr), valid, has_valid)
+
+
+class CpuReducer:
+    """Per-group reductions on the CPU engine (cpu/groupby/pgb.py) over one factorization."""
+
+    def __init__(self, fact):
+        self.fact = fact
+        self.num_groups = fact.num_groups
+        self.first_rows = fact.first_rows
+
+    def sizes(self) -> np.ndarray:
+        return pgb.group_sizes(self.fact)
+
+    def reduce(self, req: _Request):
+        if req.kind == "float":
+            return pgb.reduce_float(req.values, req.valid, req.has_valid, self.fact)
+        return pgb.reduce_int(req.values, req.valid, req.has_valid, self.fact)
+
+
+def _aggregate(req: _Request | None, fn: str, reducer) -> pa.Array:
+    if fn == "size" or (fn == "count" and not req.has_valid):
+        return pa.array(reducer.sizes())
+    typ = req.typ
+    if req.kind == "string":
+        count, _, _, vmin, vmax = reducer.reduce(req)
         if fn == "count":
             return pa.array(count)
         codes = vmin if fn == "min" else vmax
-        return uniq.take(pa.array(codes, mask=count == 0)).cast(typ)
-    if pa.types.is_floating(typ):
-        values = arr.cast(pa.float64()).fill_null(0).to_numpy()
-        count, vsum, vmin, vmax = pgb.reduce_float(values, valid, has_valid, fact)
+        return req.uniq.take(pa.array(codes, mask=count == 0)).cast(typ)
+    if req.kind == "float":
+        count, vsum, vmin, vmax = reducer.reduce(req)
         empty = count == 0
         if fn == "count":
             return pa.array(count)
@@ -197,17 +281,10 @@ def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
         if fn == "mean":
             return pa.array(vsum / np.maximum(count, 1), mask=empty)
         return pa.array(vmin if fn == "min" else vmax, mask=empty).cast(typ)
-    if not (pa.types.is_integer(typ) or pa.types.is_decimal128(typ) or pa.types.is_boolean(typ)
-            or pa.types.is_date32(typ) or pa.types.is_timestamp(typ)):
-        raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
     temporal = pa.types.is_date32(typ) or pa.types.is_timestamp(typ)
-    if temporal and fn in ("sum", "mean"):
-        raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
-                                    f"dates and timestamps support count, size, min and max")
-    values = _int_values(col, arr)
-    count, sum_hi, sum_lo, vmin, vmax = pgb.reduce_int(values, valid, has_valid, fact)
+    count, sum_hi, sum_lo, vmin, vmax = reducer.reduce(req)
     empty = count == 0
-    if fn == "count":
+    if fn == "count":  # also the one aggregate of an "other" column
         return pa.array(count)
     if fn in ("min", "max"):
         v = vmin if fn == "min" else vmax
@@ -229,6 +306,13 @@ def _aggregate(t: pa.Table, col: str | None, fn: str, fact) -> pa.Array:
         return _from_words(w0, w1, ~empty, pa.decimal128(38, typ.scale))
     fits = (w1 == (w0.view(np.int64) >> 63))
     if not fits[~empty].all():
-        raise ComputeError(f"the sum of column {col!r} overflows int64 in at least one group; "
+        raise ComputeError(f"the sum of column {req.name!r} overflows int64 in at least one group; "
                            f"cast the column to float64 or decimal128 first")
     return pa.array(w0.view(np.int64), mask=empty)
+
+
+def _on_device(x) -> bool:
+    """A DeviceTable or a dict of GPU arrays (checked without importing CuPy)."""
+    if type(x).__name__ == "DeviceTable":
+        return True
+    return isinstance(x, dict) and bool(x) and all(hasattr(v, "__cuda_array_interface__") for v in x.values())

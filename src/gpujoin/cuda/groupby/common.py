@@ -27,7 +27,7 @@ MAXC = 4  # aggregate columns per hgb_aggregate launch (groupby.cu)
 _SIGN32, _SIGN64 = np.uint64(1 << 31), np.uint64(1 << 63)
 
 
-@dataclass
+@dataclass(eq=False)
 class AggInput:
     """One column to aggregate per group.
 

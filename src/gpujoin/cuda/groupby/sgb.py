@@ -92,31 +92,29 @@ def sgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr") -> GroupBy
     check_memory(n * (2 * keys.dtype.itemsize + 2 * widest + 8), f"SGB-{method.upper()} of {n:,} rows")
     kmin, kmax = (int(x) for x in cp.asnumpy(cp.stack([keys.min(), keys.max()]).astype(cp.int64)))
     bits = (kmax - kmin).bit_length()
-    sortable = [i for i in inputs if i.values is not None]
+    sortable = [(i, inp) for i, inp in enumerate(inputs) if inp.values is not None]
     accs: dict[int, cp.ndarray] = {}
     if method == "ur":
         sorted_keys, (perm,) = radix_sort(keys, [cp.arange(n, dtype=cp.int32)], kmin, bits)
         gid, starts = _runs(sorted_keys)
         timer.mark("transform")
-        for i, inp in enumerate(inputs):
-            if inp.values is not None:
-                accs[i] = segmented_reduce(gid, inp, starts.size, index=perm)
+        for i, inp in sortable:
+            accs[i] = segmented_reduce(gid, inp, starts.size, index=perm)
     else:
-        first = sortable[0] if sortable else None
+        first = sortable[0][1] if sortable else None
         sorted_keys, cols = radix_sort(keys, _columns(first) if first else [], kmin, bits)
         gid, starts = _runs(sorted_keys)
         timer.mark("transform")
-        rest = sortable[1:]
         if first is not None:
-            accs[inputs.index(first)] = segmented_reduce(gid, _sorted(first, cols), starts.size)
+            accs[sortable[0][0]] = segmented_reduce(gid, _sorted(first, cols), starts.size)
+        rest = sortable[1:]
         codes, code_bits = keys, bits
         if method == "de-tr" and rest:
             table = HashTable(sorted_keys[starts], estimate=int(starts.size))
             codes, code_bits, kmin = table.lookup(keys, ids="row"), max(1, (int(starts.size) - 1).bit_length()), 0
-        for inp in rest:
+        for i, inp in rest:
             sorted_codes, cols = radix_sort(codes, _columns(inp), kmin, code_bits)
-            accs[inputs.index(inp)] = segmented_reduce(gid if codes is keys else sorted_codes, _sorted(inp, cols),
-                                                       starts.size)
+            accs[i] = segmented_reduce(gid if codes is keys else sorted_codes, _sorted(inp, cols), starts.size)
     g = int(starts.size)
     sizes = cp.diff(cp.append(starts, n)).astype(cp.uint64)
     for i, inp in enumerate(inputs):

@@ -359,6 +359,7 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
     for (int p = blockIdx.x; p < P; p += gridDim.x) {
         const i64 start = offsets[p], end = offsets[p + 1];
         if (start == end) continue;
+        __syncthreads();  // the previous partition's last reads of the table and ng are done
         for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) table[s] = EMPTY_ROW;
         if (threadIdx.x == 0) { ng = 0; ovf = 0; }
         __syncthreads();

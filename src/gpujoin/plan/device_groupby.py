@@ -1,0 +1,141 @@
+"""Group-bys of device-resident tables: input and output stay in GPU memory.
+
+The planner's part for DeviceTables (or dicts of CuPy arrays): one integer key column without
+nulls (composite, string and nullable keys go through Arrow tables, which also run on the GPU),
+value columns of any integer, bool or float type with validity masks; each aggregate becomes
+the accumulators it needs, and the results get SQL semantics: sums of integers are int64
+(an overflow is an error), of floats float64; mean float64; count and size int64; min and max
+the column's own type; an all-null group's sum, min, max and mean are null.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..backend import resolve_device
+from ..errors import ComputeError, InvalidOperationError, SchemaError
+from .groupby import GroupByStats
+
+_NEEDS = {"sum": ("sum",), "mean": ("sum", "count"), "min": ("min",), "max": ("max",), "count": ("count",)}
+
+
+def _kernel_values(name: str, a):
+    """The column as int32, int64, float32 or float64, the types the kernels read."""
+    import cupy as cp
+
+    k, size = a.dtype.kind, a.dtype.itemsize
+    if k == "f":
+        return a if size >= 4 else a.astype(cp.float32)
+    if k == "b" or (k in "iu" and size < 4) or a.dtype == np.int32:
+        return a.astype(cp.int32, copy=False)
+    if a.dtype == np.uint64:
+        if a.size and bool((a >> np.uint64(63)).any()):
+            raise ComputeError(f"column {name!r} (uint64) has values above 2**63-1, which aggregates do not "
+                               f"support; cast it to float64")
+        return a.view(cp.int64)
+    if k in "iu":
+        return a.astype(cp.int64, copy=False)
+    raise InvalidOperationError(f"cannot aggregate column {name!r} of dtype {a.dtype}")
+
+
+def _sum_int64(name: str, hi, lo, present):
+    """Exact int64 totals from the halves sum(v >> 32) and sum(v & 0xffffffff); ComputeError on overflow."""
+    import cupy as cp
+
+    high = hi + (lo >> 32)  # the total is high * 2^32 + (lo & 0xffffffff), exactly
+    if bool(((high < -(2**31)) | (high >= 2**31))[present].any()):
+        raise ComputeError(f"the sum of column {name!r} overflows int64 in at least one group; "
+                           f"cast the column to float64 first")
+    return (high << 32) | (lo & cp.int64(0xFFFFFFFF))
+
+
+def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
+    """``GroupBy.agg`` for a DeviceTable; returns (DeviceTable, GroupByStats).
+
+    Raises
+    ------
+    ValueError
+        More than one key column, or a key column with nulls.
+    SchemaError
+        A key column that is not an integer.
+    InvalidOperationError, ComputeError
+        As for host tables.
+    MemoryError
+        The group-by does not fit in free GPU memory.
+    """
+    import cupy as cp
+
+    from ..cuda.groupby import AggInput, run
+    from ..cuda.table import DeviceTable
+
+    if len(by) != 1:
+        raise ValueError(f"device-resident group-bys take one key column, got {by}; pass an Arrow table for "
+                         f"composite keys")
+    kname = by[0]
+    if kname in table.validity:
+        raise ValueError(f"the key column {kname!r} has a validity mask; device-resident group-by keys cannot be "
+                         f"null: pass an Arrow table")
+    kcol = table[kname]
+    if kcol.dtype.kind not in "iub":
+        raise SchemaError(f"group-by key {kname!r} has dtype {kcol.dtype}; device-resident keys must be integers "
+                          f"(pass an Arrow table for other key types)")
+    kdt = cp.int32 if kcol.dtype.itemsize < 4 or kcol.dtype == np.int32 else cp.int64
+    keys = kcol.view(cp.int64) if kcol.dtype == np.uint64 else kcol.astype(kdt, copy=False)
+    stats = GroupByStats(algorithm, resolve_device("cuda", "group_by"), table.num_rows)
+    t0 = time.perf_counter()
+
+    # one input per column: the union of what its aggregates need, and count for null groups
+    ops: dict[str, set] = {}
+    for _, col, fn in specs:
+        if fn == "size":
+            continue
+        ops.setdefault(col, set()).update(_NEEDS[fn])
+        if col in table.validity and fn != "count":
+            ops[col].add("count")
+    cols = list(ops)
+    inputs = [AggInput(None, None, ("count",))]
+    for col in cols:
+        valid = table.validity.get(col)
+        inputs.append(AggInput(_kernel_values(col, table[col]),
+                               None if valid is None else valid.astype(cp.uint8, copy=False), tuple(ops[col])))
+    out = run(algorithm, keys, inputs)
+    sizes = out.columns[0]["count"]
+    res = {col: out.columns[i + 1] for i, col in enumerate(cols)}
+
+    columns, validity, types = {kname: out.keys.astype(kcol.dtype, copy=False) if kcol.dtype != np.uint64
+                                else out.keys.view(cp.uint64)}, {}, {kname: table.types.get(kname)}
+    for name, col, fn in specs:
+        if fn == "size" or (fn == "count" and col not in table.validity):
+            columns[name] = sizes
+            continue
+        r, src = res[col], table[col]
+        if fn == "count":
+            columns[name] = r["count"]
+            continue
+        present = r["count"] > 0 if col in table.validity else None
+        floating = src.dtype.kind == "f"
+        if fn in ("min", "max"):
+            columns[name] = r[fn].astype(src.dtype, copy=False) if src.dtype != np.uint64 else r[fn].view(cp.uint64)
+            types[name] = table.types.get(col)
+        elif fn == "sum":
+            if floating:
+                columns[name] = r["sum"]
+            elif "sum_lo" in r:
+                columns[name] = _sum_int64(col, r["sum"], r["sum_lo"], present if present is not None else slice(None))
+            else:
+                columns[name] = r["sum"]  # 4-byte values: exact in int64 below 2^32 rows
+        else:  # mean
+            total = r["sum"].astype(cp.float64) if floating or "sum_lo" not in r else \
+                r["sum"].astype(cp.float64) * 2.0**32 + r["sum_lo"].astype(cp.float64)
+            columns[name] = total / cp.maximum(r["count"], 1)
+        if present is not None:
+            validity[name] = present.astype(cp.uint8)
+    result = DeviceTable(columns, validity, types)
+    cp.cuda.Device().synchronize()
+    stats.phases = dict(out.phases)
+    stats.phases["total"] = time.perf_counter() - t0
+    stats.params = dict(out.params)
+    stats.groups = out.num_groups
+    return result, stats

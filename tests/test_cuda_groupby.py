@@ -1,0 +1,175 @@
+"""GPU group-bys (every algorithm) against the CPU engine.  Marker ``gpu``: run on a GPU machine
+with ``pytest -m gpu``."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+
+import gpujoin
+from gpujoin.testing import assert_tables_equal
+
+from test_groupby import groupby_table
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+if not gpujoin.backend.cuda_available():
+    pytest.skip("no usable GPU", allow_module_level=True)
+
+from gpujoin.cuda.groupby import ALGORITHMS, AggInput, run  # noqa: E402
+from gpujoin.cuda.groupby.common import estimate_groups  # noqa: E402
+from gpujoin.cuda.table import DeviceTable  # noqa: E402
+
+ALL_AGGS = {"sv": ("v", "sum"), "cv": ("v", "count"), "n": (None, "size"), "mn": ("v", "min"), "mx": ("v", "max"),
+            "av": ("v", "mean"), "sf": ("f", "sum"), "mnf": ("f", "min"), "mxf": ("f", "max"), "af": ("f", "mean"),
+            "cf": ("f", "count"), "ms": ("s", "max"), "mns": ("s", "min"), "cs": ("s", "count")}
+#: Float sums: the GPU adds in another order than the CPU; 1e-9 relative covers these sizes.
+REL = 1e-9
+
+
+def cpu(table, by, aggs):
+    return gpujoin.group_by(table, by, device="cpu").agg(**aggs)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("by", [["k"], ["s"], ["k", "s"]])
+@settings(max_examples=25)
+@given(table=groupby_table(max_rows=60))
+def test_gpu_group_by_matches_cpu_engine(algorithm, by, table):
+    got = gpujoin.group_by(table, by, device="cuda", algorithm=algorithm).agg(**ALL_AGGS)
+    assert_tables_equal(got, cpu(table, by, ALL_AGGS), rel=REL)
+
+
+def _skewed(case: str, n: int, rng):
+    if case == "one_group":
+        return np.full(n, 7, np.int64)
+    if case == "all_distinct":
+        return rng.permutation(n).astype(np.int64) * 3 - n
+    if case == "zipf2":
+        return rng.zipf(2.0, n).astype(np.int64)
+    if case == "zipf1":
+        return (rng.zipf(1.1, n) % 50_000).astype(np.int64)
+    if case == "extremes":
+        return rng.choice(np.array([-(2**63), 2**63 - 1, 0, -1, 1], np.int64), n)
+    return rng.integers(0, 5000, n).astype(np.int64)  # "uniform"
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("case", ["one_group", "all_distinct", "zipf2", "zipf1", "extremes", "uniform"])
+@pytest.mark.parametrize("n", [1, 300_000])
+def test_gpu_group_by_skew_and_extremes(algorithm, case, n):
+    rng = np.random.default_rng(len(case) + n)
+    vals = rng.integers(-(2**62), 2**62, n)
+    vals[rng.random(n) < 0.1] = 2**63 - 1 if case == "extremes" else 5
+    floats = rng.normal(size=n)
+    floats[rng.random(n) < 0.01] = np.nan
+    table = pa.table({
+        "k": _skewed(case, n, rng),
+        "v": pa.array(vals, mask=rng.random(n) < 0.2),
+        "i": rng.integers(-1000, 1000, n).astype(np.int32),
+        "f": pa.array(floats, mask=rng.random(n) < 0.1),
+    })
+    aggs = {"mn": ("v", "min"), "mx": ("v", "max"), "cv": ("v", "count"), "n": (None, "size"),
+            "si": ("i", "sum"), "ai": ("i", "mean"), "mnf": ("f", "min"), "mxf": ("f", "max"), "sf": ("f", "sum")}
+    got = gpujoin.group_by(table, "k", device="cuda", algorithm=algorithm).agg(**aggs)
+    assert_tables_equal(got, cpu(table, "k", aggs), rel=REL)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("log2_groups", [2, 10, 14, 18])
+def test_device_table_group_by_matches_cpu_engine(algorithm, log2_groups):
+    """DeviceTable in, DeviceTable out: every value dtype, validity, and the smem/global HGB paths."""
+    n = 1 << 19
+    rng = cp.random.default_rng(log2_groups)
+    keys = rng.integers(0, 1 << log2_groups, n, dtype=cp.int32) * 7 - 100
+    cols = {"k": keys, "a": rng.integers(-(2**31), 2**31 - 1, n, dtype=cp.int32),
+            "b": rng.integers(-(2**40), 2**40, n, dtype=cp.int64), "c": rng.standard_normal(n, dtype=cp.float32),
+            "d": rng.standard_normal(n, dtype=cp.float64), "e": rng.integers(0, 200, n, dtype=cp.int32).astype(cp.uint8)}
+    validity = {"b": (rng.random(n) < 0.9).astype(cp.uint8), "c": (rng.random(n) < 0.5).astype(cp.uint8)}
+    t = DeviceTable(cols, validity)
+    aggs = {"ma": ("a", "max"), "mna": ("a", "min"), "sa": ("a", "sum"), "sb": ("b", "sum"), "mb": ("b", "max"),
+            "ab": ("b", "mean"), "cb": ("b", "count"), "sc": ("c", "sum"), "mc": ("c", "min"), "md": ("d", "max"),
+            "me": ("e", "max"), "n": (None, "size")}
+    out = gpujoin.group_by(t, "k", algorithm=algorithm).agg(**aggs)
+    assert isinstance(out, DeviceTable)
+    assert out["ma"].dtype == cp.int32 and out["me"].dtype == cp.uint8 and out["sa"].dtype == cp.int64
+    expected = gpujoin.group_by(t.to_arrow(), "k", device="cpu").agg(**aggs)
+    got = out.to_arrow()
+    # the CPU sums float32 values in float64 as the GPU does; min/max keep the column type
+    assert_tables_equal(got.cast(expected.schema), expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("bits", [0, 2])
+@pytest.mark.parametrize("method", ["tr", "ur"])
+def test_pgb_spills_partitions_with_too_many_groups_to_hgb(bits, method):
+    from gpujoin.cuda.groupby.pgb import pgb
+
+    n, g = 200_000, 20_000  # with 1 or 4 partitions every partition holds > MAX_GROUPS groups
+    keys = cp.random.default_rng(1).integers(0, g, n, dtype=cp.int32)
+    vals = cp.arange(n, dtype=cp.int64)
+    out = pgb(keys, [AggInput(vals, None, ("sum", "max")), AggInput(None, None, ("count",))], method, radix_bits=bits)
+    assert out.params["spilled_partitions"] >= 1
+    order = cp.argsort(out.keys)
+    np.testing.assert_array_equal(cp.asnumpy(out.keys[order]), np.unique(cp.asnumpy(keys)))
+    sizes = np.bincount(cp.asnumpy(keys), minlength=g)
+    np.testing.assert_array_equal(cp.asnumpy(out.columns[1]["count"][order]), sizes[sizes > 0])
+    maxes = np.full(g, -1)
+    np.maximum.at(maxes, cp.asnumpy(keys), np.arange(n))
+    np.testing.assert_array_equal(cp.asnumpy(out.columns[0]["max"][order]), maxes[sizes > 0])
+
+
+@pytest.mark.parametrize("method", ["sgb-tr", "sgb-ur", "sgb-de-tr"])
+def test_sort_based_output_is_in_key_order(method):
+    keys = cp.random.default_rng(2).integers(-(2**40), 2**40, 100_000, dtype=cp.int64) // 1000
+    out = run(method, keys, [AggInput(cp.ones(keys.size, cp.float32), None, ("sum",)),
+                             AggInput(keys, None, ("min",))])
+    k = cp.asnumpy(out.keys)
+    assert (np.diff(k) > 0).all()
+    np.testing.assert_array_equal(cp.asnumpy(out.columns[1]["min"]), k)
+
+
+def test_hyperloglog_estimate():
+    for g in (1, 1000, 1 << 20):
+        keys = (cp.arange(4 << 20, dtype=cp.int64) * 7919) % g
+        assert abs(estimate_groups(keys) - g) <= 0.05 * g + 1
+
+
+def test_device_group_by_errors_are_clear():
+    t = {"k": cp.asarray([1, 2]), "v": cp.asarray([1.0, 2.0])}
+    with pytest.raises(ValueError, match="one key column"):
+        gpujoin.group_by(t, ["k", "v"]).agg(m=("v", "max"))
+    with pytest.raises(gpujoin.SchemaError, match="integers"):
+        gpujoin.group_by(t, "v").agg(m=("k", "max"))
+    with pytest.raises(RuntimeError, match="GPU memory"):
+        gpujoin.group_by(t, "k", device="cpu")
+    with pytest.raises(ValueError, match="unknown group-by algorithm"):
+        gpujoin.group_by(t, "k", algorithm="pgb")
+    big = {"k": cp.asarray([1]), "u": cp.asarray([2**64 - 1], dtype=cp.uint64)}
+    with pytest.raises(gpujoin.ComputeError, match="uint64"):
+        gpujoin.group_by(big, "k").agg(m=("u", "max"))
+    over = {"k": cp.asarray([1, 1]), "b": cp.asarray([2**63 - 1] * 2, dtype=cp.int64)}
+    with pytest.raises(gpujoin.ComputeError, match="overflows int64"):
+        gpujoin.group_by(over, "k").agg(s=("b", "sum"))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_group_by_larger_than_memory_raises_memory_error(algorithm, monkeypatch):
+    import gpujoin.cuda.runtime as rt
+
+    monkeypatch.setattr(rt, "free_bytes", lambda: 1 << 16)
+    t = {"k": cp.arange(1 << 20, dtype=cp.int32), "v": cp.ones(1 << 20, cp.int32)}
+    with pytest.raises(MemoryError, match="GiB"):
+        gpujoin.group_by(t, "k", algorithm=algorithm).agg(m=("v", "max"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_2e27_group_by_checksums(algorithm):
+    n, g = 1 << 27, 1 << 22
+    rng = cp.random.default_rng(5)
+    keys = rng.integers(0, g, n, dtype=cp.int32)
+    vals = rng.integers(0, 1 << 30, n, dtype=cp.int32)
+    out = gpujoin.group_by({"k": keys, "v": vals}, "k", algorithm=algorithm).agg(s=("v", "sum"), n=(None, "size"))
+    assert out.num_rows == int(cp.unique(keys).size)
+    assert int(out["n"].sum()) == n
+    assert int(out["s"].sum()) == int(vals.astype(cp.int64).sum())
