@@ -90,19 +90,36 @@ def allocate(inputs: list[AggInput], groups: int) -> list[cp.ndarray]:
     return accs
 
 
-def descriptors(inputs: list[AggInput], accs: list[cp.ndarray], smem_slots: int = 0) -> cp.ndarray:
-    """The kernels' column descriptors (DESC_WORDS u64 per input); with ``smem_slots``, the
-    inputs' shared-memory accumulators laid out one after another, ``smem_slots`` each."""
-    words, offset = [], 0
+def descriptors(inputs: list[AggInput], accs: list[cp.ndarray], smem_slots: int = 0, smem_base: int = 0
+                ) -> cp.ndarray:
+    """The kernels' column descriptors (DESC_WORDS u64 per input); with ``smem_slots`` (even),
+    the inputs' shared-memory accumulators laid out one after another from byte ``smem_base``."""
+    words, offset = [], smem_base
     for inp, a in zip(inputs, accs):
         meta = inp.type_code | (inp.flags << 8) | (offset << 32)
         words += [_addr(inp.values), _addr(inp.valid), meta, a.data.ptr]
-        offset += len(inp.accumulators) * smem_slots * 8
+        offset += slot_bytes([inp]) * smem_slots
     return cp.asarray(np.array(words, dtype=np.uint64))
 
 
+def slot_bytes(inputs: list[AggInput]) -> int:
+    """Shared-memory bytes of one group's accumulators: 4 for counts and for min/max of 4-byte
+    values (32-bit shared atomics), 8 for the others (groupby.cu: narrow_acc)."""
+    total = 0
+    for inp in inputs:
+        narrow = inp.values is None or inp.values.dtype.itemsize == 4
+        total += sum(4 if a == "count" or (a in ("min", "max") and narrow) else 8 for a in inp.accumulators)
+    return total
+
+
 def smem_bytes(inputs: list[AggInput], slots: int) -> int:
-    return sum(len(inp.accumulators) for inp in inputs) * slots * 8
+    """Shared memory for ``slots`` slots (rounded up to even) of every input's accumulators."""
+    return slot_bytes(inputs) * (slots + (slots & 1))
+
+
+def global_bytes(inputs: list[AggInput], groups: int) -> int:
+    """Global memory of every input's accumulators for ``groups`` groups (u64 slots)."""
+    return sum(len(inp.accumulators) for inp in inputs) * groups * 8
 
 
 def _addr(a) -> int:

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..primitives import key_type
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
-from .common import MAXC, AggInput, GroupByOutput, allocate, decode, descriptors, estimate_groups, smem_bytes
+from .common import (MAXC, AggInput, GroupByOutput, allocate, decode, descriptors, estimate_groups, global_bytes,
+                     smem_bytes)
 
 _EMPTY = np.uint32(0xFFFFFFFF)
 BLOCK = 256
@@ -67,6 +68,8 @@ class HashTable:
         self.slot_gid = (cp.cumsum(occupied, dtype=cp.int32) - 1).astype(cp.int32, copy=False)
         self.rows = table[occupied]
         self.num_groups = int(self.rows.size)
+        # each slot's key beside it, so that probes read the table only (empty slots: any value)
+        self.slot_key = keys[cp.where(occupied, table, 0)] if n else cp.zeros(slots, keys.dtype)
 
     def lookup(self, probe: cp.ndarray, ids: str = "group") -> cp.ndarray:
         """int32 id of every key of ``probe`` (each must be in the table): its dense group id, or
@@ -76,7 +79,7 @@ class HashTable:
             sms = device_properties(cp.cuda.Device().id)["sms"]
             grid = max(1, min((probe.size + BLOCK - 1) // BLOCK, sms * 16))
             kernel("groupby.cu", f"hgb_lookup<{key_type(probe)}>")(
-                (grid,), (BLOCK,), (probe, np.int64(probe.size), self.keys, self.table,
+                (grid,), (BLOCK,), (probe, np.int64(probe.size), self.slot_key, self.table,
                                     self.slot_gid if ids == "group" else ptr(None),
                                     np.uint32(self.mask), codes))
         return codes
@@ -85,7 +88,7 @@ class HashTable:
 def aggregate(table: HashTable, inputs: list[AggInput]) -> list[cp.ndarray]:
     """Stage 2 over every input: each input's (accumulators, g) u64 slots."""
     g, keys, n = table.num_groups, table.keys, table.keys.size
-    check_memory(smem_bytes(inputs, g), f"the aggregates of {g:,} groups")
+    check_memory(global_bytes(inputs, g), f"the aggregates of {g:,} groups")
     accs = allocate(inputs, g)
     if not n:
         return accs
@@ -98,14 +101,16 @@ def aggregate(table: HashTable, inputs: list[AggInput]) -> list[cp.ndarray]:
         copies = 1
         while use_smem and copies < 8 and 2 * copies * per_copy <= SMEM_COPIES_BUDGET:
             copies *= 2
-        smem = per_copy * copies if use_smem else 0
+        smem = smem_bytes(part, g * copies) if use_smem else 0
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         per_sm = max(1, min(8, (props["smem_optin"] // smem) if smem else 8))
         grid = max(1, min((n + BLOCK - 1) // BLOCK, props["sms"] * per_sm))
-        desc = descriptors(part, part_accs, smem_slots=g * copies if use_smem else 0)
-        fn((grid,), (BLOCK,), (keys, np.int64(n), table.table, table.slot_gid, np.uint32(table.mask), desc,
-                               np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies)),
+        sstride = (g * copies + 1) & ~1
+        desc = descriptors(part, part_accs, smem_slots=sstride if use_smem else 0)
+        fn((grid,), (BLOCK,), (keys, np.int64(n), table.slot_key, table.slot_gid, np.uint32(table.mask), desc,
+                               np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies),
+                               np.uint64(sstride)),
            shared_mem=smem)
     return accs
 

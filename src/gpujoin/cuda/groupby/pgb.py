@@ -1,15 +1,17 @@
 """PGB-UR and PGB-TR: the partition-based group-by of paper 003 §2.6 on one GPU.
 
 1. Transform: radix-partition on the murmur3 hash of the key (so skew in the key bits does not
-   matter), 2^bits partitions with about MAX_GROUPS / 2 groups each by a HyperLogLog estimate
-   of g.  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR moves
-   (key, row id) and later reads the values through the row ids (GFUR).
+   matter) into 2^bits partitions of about FILL * max_groups groups each, by a HyperLogLog
+   estimate of g.  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR
+   moves (key, row id) and later reads the values through the row ids (GFUR).
 2. One thread block per partition (``pgb_aggregate``) inserts the partition's keys into a
    shared-memory table first, which gives its group count; it claims that many output slots
-   with one atomic and aggregates each column in shared-memory slots (a single group reduces
-   in registers), storing every group whole, since no group spans two partitions.
-3. A partition with more than MAX_GROUPS groups (or past the output's capacity, when the
-   estimate was low) is aggregated afterwards by HGB over its rows, and its groups appended.
+   with one atomic and aggregates every column in shared-memory slots (a single group reduces
+   in registers), storing every group whole, since no group spans two partitions.  The table
+   is the largest that fits beside max_groups = FILL * slots groups' accumulators.
+3. A partition with more than max_groups groups, far more rows than the average (a heavy
+   key), or past the output's capacity (the estimate was low) is aggregated afterwards by HGB
+   over its rows, and its groups appended: the paper's proposal for oversized partitions.
 
 Deviation: the paper places each partition's groups by a scan over the partitions' group
 counts; one atomic claim per partition gives the same dense output without a second pass
@@ -23,16 +25,27 @@ import numpy as np
 
 from ..primitives import Digits, hash_partition_bits, key_type, radix_partition
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
-from .common import AggInput, GroupByOutput, allocate, concat_outputs, decode, descriptors, estimate_groups
+from .common import (AggInput, GroupByOutput, allocate, concat_outputs, decode, descriptors, estimate_groups,
+                     global_bytes, slot_bytes, smem_bytes)
 from .hgb import check_rows, hgb
 
-#: Groups one partition may hold in shared memory, and the table's slots (2^TABLE_BITS).
-MAX_GROUPS, TABLE_BITS, BLOCK = 2048, 12, 256
+BLOCK = 512  # groupby.cu: PGB_BLOCK
+#: The largest shared-memory table (slots), and the share of its slots a partition may fill.
+MAX_TABLE, FILL = 16384, 0.75
 
 
-def _smem(key_bytes: int, inputs: list[AggInput]) -> int:
-    table = ((1 << TABLE_BITS) * (8 + key_bytes) + 15) & ~15
-    return table + MAX_GROUPS * 8 * max([len(i.accumulators) for i in inputs] + [1])
+def _layout(key_bytes: int, inputs: list[AggInput], budget: int) -> tuple[int, int, int] | None:
+    """(table bits, max groups, bytes before the accumulators): the largest table whose slots
+    (row id, group id, key) and FILL of it in accumulator slots fit in ``budget`` bytes; None
+    when not even 256 slots fit."""
+    per_group = slot_bytes(inputs)
+    slots = MAX_TABLE
+    while slots >= 256:
+        table = (slots * (8 + key_bytes) + 15) & ~15
+        if table + int(slots * FILL) * per_group <= budget:
+            return slots.bit_length() - 1, int(slots * FILL) & ~1, table
+        slots //= 2
+    return None
 
 
 def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits: int | None = None
@@ -61,7 +74,15 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     if n == 0:
         return GroupByOutput(keys[:0], [decode(i, a) for i, a in zip(inputs, allocate(inputs, 0))], timer.phases)
     est = estimate_groups(keys)
-    bits = radix_bits if radix_bits is not None else hash_partition_bits(est, MAX_GROUPS // 2)
+    props = device_properties(cp.cuda.Device().id)
+    layout = _layout(keys.dtype.itemsize, inputs, props["smem_optin"] - 2048)
+    if layout is None:  # too many accumulators for a shared-memory table of useful size
+        out = hgb(keys, inputs)
+        out.params["fallback"] = "hgb: the aggregates do not fit in shared memory"
+        return out
+    tbl_bits, max_groups, acc_base = layout
+    # partitions of about FILL * max_groups groups: an average one fills the table to FILL^2
+    bits = radix_bits if radix_bits is not None else hash_partition_bits(est, int(max_groups * FILL))
     carried = [c for i in inputs if i.values is not None for c in (i.values, i.valid) if c is not None]
     width = keys.dtype.itemsize + (4 if method == "ur" else sum(c.dtype.itemsize for c in carried))
     check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")
@@ -77,31 +98,34 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     timer.mark("transform")
 
     capacity = min(n, est + est // 8 + 4096)
-    check_memory(capacity * (8 * sum(len(i.accumulators) for i in inputs) + keys.dtype.itemsize),
+    check_memory(global_bytes(inputs, capacity) + capacity * keys.dtype.itemsize,
                  f"the aggregates of about {est:,} groups")
     accs = allocate(part_inputs, capacity)
     out_keys = cp.empty(capacity, keys.dtype)
     counter = cp.zeros(1, cp.uint64)
     filled = cp.full(1, np.uint64(0xFFFFFFFFFFFFFFFF), cp.uint64)
     P = 1 << bits
-    overflow_parts, overflow_count = cp.empty(P, cp.int32), cp.zeros(1, cp.int32)
-    props = device_properties(cp.cuda.Device().id)
-    smem = _smem(keys.dtype.itemsize, inputs)
+    spill_parts, spill_count = cp.empty(P, cp.int32), cp.zeros(1, cp.int32)
+    smem = acc_base + smem_bytes(inputs, max_groups)
     fn = kernel("groupby.cu", f"pgb_aggregate<{key_type(keys)}, i32>")
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
+    # a partition far above the average size (a heavy key) goes to HGB, not to one block
+    row_limit = max(8 * (n >> bits), 1 << 20)
     grid = max(1, min(P, props["sms"] * max(1, min(2048 // BLOCK, props["smem_optin"] // smem))))
-    fn((grid,), (BLOCK,), (pkeys, offsets, np.int32(P), ptr(index), descriptors(part_inputs, accs),
-                           np.int32(len(inputs)), np.int32(TABLE_BITS), np.uint32(MAX_GROUPS), out_keys,
-                           np.uint64(capacity), counter, filled, overflow_parts, overflow_count),
+    fn((grid,), (BLOCK,), (pkeys, offsets, np.int32(P), ptr(index),
+                           descriptors(part_inputs, accs, smem_slots=max_groups, smem_base=acc_base),
+                           np.int32(len(inputs)), np.int32(tbl_bits), np.uint32(max_groups), np.uint64(max_groups),
+                           np.int64(row_limit), out_keys, np.uint64(capacity), counter, filled, spill_parts,
+                           spill_count),
        shared_mem=smem)
     g = int(min(int(counter[0]), int(filled[0])))
     parts = [GroupByOutput(out_keys[:g], [decode(i, a[:, :g]) for i, a in zip(inputs, accs)])]
-    spilled = int(overflow_count[0])
-    if spilled:  # partitions too large for shared memory: HGB over their rows
+    spilled = int(spill_count[0])
+    if spilled:  # partitions with too many groups or rows for one block: HGB over their rows
         off = cp.asnumpy(offsets)
         pos = cp.concatenate([cp.arange(off[p], off[p + 1], dtype=cp.int64)
-                              for p in sorted(cp.asnumpy(overflow_parts[:spilled]).tolist())])
+                              for p in sorted(cp.asnumpy(spill_parts[:spilled]).tolist())])
         if method == "tr":
             sub = [AggInput(i.values[pos], None if i.valid is None else i.valid[pos], i.ops)
                    if i.values is not None else i for i in part_inputs]

@@ -98,8 +98,8 @@ __device__ __forceinline__ void run_add(Run& r, const Col& c, u64 row) {
     }
 }
 
-// Merge a run into the accumulators at base[row(j) * stride] (shared or global) with atomics.
-__device__ __forceinline__ void merge_atomic(u64* base, u64 stride, const Col& c, const Run& r) {
+// Global accumulators: u64 slots, row j of a column at acc + acc_row(j) * stride.
+__device__ __forceinline__ void g_merge(u64* base, u64 stride, const Col& c, const Run& r) {
     if (r.count == 0) return;
     const u32 f = c.flags;
     if (has(f, A_COUNT)) atomicAdd(base + acc_row(f, A_COUNT) * stride, r.count);
@@ -114,7 +114,7 @@ __device__ __forceinline__ void merge_atomic(u64* base, u64 stride, const Col& c
 }
 
 // Store a run as the whole of a group (no other block holds rows of it).
-__device__ __forceinline__ void merge_store(u64* base, u64 stride, const Col& c, const Run& r) {
+__device__ __forceinline__ void g_store(u64* base, u64 stride, const Col& c, const Run& r) {
     const u32 f = c.flags;
     if (has(f, A_COUNT)) base[acc_row(f, A_COUNT) * stride] = r.count;
     if (has(f, A_SUM))
@@ -125,30 +125,95 @@ __device__ __forceinline__ void merge_store(u64* base, u64 stride, const Col& c,
     if (has(f, A_MAX)) base[acc_row(f, A_MAX) * stride] = r.mx;
 }
 
-// Read back a slot written by merge_atomic (count is 1 when not tracked, so it is merged).
-__device__ __forceinline__ void run_load(Run& r, const u64* base, u64 stride, const Col& c) {
-    const u32 f = c.flags;
-    run_reset(r);
-    r.count = has(f, A_COUNT) ? base[acc_row(f, A_COUNT) * stride] : 1ull;
-    if (has(f, A_SUM)) {
-        const u64 s = base[acc_row(f, A_SUM) * stride];
-        if (c.type == T_F32 || c.type == T_F64) r.fsum = __longlong_as_double((i64)s);
-        else r.isum = (i64)s;
-    }
-    if (has(f, A_LO)) r.lo = (i64)base[acc_row(f, A_LO) * stride];
-    if (has(f, A_MIN)) r.mn = base[acc_row(f, A_MIN) * stride];
-    if (has(f, A_MAX)) r.mx = base[acc_row(f, A_MAX) * stride];
+// Shared-memory accumulators: one array of `stride` slots per flagged accumulator, 4 bytes
+// wide for counts and for min/max of 4-byte values (native 32-bit shared atomics), else 8.
+__device__ __forceinline__ bool narrow_acc(int type, int j) {
+    return j == A_COUNT || ((j == A_MIN || j == A_MAX) && (type == T_I32 || type == T_F32));
 }
 
-// Identity values in the first `count` slots of a column's shared-memory accumulators.
-__device__ __forceinline__ void smem_init(u64* base, u64 stride, u64 count, const Col& c) {
-    const u32 f = c.flags;
-    for (int j = 0; j < NACC; ++j) {
-        if (!has(f, j)) continue;
-        u64* p = base + acc_row(f, j) * stride;
-        const u64 id = j == A_MIN ? ~0ull : 0ull;
-        for (u64 s = threadIdx.x; s < count; s += blockDim.x) p[s] = id;
+__device__ __forceinline__ unsigned char* sacc(unsigned char* base, const Col& c, int j, u64 stride) {
+    u64 off = 0;
+#pragma unroll
+    for (int k = 0; k < NACC; ++k) {
+        if (k == j) break;
+        if (has(c.flags, k)) off += (narrow_acc(c.type, k) ? 4u : 8u) * stride;
     }
+    return base + off;
+}
+
+// Identity values in slots [0, count).
+__device__ __forceinline__ void s_init(unsigned char* base, u64 stride, u64 count, const Col& c) {
+#pragma unroll
+    for (int j = 0; j < NACC; ++j) {
+        if (!has(c.flags, j)) continue;
+        unsigned char* p = sacc(base, c, j, stride);
+        const u64 id = j == A_MIN ? ~0ull : 0ull;
+        if (narrow_acc(c.type, j))
+            for (u64 s = threadIdx.x; s < count; s += blockDim.x) ((u32*)p)[s] = (u32)id;
+        else
+            for (u64 s = threadIdx.x; s < count; s += blockDim.x) ((u64*)p)[s] = id;
+    }
+}
+
+__device__ __forceinline__ void s_merge(unsigned char* base, u64 stride, u64 slot, const Col& c, const Run& r) {
+    if (r.count == 0) return;
+    const u32 f = c.flags;
+    if (has(f, A_COUNT)) atomicAdd((u32*)sacc(base, c, A_COUNT, stride) + slot, (u32)r.count);
+    if (has(f, A_SUM)) {
+        unsigned char* p = sacc(base, c, A_SUM, stride);
+        if (c.type == T_F32 || c.type == T_F64) atomicAdd((double*)p + slot, r.fsum);
+        else atomicAdd((u64*)p + slot, (u64)r.isum);
+    }
+    if (has(f, A_LO)) atomicAdd((u64*)sacc(base, c, A_LO, stride) + slot, (u64)r.lo);
+    const bool narrow = c.type == T_I32 || c.type == T_F32;
+    if (has(f, A_MIN)) {
+        unsigned char* p = sacc(base, c, A_MIN, stride);
+        if (narrow) atomicMin((u32*)p + slot, (u32)r.mn);
+        else atomicMin((u64*)p + slot, r.mn);
+    }
+    if (has(f, A_MAX)) {
+        unsigned char* p = sacc(base, c, A_MAX, stride);
+        if (narrow) atomicMax((u32*)p + slot, (u32)r.mx);
+        else atomicMax((u64*)p + slot, r.mx);
+    }
+}
+
+// Read a shared slot back as a run (count 1 when counts are not tracked, so it is merged).
+__device__ __forceinline__ void s_load(Run& r, unsigned char* base, u64 stride, u64 slot, const Col& c) {
+    const u32 f = c.flags;
+    run_reset(r);
+    r.count = has(f, A_COUNT) ? (u64)((u32*)sacc(base, c, A_COUNT, stride))[slot] : 1ull;
+    if (has(f, A_SUM)) {
+        const u64 v = ((u64*)sacc(base, c, A_SUM, stride))[slot];
+        if (c.type == T_F32 || c.type == T_F64) r.fsum = __longlong_as_double((i64)v);
+        else r.isum = (i64)v;
+    }
+    if (has(f, A_LO)) r.lo = (i64)((u64*)sacc(base, c, A_LO, stride))[slot];
+    const bool narrow = c.type == T_I32 || c.type == T_F32;
+    if (has(f, A_MIN)) {
+        unsigned char* p = sacc(base, c, A_MIN, stride);
+        r.mn = narrow ? (u64)((u32*)p)[slot] : ((u64*)p)[slot];
+        if (narrow && r.mn == 0xffffffffull) r.mn = ~0ull;  // the identity stays the identity
+    }
+    if (has(f, A_MAX)) {
+        unsigned char* p = sacc(base, c, A_MAX, stride);
+        r.mx = narrow ? (u64)((u32*)p)[slot] : ((u64*)p)[slot];
+    }
+}
+
+// Is a loaded run the identity (no rows reached that slot)?
+__device__ __forceinline__ bool run_empty(const Run& r, const Col& c) {
+    if (has(c.flags, A_COUNT)) return r.count == 0;
+    return r.isum == 0 && r.lo == 0 && r.fsum == 0.0 && r.mn == ~0ull && r.mx == 0ull;
+}
+
+// Column descriptors of a block, staged in shared memory when there are few.
+#define SDESC 32
+__device__ __forceinline__ const u64* stage_desc(const u64* __restrict__ desc, int ncols, u64* sdesc) {
+    if (ncols > SDESC) return desc;
+    for (int j = threadIdx.x; j < ncols * DESC; j += blockDim.x) sdesc[j] = desc[j];
+    __syncthreads();
+    return sdesc;
 }
 
 // ---------------------------------------------------------------- HyperLogLog
@@ -210,11 +275,12 @@ hgb_build(const K* __restrict__ keys, i64 n, u32* __restrict__ table, u32 mask,
     if ((threadIdx.x & 31) == 0 && w) atomicAdd(groups, (u64)w);
 }
 
-// The table slot holding key k (which must be in the table).
+// The table slot holding key k (which must be in the table): linear probing over the keys each
+// slot holds.  Empty slots are never compared: k sits before the first empty slot of its chain.
 template <typename K>
-__device__ __forceinline__ u32 hgb_find(const K* __restrict__ keys, const u32* __restrict__ table, u32 mask, K k) {
+__device__ __forceinline__ u32 slot_of(const K* __restrict__ slot_key, u32 mask, K k) {
     u32 s = hash_key(k) & mask;
-    while (keys[table[s]] != k) s = (s + 1) & mask;
+    while (slot_key[s] != k) s = (s + 1) & mask;
     return s;
 }
 
@@ -223,23 +289,25 @@ __device__ __forceinline__ u32 hgb_find(const K* __restrict__ keys, const u32* _
 // sorted distinct keys, so that row id is the key's rank).
 template <typename K>
 __global__ void __launch_bounds__(256)
-hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table_keys, const u32* __restrict__ table,
+hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ slot_key, const u32* __restrict__ table,
            const i32* __restrict__ slot_gid, u32 mask, i32* __restrict__ codes) {
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-    {
-        const u32 s = hgb_find(table_keys, table, mask, keys[i]);
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const u32 s = slot_of(slot_key, mask, keys[i]);
         codes[i] = slot_gid ? slot_gid[s] : (i32)table[s];
     }
 }
 
+#define HGB_ROWS 4
+
 // Stage 2: every row finds its group id and updates each column's accumulators: in shared
 // memory when `use_smem` (all groups' slots fit, `copies` copies of them so that the warps of a
-// block contend less at small g), flushed to global memory with one atomic per slot; else
-// straight into global memory.
+// block contend less at small g; `sstride` slots per accumulator array), flushed to global
+// memory with one atomic per touched slot; else straight into global memory.  Each thread
+// handles HGB_ROWS rows at a time so that their table probes overlap.
 template <typename K>
 __global__ void __launch_bounds__(256)
-hgb_aggregate(const K* __restrict__ keys, i64 n, const u32* __restrict__ table, const i32* __restrict__ slot_gid,
-              u32 mask, const u64* __restrict__ desc, int ncols, u64 groups, int use_smem, int copies) {
+hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ slot_key, const i32* __restrict__ slot_gid,
+              u32 mask, const u64* __restrict__ desc, int ncols, u64 groups, int use_smem, int copies, u64 sstride) {
     extern __shared__ __align__(16) unsigned char smem[];
     Col cols[MAXC];
 #pragma unroll
@@ -249,20 +317,44 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const u32* __restrict__ table, 
     if (use_smem) {
 #pragma unroll
         for (int c = 0; c < MAXC; ++c)
-            if (c < ncols) smem_init((u64*)(smem + cols[c].soff), slots, slots, cols[c]);
+            if (c < ncols) s_init(smem + cols[c].soff, sstride, slots, cols[c]);
         __syncthreads();
     }
     const u64 copy = (u64)((threadIdx.x >> 5) % copies);
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const u64 g = (u64)slot_gid[hgb_find(keys, table, mask, keys[i])];
+    const i64 S = (i64)gridDim.x * blockDim.x;
+    for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HGB_ROWS) {
+        K k[HGB_ROWS];
+        u32 s[HGB_ROWS];
+        K e[HGB_ROWS];
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) {
+            const i64 i = i0 + u * S;
+            k[u] = i < n ? keys[i] : (K)0;
+        }
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) {
+            s[u] = hash_key(k[u]) & mask;
+            e[u] = i0 + u * S < n ? slot_key[s[u]] : k[u];
+        }
+        u64 g[HGB_ROWS];
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) {
+            while (e[u] != k[u]) { s[u] = (s[u] + 1) & mask; e[u] = slot_key[s[u]]; }
+            g[u] = i0 + u * S < n ? (u64)slot_gid[s[u]] : 0ull;
+        }
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
             if (c >= ncols) break;
-            Run r;
-            run_reset(r);
-            run_add(r, cols[c], (u64)i);
-            if (use_smem) merge_atomic((u64*)(smem + cols[c].soff) + g * copies + copy, slots, cols[c], r);
-            else merge_atomic(cols[c].acc + g, groups, cols[c], r);
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u) {
+                const i64 i = i0 + u * S;
+                if (i >= n) break;
+                Run r;
+                run_reset(r);
+                run_add(r, cols[c], (u64)i);
+                if (use_smem) s_merge(smem + cols[c].soff, sstride, g[u] * copies + copy, cols[c], r);
+                else g_merge(cols[c].acc + g[u], groups, cols[c], r);
+            }
         }
     }
     if (!use_smem) return;
@@ -272,10 +364,8 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const u32* __restrict__ table, 
         for (int c = 0; c < MAXC; ++c) {
             if (c >= ncols) break;
             Run r;
-            run_load(r, (u64*)(smem + cols[c].soff) + s, slots, cols[c]);
-            // slots still at their identity (groups this block never saw) need no atomic
-            if (r.isum || r.lo || r.fsum != 0.0 || r.mn != ~0ull || r.mx || has(cols[c].flags, A_COUNT))
-                merge_atomic(cols[c].acc + s / copies, groups, cols[c], r);
+            s_load(r, smem + cols[c].soff, sstride, s, cols[c]);
+            if (!run_empty(r, cols[c])) g_merge(cols[c].acc + s / copies, groups, cols[c], r);
         }
     }
 }
@@ -301,8 +391,7 @@ sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, c
     const i64 tile_n = min((i64)SR_TILE, n - tile0);
     const i32 ga = gid[tile0], gb = gid[tile0 + tile_n - 1];
     const u64 span = (u64)(gb - ga) + 1;
-    u64* sbase = (u64*)smem;
-    smem_init(sbase, SR_TILE, span, c);
+    s_init(smem, SR_TILE, span, c);
     __syncthreads();
     Run r;
     run_reset(r);
@@ -313,52 +402,58 @@ sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, c
         if (i >= tile0 + tile_n) break;
         const i32 g = gid[i];
         if (g != cur) {
-            if (cur >= 0) merge_atomic(sbase + (cur - ga), SR_TILE, c, r);
+            if (cur >= 0) s_merge(smem, SR_TILE, (u64)(cur - ga), c, r);
             run_reset(r);
             cur = g;
         }
         run_add(r, c, index ? (u64)index[i] : (u64)i);
     }
-    if (cur >= 0) merge_atomic(sbase + (cur - ga), SR_TILE, c, r);
+    if (cur >= 0) s_merge(smem, SR_TILE, (u64)(cur - ga), c, r);
     __syncthreads();
     for (u64 s = threadIdx.x; s < span; s += SR_BLOCK) {
         Run t;
-        run_load(t, sbase + s, SR_TILE, c);
+        s_load(t, smem, SR_TILE, s, c);
         const u64 g = (u64)ga + s;
-        if (g == (u64)ga || g == (u64)gb) merge_atomic(c.acc + g, acc_stride, c, t);
-        else merge_store(c.acc + g, acc_stride, c, t);
+        if (g == (u64)ga || g == (u64)gb) g_merge(c.acc + g, acc_stride, c, t);
+        else g_store(c.acc + g, acc_stride, c, t);
     }
 }
 
 // ---------------------------------------------------------------- PGB
 
-#define PGB_BLOCK 256
+#define PGB_BLOCK 512
 
 // One block per partition of rows already radix-partitioned on their key hash (offsets: P + 1
 // starts).  The block first inserts the partition's keys into a shared-memory table of
 // 2^tbl_bits slots, which gives its group count; then it claims that many output slots with one
-// atomic and aggregates each column in shared memory (a single group reduces in registers),
-// storing every group whole: no group spans two partitions.  A partition with more than
-// max_groups groups, or whose groups do not fit in the output's capacity, is listed in
-// overflow_parts for the caller to aggregate another way.
+// atomic and aggregates every column in shared memory (`sstride` slots per accumulator array;
+// a single group reduces in registers), storing every group whole: no group spans two
+// partitions.  A partition with more than max_groups groups or row_limit rows, or whose groups
+// do not fit in the output's capacity, is listed in spill_parts for the caller to aggregate
+// another way (paper 003 §2.6 proposes hash or sort group-by for such partitions).
 template <typename K, typename I>
 __global__ void __launch_bounds__(PGB_BLOCK)
 pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P, const I* __restrict__ index,
-              const u64* __restrict__ desc, int ncols, int tbl_bits, u32 max_groups, K* __restrict__ out_keys,
-              u64 capacity, u64* __restrict__ group_counter, u64* __restrict__ filled,
-              i32* __restrict__ overflow_parts, i32* __restrict__ overflow_count) {
+              const u64* __restrict__ desc, int ncols, int tbl_bits, u32 max_groups, u64 sstride, i64 row_limit,
+              K* __restrict__ out_keys, u64 capacity, u64* __restrict__ group_counter, u64* __restrict__ filled,
+              i32* __restrict__ spill_parts, i32* __restrict__ spill_count) {
     extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ u64 sdesc[SDESC * DESC];
+    __shared__ u32 ng;
+    __shared__ int ovf;
+    __shared__ u64 s_base;
     const u32 TBL = 1u << tbl_bits, tmask = TBL - 1u;
     u32* table = (u32*)smem;
     u32* slot_lid = table + TBL;
     K* skey = (K*)(slot_lid + TBL);
-    u64* acc = (u64*)(smem + (((u64)TBL * (8 + sizeof(K)) + 15) & ~15ull));
-    __shared__ u32 ng;
-    __shared__ int ovf;
-    __shared__ u64 s_base;
+    const u64* d = stage_desc(desc, ncols, sdesc);
     for (int p = blockIdx.x; p < P; p += gridDim.x) {
         const i64 start = offsets[p], end = offsets[p + 1];
         if (start == end) continue;
+        if (end - start > row_limit) {
+            if (threadIdx.x == 0) spill_parts[atomicAdd(spill_count, 1)] = p;
+            continue;
+        }
         __syncthreads();  // the previous partition's last reads of the table and ng are done
         for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) table[s] = EMPTY_ROW;
         if (threadIdx.x == 0) { ng = 0; ovf = 0; }
@@ -382,7 +477,6 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
                 s = (s + 1) & tmask;
                 if (probe >= tmask) { ovf = 1; break; }
             }
-            if (ovf) break;
         }
         __syncthreads();
         if (threadIdx.x == 0 && !ovf) {
@@ -394,8 +488,7 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
         }
         __syncthreads();
         if (ovf) {
-            if (threadIdx.x == 0) overflow_parts[atomicAdd(overflow_count, 1)] = p;
-            __syncthreads();
+            if (threadIdx.x == 0) spill_parts[atomicAdd(spill_count, 1)] = p;
             continue;
         }
         const u32 groups = ng;
@@ -403,35 +496,43 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
         for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK)
             if (table[s] != EMPTY_ROW) out_keys[base + slot_lid[s]] = skey[s];
         for (int ci = 0; ci < ncols; ++ci) {
-            const Col c = load_col(desc, ci);
-            smem_init(acc, groups, groups, c);
-            __syncthreads();
-            Run r;
-            run_reset(r);
-            u32 cur = EMPTY_ROW;
+            const Col c = load_col(d, ci);
+            s_init(smem + c.soff, sstride, groups, c);
+        }
+        __syncthreads();
+        if (groups == 1) {  // a block reduction: registers, then one merge per thread
+            for (int ci = 0; ci < ncols; ++ci) {
+                const Col c = load_col(d, ci);
+                Run r;
+                run_reset(r);
+                for (i64 i = start + threadIdx.x; i < end; i += PGB_BLOCK)
+                    run_add(r, c, index ? (u64)index[i] : (u64)i);
+                s_merge(smem + c.soff, sstride, 0, c, r);
+            }
+        } else {
             for (i64 i = start + threadIdx.x; i < end; i += PGB_BLOCK) {
-                u32 lid = 0;
-                if (groups > 1) {
-                    const K k = keys[i];
-                    u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
-                    while (skey[s] != k || table[s] == EMPTY_ROW) s = (s + 1) & tmask;
-                    lid = slot_lid[s];
-                }
-                if (lid != cur) {
-                    if (cur != EMPTY_ROW) merge_atomic(acc + cur, groups, c, r);
+                const K k = keys[i];
+                u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
+                while (skey[s] != k || table[s] == EMPTY_ROW) s = (s + 1) & tmask;
+                const u64 lid = slot_lid[s];
+                const u64 row = index ? (u64)index[i] : (u64)i;
+                for (int ci = 0; ci < ncols; ++ci) {
+                    const Col c = load_col(d, ci);
+                    Run r;
                     run_reset(r);
-                    cur = lid;
+                    run_add(r, c, row);
+                    s_merge(smem + c.soff, sstride, lid, c, r);
                 }
-                run_add(r, c, index ? (u64)index[i] : (u64)i);
             }
-            if (cur != EMPTY_ROW) merge_atomic(acc + cur, groups, c, r);
-            __syncthreads();
-            for (u32 l = threadIdx.x; l < groups; l += PGB_BLOCK) {
+        }
+        __syncthreads();
+        for (u32 l = threadIdx.x; l < groups; l += PGB_BLOCK) {
+            for (int ci = 0; ci < ncols; ++ci) {
+                const Col c = load_col(d, ci);
                 Run t;
-                run_load(t, acc + l, groups, c);
-                merge_store(c.acc + base + l, capacity, c, t);
+                s_load(t, smem + c.soff, sstride, l, c);
+                g_store(c.acc + base + l, capacity, c, t);
             }
-            __syncthreads();
         }
     }
 }
