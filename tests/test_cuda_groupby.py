@@ -99,6 +99,19 @@ def test_device_table_group_by_matches_cpu_engine(algorithm, log2_groups):
     assert_tables_equal(got.cast(expected.schema), expected, rel=1e-6)
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
+def test_the_empty_slot_key_is_a_group_like_any_other(algorithm, dtype):
+    """Hash tables mark empty slots with the smallest key value; that key still forms its group."""
+    low = np.iinfo(dtype).min
+    keys = cp.asarray([low, 0, low, 5, -1, low, 0] * 500, dtype=dtype)
+    t = {"k": keys, "v": cp.arange(keys.size, dtype=cp.int32)}
+    out = gpujoin.group_by(t, "k", algorithm=algorithm).agg(s=("v", "sum"), n=(None, "size"), m=("v", "min"))
+    expected = gpujoin.group_by(DeviceTable(t).to_arrow(), "k", device="cpu").agg(
+        s=("v", "sum"), n=(None, "size"), m=("v", "min"))
+    assert_tables_equal(out.to_arrow(), expected)
+
+
 @pytest.mark.parametrize("bits", [0, 2])
 @pytest.mark.parametrize("method", ["tr", "ur"])
 def test_pgb_spills_partitions_with_too_many_groups_to_hgb(bits, method):

@@ -1,15 +1,17 @@
 """HGB: the two-stage hash group-by of paper 003 §2.2 (Algorithm 1) on one GPU.
 
-Stage 1 inserts every key into a global open-addressing table of row ids (sized from a
-HyperLogLog estimate of the groups, doubled and retried if it fills), then numbers the occupied
-slots densely (a scan over the table): group ids 0..g-1 and g are known before any aggregate
-is computed.  Stage 2 finds each row's group id and updates its aggregates in shared memory
-when all g groups' slots fit there (several copies at small g, so that warps contend less),
-flushing them to global memory once per block; otherwise straight into global memory.
+Stage 1 inserts every key into a global open-addressing table of keys (one CAS a new key;
+sized from a HyperLogLog estimate of the groups, and rebuilt four times larger if it fills),
+then numbers the occupied slots densely (a scan over the table): group ids 0..g-1 and g are
+known before any aggregate is computed.  Stage 2 finds each row's group id and updates its
+aggregates in shared memory when all g groups' slots fit there (several copies at small g, so
+that warps contend less), flushing them to global memory once per block; otherwise straight
+into global memory.
 
-One deviation from Algorithm 1: the paper writes each row's group-id location (gIdLoc) in
-stage 1 and reads it back in stage 2; here stage 2 probes the table again, which reads the
-4-byte key instead of writing and reading a 4-byte location, and needs no atomic counter.
+Deviations from Algorithm 1: the table holds keys, not row ids (a probe reads the table only,
+never the key column), and stage 2 probes the table again instead of writing each row's
+group-id location in stage 1 and reading it back: it reads the 4-byte key instead of writing
+and reading a 4-byte location, and needs no atomic group counter.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
 from .common import (MAXC, AggInput, GroupByOutput, allocate, decode, descriptors, estimate_groups, global_bytes,
                      smem_bytes)
 
-_EMPTY = np.uint32(0xFFFFFFFF)
 BLOCK = 256
 #: Shared memory the aggregation may use per block (bytes) before it goes to global memory,
 #: and the share below which it keeps extra copies of the slots.
@@ -38,11 +39,17 @@ def check_rows(n: int, name: str) -> None:
         raise ValueError(f"GPU {name} takes fewer than 2**31 rows, got {n:,}; use device='cpu' or split the input")
 
 
-class HashTable:
-    """Stage 1: the distinct keys of ``keys`` in a global table of row ids, with dense ids.
+def sentinel(dtype) -> int:
+    """The key value that marks an empty table slot (groupby.cu: sentinel<K>)."""
+    return int(np.iinfo(dtype).min)
 
-    Attributes: table (u32 slots: a row id or empty), slot_gid (int32 dense id per slot,
-    in slot order), mask (slots - 1), rows (u32 (g,): one row of each group, by id).
+
+class HashTable:
+    """Stage 1: the distinct keys of ``keys`` in a global open-addressing table, with dense ids.
+
+    Attributes: table (the keys; empty slots hold the sentinel), mask (slots - 1), slot_gid
+    (int32 dense id of each slot, in slot order), sentinel_gid (the id of the sentinel key's
+    group, kept outside the table, or -1), group_keys ((g,) the key of each id).
     """
 
     def __init__(self, keys: cp.ndarray, estimate: int | None = None):
@@ -52,42 +59,49 @@ class HashTable:
         slots = max(1024, _pow2(2 * est + est // 4))
         sms = device_properties(cp.cuda.Device().id)["sms"]
         build = kernel("groupby.cu", f"hgb_build<{key_type(keys)}>")
+        empty = keys.dtype.type(sentinel(keys.dtype))
         while True:
-            check_memory(slots * 8, f"a hash table of {slots:,} slots")
-            table = cp.full(slots, _EMPTY, cp.uint32)
+            check_memory(slots * keys.dtype.itemsize * 2, f"a hash table of {slots:,} slots")
+            table = cp.full(slots, empty, keys.dtype)
             counter = cp.zeros(1, cp.uint64)
-            overflow = cp.zeros(1, cp.int32)
+            flags = cp.zeros(2, cp.int32)
             if n:
                 grid = max(1, min((n + BLOCK - 1) // BLOCK, sms * 16))
-                build((grid,), (BLOCK,), (keys, np.int64(n), table, np.uint32(slots - 1), counter, overflow))
-            if not int(overflow[0]):
+                build((grid,), (BLOCK,), (keys, np.int64(n), table, np.uint32(slots - 1), counter, flags))
+            full, has_sentinel = (bool(f) for f in cp.asnumpy(flags))
+            if not full:
                 break
             slots *= 4  # the estimate was far off: rebuild larger
-        occupied = table != _EMPTY
-        self.keys, self.table, self.mask = keys, table, slots - 1
+        occupied = table != empty
+        self.n, self.table, self.mask = n, table, slots - 1
         self.slot_gid = (cp.cumsum(occupied, dtype=cp.int32) - 1).astype(cp.int32, copy=False)
-        self.rows = table[occupied]
-        self.num_groups = int(self.rows.size)
-        # each slot's key beside it, so that probes read the table only (empty slots: any value)
-        self.slot_key = keys[cp.where(occupied, table, 0)] if n else cp.zeros(slots, keys.dtype)
+        in_table = table[occupied]
+        self.sentinel_gid = int(in_table.size) if has_sentinel else -1
+        self.group_keys = cp.concatenate([in_table, cp.full(1, empty, keys.dtype)]) if has_sentinel else in_table
+        self.num_groups = int(self.group_keys.size)
 
-    def lookup(self, probe: cp.ndarray, ids: str = "group") -> cp.ndarray:
-        """int32 id of every key of ``probe`` (each must be in the table): its dense group id, or
-        with ``ids="row"`` the row of ``keys`` the table holds for it."""
+    def lookup(self, probe: cp.ndarray, ids: cp.ndarray | None = None, sentinel_id: int | None = None
+               ) -> cp.ndarray:
+        """int32 ``ids[slot]`` of every key of ``probe`` (each must be in the table); by default
+        its dense group id.  With ``ids="slot"``, the slot itself (-1 for the sentinel key)."""
+        if ids is None:
+            ids, sentinel_id = self.slot_gid, self.sentinel_gid
+        elif isinstance(ids, str):
+            ids, sentinel_id = None, -1
         codes = cp.empty(probe.size, cp.int32)
         if probe.size:
             sms = device_properties(cp.cuda.Device().id)["sms"]
             grid = max(1, min((probe.size + BLOCK - 1) // BLOCK, sms * 16))
             kernel("groupby.cu", f"hgb_lookup<{key_type(probe)}>")(
-                (grid,), (BLOCK,), (probe, np.int64(probe.size), self.slot_key, self.table,
-                                    self.slot_gid if ids == "group" else ptr(None),
+                (grid,), (BLOCK,), (probe, np.int64(probe.size), self.table, ptr(ids), np.int32(sentinel_id),
                                     np.uint32(self.mask), codes))
         return codes
 
 
-def aggregate(table: HashTable, inputs: list[AggInput]) -> list[cp.ndarray]:
-    """Stage 2 over every input: each input's (accumulators, g) u64 slots."""
-    g, keys, n = table.num_groups, table.keys, table.keys.size
+def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> list[cp.ndarray]:
+    """Stage 2 over every input (rows of ``keys``, the keys the table was built from): each
+    input's (accumulators, g) u64 slots."""
+    g, n = table.num_groups, keys.size
     check_memory(global_bytes(inputs, g), f"the aggregates of {g:,} groups")
     accs = allocate(inputs, g)
     if not n:
@@ -108,7 +122,8 @@ def aggregate(table: HashTable, inputs: list[AggInput]) -> list[cp.ndarray]:
         grid = max(1, min((n + BLOCK - 1) // BLOCK, props["sms"] * per_sm))
         sstride = (g * copies + 1) & ~1
         desc = descriptors(part, part_accs, smem_slots=sstride if use_smem else 0)
-        fn((grid,), (BLOCK,), (keys, np.int64(n), table.slot_key, table.slot_gid, np.uint32(table.mask), desc,
+        fn((grid,), (BLOCK,), (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
+                               np.uint32(table.mask), desc,
                                np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies),
                                np.uint64(sstride)),
            shared_mem=smem)
@@ -131,9 +146,8 @@ def hgb(keys: cp.ndarray, inputs: list[AggInput]) -> GroupByOutput:
     """
     timer = PhaseTimer()
     table = HashTable(keys)
-    group_keys = keys[table.rows]
     timer.mark("group_ids")
-    accs = aggregate(table, inputs)
+    accs = aggregate(table, keys, inputs)
     cols = [decode(inp, a) for inp, a in zip(inputs, accs)]
     timer.mark("aggregate")
-    return GroupByOutput(group_keys, cols, timer.phases, {"table_slots": table.mask + 1})
+    return GroupByOutput(table.group_keys, cols, timer.phases, {"table_slots": table.mask + 1})

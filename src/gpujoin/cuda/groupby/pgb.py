@@ -32,16 +32,17 @@ from .hgb import check_rows, hgb
 BLOCK = 512  # groupby.cu: PGB_BLOCK
 #: The largest shared-memory table (slots), and the share of its slots a partition may fill.
 MAX_TABLE, FILL = 16384, 0.75
+PARALLEL_BITS = 8  # one radix pass
 
 
 def _layout(key_bytes: int, inputs: list[AggInput], budget: int) -> tuple[int, int, int] | None:
     """(table bits, max groups, bytes before the accumulators): the largest table whose slots
-    (row id, group id, key) and FILL of it in accumulator slots fit in ``budget`` bytes; None
+    (key, group id) and FILL of it in accumulator slots fit in ``budget`` bytes; None
     when not even 256 slots fit."""
     per_group = slot_bytes(inputs)
     slots = MAX_TABLE
     while slots >= 256:
-        table = (slots * (8 + key_bytes) + 15) & ~15
+        table = (slots * (4 + key_bytes) + 15) & ~15
         if table + int(slots * FILL) * per_group <= budget:
             return slots.bit_length() - 1, int(slots * FILL) & ~1, table
         slots //= 2
@@ -82,7 +83,8 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
         return out
     tbl_bits, max_groups, acc_base = layout
     # partitions of about FILL * max_groups groups: an average one fills the table to FILL^2
-    bits = radix_bits if radix_bits is not None else hash_partition_bits(est, int(max_groups * FILL))
+    # and at least 2^PARALLEL_BITS of them, so that every SM gets partitions when g is small
+    bits = radix_bits if radix_bits is not None else max(PARALLEL_BITS, hash_partition_bits(est, int(max_groups * FILL)))
     carried = [c for i in inputs if i.values is not None for c in (i.values, i.valid) if c is not None]
     width = keys.dtype.itemsize + (4 if method == "ur" else sum(c.dtype.itemsize for c in carried))
     check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")
@@ -111,7 +113,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     # a partition far above the average size (a heavy key) goes to HGB, not to one block
-    row_limit = max(8 * (n >> bits), 1 << 20)
+    row_limit = max(4 * (n >> bits), n // props["sms"], 1 << 12)
     grid = max(1, min(P, props["sms"] * max(1, min(2048 // BLOCK, props["smem_optin"] // smem))))
     fn((grid,), (BLOCK,), (pkeys, offsets, np.int32(P), ptr(index),
                            descriptors(part_inputs, accs, smem_slots=max_groups, smem_base=acc_base),

@@ -54,6 +54,18 @@ def segmented_reduce(gid: cp.ndarray, inp: AggInput, groups: int, index: cp.ndar
     return acc
 
 
+def _dictionary_codes(keys: cp.ndarray, distinct: cp.ndarray) -> cp.ndarray:
+    """Order-preserving dictionary encoding: int32 rank of every key among the sorted ``distinct``
+    keys, through a hash table over them (built once, probed by every row)."""
+    table = HashTable(distinct, estimate=int(distinct.size))
+    slots = table.lookup(distinct, ids="slot")
+    ranks = cp.arange(distinct.size, dtype=cp.int32)
+    rank_of_slot = cp.full(table.mask + 1, -1, cp.int32)
+    rank_of_slot[slots[slots >= 0]] = ranks[slots >= 0]
+    # the sentinel key, the smallest value, kept outside the table: rank 0 when present
+    return table.lookup(keys, ids=rank_of_slot, sentinel_id=0)
+
+
 def _sorted(inp: AggInput, cols: list[cp.ndarray]) -> AggInput:
     values = cols[0]
     valid = cols[1] if inp.valid is not None else None
@@ -110,8 +122,8 @@ def sgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr") -> GroupBy
         rest = sortable[1:]
         codes, code_bits = keys, bits
         if method == "de-tr" and rest:
-            table = HashTable(sorted_keys[starts], estimate=int(starts.size))
-            codes, code_bits, kmin = table.lookup(keys, ids="row"), max(1, (int(starts.size) - 1).bit_length()), 0
+            codes = _dictionary_codes(keys, sorted_keys[starts])
+            code_bits, kmin = max(1, (int(starts.size) - 1).bit_length()), 0
         for i, inp in rest:
             sorted_codes, cols = radix_sort(codes, _columns(inp), kmin, code_bits)
             accs[i] = segmented_reduce(gid if codes is keys else sorted_codes, _sorted(inp, cols), starts.size)

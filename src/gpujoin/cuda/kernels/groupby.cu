@@ -243,71 +243,102 @@ hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs) {
         if (r[j]) atomicMax(&regs[j], r[j]);
 }
 
-// ---------------------------------------------------------------- HGB (Algorithm 1)
+// ---------------------------------------------------------------- hash tables of keys
 
-// Stage 1: insert every key into an open-addressing table of row ids (linear probing; the
-// table holds the first row seen of each key, compared through the key column, so no key
-// value is reserved as "empty").  groups += number of keys inserted; overflow = 1 when the
-// table filled up (the caller retries with a larger one).
+// Tables hold the keys themselves, an empty slot holding the smallest key value (the sentinel);
+// rows whose key is the sentinel form a group of their own, kept outside the table, so no key
+// value is lost.  Insertion is one CAS on the key; probing reads keys only (linear probing).
+template <typename K> __device__ __forceinline__ K sentinel();
+template <> __device__ __forceinline__ i32 sentinel<i32>() { return (i32)0x80000000u; }
+template <> __device__ __forceinline__ i64 sentinel<i64>() { return (i64)0x8000000000000000ull; }
+
+__device__ __forceinline__ i32 cas_key(i32* p, i32 expect, i32 k) { return atomicCAS(p, expect, k); }
+__device__ __forceinline__ i64 cas_key(i64* p, i64 expect, i64 k) {
+    return (i64)atomicCAS((u64*)p, (u64)expect, (u64)k);
+}
+
+// Insert k (not the sentinel) at its first free slot from `s`: returns +1 when this call put it
+// there (*slot: where), 0 when it was already there, -1 when `limit` probes found no room.
+template <typename K>
+__device__ __forceinline__ int insert_key(K* table, u32 mask, u32 s, K k, u32 limit, u32* slot) {
+    const K empty = sentinel<K>();
+    for (u32 probe = 0; probe <= limit; ++probe) {
+        K cur = table[s];  // a stale empty only costs a CAS; a filled slot never changes
+        if (cur == empty) {
+            cur = cas_key(&table[s], empty, k);
+            if (cur == empty) { *slot = s; return 1; }
+        }
+        if (cur == k) { *slot = s; return 0; }
+        s = (s + 1) & mask;
+    }
+    return -1;
+}
+
+// The slot holding key k, which must be in the table: k sits before the first empty slot of
+// its chain, so the probe never passes an empty slot.
+template <typename K>
+__device__ __forceinline__ u32 slot_of(const K* __restrict__ table, u32 mask, K k) {
+    u32 s = hash_key(k) & mask;
+    while (table[s] != k) s = (s + 1) & mask;
+    return s;
+}
+
+#define HGB_ROWS 4
+
+// HGB stage 1 (paper 003 Algorithm 1): insert every key into the global table.  flags[0]: the
+// table filled up (the caller retries larger); flags[1]: some key is the sentinel.
+// groups += keys inserted.
 template <typename K>
 __global__ void __launch_bounds__(256)
-hgb_build(const K* __restrict__ keys, i64 n, u32* __restrict__ table, u32 mask,
-          u64* __restrict__ groups, int* __restrict__ overflow) {
+hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u64* __restrict__ groups,
+          int* __restrict__ flags) {
     u32 inserted = 0;
-    bool full = false;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n && !full; i += (i64)gridDim.x * blockDim.x) {
-        const K k = keys[i];
-        u32 s = hash_key(k) & mask;
-        for (u32 probe = 0;; ++probe) {
-            u32 r = table[s];  // a stale EMPTY only costs a CAS; an occupied slot never changes
-            if (r == EMPTY_ROW) {
-                r = atomicCAS(&table[s], EMPTY_ROW, (u32)i);
-                if (r == EMPTY_ROW) { ++inserted; break; }
-            }
-            if (keys[r] == k) break;
-            s = (s + 1) & mask;
-            if (probe >= mask) { full = true; break; }
+    bool full = false, saw_sentinel = false;
+    const i64 S = (i64)gridDim.x * blockDim.x;
+    for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n && !full; i0 += S * HGB_ROWS) {
+        K k[HGB_ROWS];
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) {
+            if (k[u] == sentinel<K>()) { saw_sentinel |= i0 + u * S < n; continue; }
+            u32 slot;
+            const int r = insert_key(table, mask, hash_key(k[u]) & mask, k[u], mask, &slot);
+            if (r > 0) ++inserted;
+            if (r < 0) full = true;
         }
     }
-    if (full) atomicExch(overflow, 1);
+    if (full) atomicExch(&flags[0], 1);
+    if (saw_sentinel) atomicExch(&flags[1], 1);
     __syncwarp();
     const u32 w = __reduce_add_sync(FULL_MASK, inserted);
     if ((threadIdx.x & 31) == 0 && w) atomicAdd(groups, (u64)w);
 }
 
-// The table slot holding key k (which must be in the table): linear probing over the keys each
-// slot holds.  Empty slots are never compared: k sits before the first empty slot of its chain.
-template <typename K>
-__device__ __forceinline__ u32 slot_of(const K* __restrict__ slot_key, u32 mask, K k) {
-    u32 s = hash_key(k) & mask;
-    while (slot_key[s] != k) s = (s + 1) & mask;
-    return s;
-}
-
-// codes[i] = slot_gid[slot of keys[i]], the dense group id of every row; without slot_gid, the
-// row id the slot holds (dictionary encoding for SGB-DE-TR, where the table was built over the
-// sorted distinct keys, so that row id is the key's rank).
+// codes[i] = ids[slot of keys[i]] (sentinel keys: sentinel_id); without ids, the slot itself.
 template <typename K>
 __global__ void __launch_bounds__(256)
-hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ slot_key, const u32* __restrict__ table,
-           const i32* __restrict__ slot_gid, u32 mask, i32* __restrict__ codes) {
+hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const i32* __restrict__ ids,
+           i32 sentinel_id, u32 mask, i32* __restrict__ codes) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const u32 s = slot_of(slot_key, mask, keys[i]);
-        codes[i] = slot_gid ? slot_gid[s] : (i32)table[s];
+        const K k = keys[i];
+        if (k == sentinel<K>()) { codes[i] = sentinel_id; continue; }
+        const u32 s = slot_of(table, mask, k);
+        codes[i] = ids ? ids[s] : (i32)s;
     }
 }
 
-#define HGB_ROWS 4
-
-// Stage 2: every row finds its group id and updates each column's accumulators: in shared
-// memory when `use_smem` (all groups' slots fit, `copies` copies of them so that the warps of a
-// block contend less at small g; `sstride` slots per accumulator array), flushed to global
-// memory with one atomic per touched slot; else straight into global memory.  Each thread
-// handles HGB_ROWS rows at a time so that their table probes overlap.
+// HGB stage 2: every row finds its dense group id (slot_gid of its slot; sentinel_gid for the
+// sentinel key) and updates each column's accumulators: in shared memory when `use_smem` (all
+// groups' slots fit, `copies` copies of them so that the warps of a block contend less at
+// small g; `sstride` slots per accumulator array), flushed to global memory with one atomic per
+// touched slot; else straight into global memory.  Each thread takes HGB_ROWS rows at a time and
+// loads all their keys, slots and values before its atomics, so the loads overlap.
 template <typename K>
 __global__ void __launch_bounds__(256)
-hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ slot_key, const i32* __restrict__ slot_gid,
-              u32 mask, const u64* __restrict__ desc, int ncols, u64 groups, int use_smem, int copies, u64 sstride) {
+hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const i32* __restrict__ slot_gid,
+              i32 sentinel_gid, u32 mask, const u64* __restrict__ desc, int ncols, u64 groups, int use_smem,
+              int copies, u64 sstride) {
     extern __shared__ __align__(16) unsigned char smem[];
     Col cols[MAXC];
 #pragma unroll
@@ -323,37 +354,34 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ slot_key,
     const u64 copy = (u64)((threadIdx.x >> 5) % copies);
     const i64 S = (i64)gridDim.x * blockDim.x;
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HGB_ROWS) {
-        K k[HGB_ROWS];
+        K k[HGB_ROWS], e[HGB_ROWS];
         u32 s[HGB_ROWS];
-        K e[HGB_ROWS];
 #pragma unroll
-        for (int u = 0; u < HGB_ROWS; ++u) {
-            const i64 i = i0 + u * S;
-            k[u] = i < n ? keys[i] : (K)0;
-        }
+        for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
 #pragma unroll
         for (int u = 0; u < HGB_ROWS; ++u) {
             s[u] = hash_key(k[u]) & mask;
-            e[u] = i0 + u * S < n ? slot_key[s[u]] : k[u];
+            e[u] = k[u] == sentinel<K>() ? k[u] : table[s[u]];
         }
         u64 g[HGB_ROWS];
 #pragma unroll
         for (int u = 0; u < HGB_ROWS; ++u) {
-            while (e[u] != k[u]) { s[u] = (s[u] + 1) & mask; e[u] = slot_key[s[u]]; }
-            g[u] = i0 + u * S < n ? (u64)slot_gid[s[u]] : 0ull;
+            while (e[u] != k[u]) { s[u] = (s[u] + 1) & mask; e[u] = table[s[u]]; }
+            g[u] = k[u] == sentinel<K>() ? (u64)sentinel_gid : (u64)slot_gid[s[u]];
         }
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
             if (c >= ncols) break;
+            Run r[HGB_ROWS];
 #pragma unroll
             for (int u = 0; u < HGB_ROWS; ++u) {
-                const i64 i = i0 + u * S;
-                if (i >= n) break;
-                Run r;
-                run_reset(r);
-                run_add(r, cols[c], (u64)i);
-                if (use_smem) s_merge(smem + cols[c].soff, sstride, g[u] * copies + copy, cols[c], r);
-                else g_merge(cols[c].acc + g[u], groups, cols[c], r);
+                run_reset(r[u]);
+                if (i0 + u * S < n) run_add(r[u], cols[c], (u64)(i0 + u * S));
+            }
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u) {
+                if (use_smem) s_merge(smem + cols[c].soff, sstride, g[u] * copies + copy, cols[c], r[u]);
+                else g_merge(cols[c].acc + g[u], groups, cols[c], r[u]);
             }
         }
     }
@@ -425,7 +453,7 @@ sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, c
 
 // One block per partition of rows already radix-partitioned on their key hash (offsets: P + 1
 // starts).  The block first inserts the partition's keys into a shared-memory table of
-// 2^tbl_bits slots, which gives its group count; then it claims that many output slots with one
+// 2^tbl_bits keys, which gives its group count; then it claims that many output slots with one
 // atomic and aggregates every column in shared memory (`sstride` slots per accumulator array;
 // a single group reduces in registers), storing every group whole: no group spans two
 // partitions.  A partition with more than max_groups groups or row_limit rows, or whose groups
@@ -439,13 +467,13 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
               i32* __restrict__ spill_parts, i32* __restrict__ spill_count) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ u64 sdesc[SDESC * DESC];
-    __shared__ u32 ng;
+    __shared__ u32 ng, sent_lid;
     __shared__ int ovf;
     __shared__ u64 s_base;
     const u32 TBL = 1u << tbl_bits, tmask = TBL - 1u;
-    u32* table = (u32*)smem;
-    u32* slot_lid = table + TBL;
-    K* skey = (K*)(slot_lid + TBL);
+    K* skey = (K*)smem;
+    u32* slot_lid = (u32*)(skey + TBL);
+    const K empty = sentinel<K>();
     const u64* d = stage_desc(desc, ncols, sdesc);
     for (int p = blockIdx.x; p < P; p += gridDim.x) {
         const i64 start = offsets[p], end = offsets[p + 1];
@@ -455,27 +483,33 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
             continue;
         }
         __syncthreads();  // the previous partition's last reads of the table and ng are done
-        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) table[s] = EMPTY_ROW;
-        if (threadIdx.x == 0) { ng = 0; ovf = 0; }
+        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) skey[s] = empty;
+        if (threadIdx.x == 0) { ng = 0; ovf = 0; sent_lid = EMPTY_ROW; }
         __syncthreads();
-        for (i64 i = start + threadIdx.x; i < end; i += PGB_BLOCK) {
-            const K k = keys[i];
-            u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
-            for (u32 probe = 0;; ++probe) {
-                u32 r = table[s];
-                if (r == EMPTY_ROW) {
-                    r = atomicCAS(&table[s], EMPTY_ROW, (u32)(i - start));
-                    if (r == EMPTY_ROW) {
+        for (i64 i0 = start + threadIdx.x; i0 < end; i0 += PGB_BLOCK * HGB_ROWS) {
+            K k[HGB_ROWS];
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * PGB_BLOCK < end ? keys[i0 + u * PGB_BLOCK] : empty;
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u) {
+                if (i0 + u * PGB_BLOCK >= end) break;
+                if (k[u] == empty) {  // the sentinel key's group: numbered by whoever sees it first
+                    if (atomicCAS(&sent_lid, EMPTY_ROW, EMPTY_ROW - 1) == EMPTY_ROW) {
                         const u32 lid = atomicAdd(&ng, 1u);
-                        slot_lid[s] = lid;
-                        skey[s] = k;
+                        sent_lid = lid;
                         if (lid >= max_groups) ovf = 1;
-                        break;
                     }
+                    continue;
                 }
-                if (keys[start + r] == k) break;
-                s = (s + 1) & tmask;
-                if (probe >= tmask) { ovf = 1; break; }
+                u32 slot;
+                const int r = insert_key(skey, tmask, (hash_key(k[u]) * 0x9E3779B1u) >> (32 - tbl_bits), k[u],
+                                         tmask, &slot);
+                if (r > 0) {
+                    const u32 lid = atomicAdd(&ng, 1u);
+                    slot_lid[slot] = lid;
+                    if (lid >= max_groups) ovf = 1;
+                }
+                if (r < 0) ovf = 1;
             }
         }
         __syncthreads();
@@ -491,10 +525,11 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
             if (threadIdx.x == 0) spill_parts[atomicAdd(spill_count, 1)] = p;
             continue;
         }
-        const u32 groups = ng;
+        const u32 groups = ng, slid = sent_lid;
         const u64 base = s_base;
         for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK)
-            if (table[s] != EMPTY_ROW) out_keys[base + slot_lid[s]] = skey[s];
+            if (skey[s] != empty) out_keys[base + slot_lid[s]] = skey[s];
+        if (threadIdx.x == 0 && slid != EMPTY_ROW) out_keys[base + slid] = empty;
         for (int ci = 0; ci < ncols; ++ci) {
             const Col c = load_col(d, ci);
             s_init(smem + c.soff, sstride, groups, c);
@@ -510,18 +545,29 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
                 s_merge(smem + c.soff, sstride, 0, c, r);
             }
         } else {
-            for (i64 i = start + threadIdx.x; i < end; i += PGB_BLOCK) {
-                const K k = keys[i];
-                u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
-                while (skey[s] != k || table[s] == EMPTY_ROW) s = (s + 1) & tmask;
-                const u64 lid = slot_lid[s];
-                const u64 row = index ? (u64)index[i] : (u64)i;
+            for (i64 i0 = start + threadIdx.x; i0 < end; i0 += PGB_BLOCK * HGB_ROWS) {
+                u32 lid[HGB_ROWS];
+                u64 row[HGB_ROWS];
+#pragma unroll
+                for (int u = 0; u < HGB_ROWS; ++u) {
+                    const i64 i = i0 + u * PGB_BLOCK;
+                    const K k = i < end ? keys[i] : empty;
+                    row[u] = i < end ? (index ? (u64)index[i] : (u64)i) : 0ull;
+                    if (k == empty) { lid[u] = slid; continue; }
+                    u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
+                    while (skey[s] != k) s = (s + 1) & tmask;
+                    lid[u] = slot_lid[s];
+                }
                 for (int ci = 0; ci < ncols; ++ci) {
                     const Col c = load_col(d, ci);
-                    Run r;
-                    run_reset(r);
-                    run_add(r, c, row);
-                    s_merge(smem + c.soff, sstride, lid, c, r);
+                    Run r[HGB_ROWS];
+#pragma unroll
+                    for (int u = 0; u < HGB_ROWS; ++u) {
+                        run_reset(r[u]);
+                        if (i0 + u * PGB_BLOCK < end) run_add(r[u], c, row[u]);
+                    }
+#pragma unroll
+                    for (int u = 0; u < HGB_ROWS; ++u) s_merge(smem + c.soff, sstride, lid[u], c, r[u]);
                 }
             }
         }
