@@ -30,6 +30,12 @@ if [[ $stage == gb-quick ]]; then
   timeout 200 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all --log2-rows 26 \
     --sweep log2_groups=4,12,20,24 --runs 3 -o "$OUT/bench_gb_quick.jsonl" 2>&1 >/dev/null | tail -30
 fi
+if [[ $stage == gb-profile ]]; then
+  python3 scripts/profile_groupby.py 26 2>&1 | tail -40
+  ncu --clock-control none -k regex:"hgb_aggregate|pgb_aggregate" -c 12 --section LaunchStats --section Occupancy \
+    --section SpeedOfLight --section WarpStateStats python3 scripts/profile_groupby.py 24 once 2>&1 \
+    | grep -E "hgb_agg|pgb_agg|Registers|Local|Achieved Occ|Theoretical Occ|Memory Throughput|Compute \(SM\)|Duration|Stall|Warp Cycles|Block Limit|Shared Memory Config|Dynamic Shared" | head -80
+fi
 if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
