@@ -23,7 +23,7 @@ _FLAG = {name: 1 << i for i, name in enumerate(ACCUMULATORS)}
 _TYPE = {np.dtype(np.int32): 0, np.dtype(np.int64): 1, np.dtype(np.float32): 2, np.dtype(np.float64): 3}
 _NONE = 4
 DESC_WORDS = 4
-MAXC = 4  # aggregate columns per hgb_aggregate launch (groupby.cu)
+MAXC = 2  # aggregate columns per hgb_aggregate launch (groupby.cu)
 _SIGN32, _SIGN64 = np.uint64(1 << 31), np.uint64(1 << 63)
 
 

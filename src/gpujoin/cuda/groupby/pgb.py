@@ -76,7 +76,8 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
         return GroupByOutput(keys[:0], [decode(i, a) for i, a in zip(inputs, allocate(inputs, 0))], timer.phases)
     est = estimate_groups(keys)
     props = device_properties(cp.cuda.Device().id)
-    layout = _layout(keys.dtype.itemsize, inputs, props["smem_optin"] - 2048)
+    # half an SM's shared memory: two blocks of 512 threads per SM
+    layout = _layout(keys.dtype.itemsize, inputs, props["smem_optin"] // 2 - 2048)
     if layout is None:  # too many accumulators for a shared-memory table of useful size
         out = hgb(keys, inputs)
         out.params["fallback"] = "hgb: the aggregates do not fit in shared memory"

@@ -15,7 +15,7 @@
 #define EMPTY_ROW 0xffffffffu
 #define NACC 5
 #define DESC 4
-#define MAXC 4
+#define MAXC 2  // aggregate columns per hgb_aggregate launch (registers)
 
 enum { T_I32 = 0, T_I64 = 1, T_F32 = 2, T_F64 = 3, T_NONE = 4 };
 enum { A_COUNT = 0, A_SUM = 1, A_LO = 2, A_MIN = 3, A_MAX = 4 };
@@ -97,6 +97,47 @@ __device__ __forceinline__ void run_add(Run& r, const Col& c, u64 row) {
     default: break;  // T_NONE: rows are counted
     }
 }
+
+// One row's value as raw bits (4 or 8 bytes), false when null.  The per-row paths keep these
+// instead of a Run, which halves their registers (and doubles the resident warps).
+__device__ __forceinline__ bool load_raw(const Col& c, u64 row, u64& raw) {
+    raw = 0;
+    if (c.valid && !c.valid[row]) return false;
+    if (c.type == T_I32 || c.type == T_F32) raw = ((const u32*)c.values)[row];
+    else if (c.type == T_I64 || c.type == T_F64) raw = ((const u64*)c.values)[row];
+    return true;
+}
+
+__device__ __forceinline__ u64 ordered(int type, u64 raw) {
+    switch (type) {
+    case T_I32: return (u64)((u32)raw ^ 0x80000000u);
+    case T_I64: return raw ^ 0x8000000000000000ull;
+    case T_F32: {
+        const u32 b = (((u32)raw & 0x7fffffffu) > 0x7f800000u) ? 0x7fc00000u : (u32)raw;  // NaN: one value
+        return (b & 0x80000000u) ? (u64)(~b) : (u64)(b | 0x80000000u);
+    }
+    case T_F64: {
+        const u64 b = ((raw & 0x7fffffffffffffffull) > 0x7ff0000000000000ull) ? 0x7ff8000000000000ull : raw;
+        return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+    }
+    default: return 0;
+    }
+}
+
+// One row's contribution to the sum accumulator (int64 or float64 bits) and to sum_lo.
+__device__ __forceinline__ u64 raw_sum(int type, u64 raw) {
+    switch (type) {
+    case T_I32: return (u64)(i64)(i32)(u32)raw;
+    case T_I64: return (u64)((i64)raw >> 32);
+    case T_F32: return (u64)__double_as_longlong((double)__uint_as_float((u32)raw));
+    default: return raw;
+    }
+}
+
+// Merge one present row into shared (`narrow` 4-byte slots where narrow_acc) or global slots.
+template <bool SHARED>
+__device__ __forceinline__ void merge_raw(unsigned char* sbase, u64* gbase, u64 stride, u64 slot, const Col& c,
+                                          u64 raw);
 
 // Global accumulators: u64 slots, row j of a column at acc + acc_row(j) * stride.
 __device__ __forceinline__ void g_merge(u64* base, u64 stride, const Col& c, const Run& r) {
@@ -198,6 +239,41 @@ __device__ __forceinline__ void s_load(Run& r, unsigned char* base, u64 stride, 
     if (has(f, A_MAX)) {
         unsigned char* p = sacc(base, c, A_MAX, stride);
         r.mx = narrow ? (u64)((u32*)p)[slot] : ((u64*)p)[slot];
+    }
+}
+
+template <bool SHARED>
+__device__ __forceinline__ void merge_raw(unsigned char* sbase, u64* gbase, u64 stride, u64 slot, const Col& c,
+                                          u64 raw) {
+    const u32 f = c.flags;
+    const bool fl = c.type == T_F32 || c.type == T_F64;
+    const bool narrow = c.type == T_I32 || c.type == T_F32;
+    if (has(f, A_COUNT)) {
+        if (SHARED) atomicAdd((u32*)sacc(sbase, c, A_COUNT, stride) + slot, 1u);
+        else atomicAdd(gbase + acc_row(f, A_COUNT) * stride + slot, 1ull);
+    }
+    if (has(f, A_SUM)) {
+        u64* p = SHARED ? (u64*)sacc(sbase, c, A_SUM, stride) + slot : gbase + acc_row(f, A_SUM) * stride + slot;
+        const u64 v = raw_sum(c.type, raw);
+        if (fl) atomicAdd((double*)p, __longlong_as_double((i64)v));
+        else atomicAdd(p, v);
+    }
+    if (has(f, A_LO)) {
+        u64* p = SHARED ? (u64*)sacc(sbase, c, A_LO, stride) + slot : gbase + acc_row(f, A_LO) * stride + slot;
+        atomicAdd(p, raw & 0xffffffffull);
+    }
+    if (has(f, A_MIN) || has(f, A_MAX)) {
+        const u64 o = ordered(c.type, raw);
+        if (has(f, A_MIN)) {
+            if (SHARED && narrow) atomicMin((u32*)sacc(sbase, c, A_MIN, stride) + slot, (u32)o);
+            else if (SHARED) atomicMin((u64*)sacc(sbase, c, A_MIN, stride) + slot, o);
+            else atomicMin(gbase + acc_row(f, A_MIN) * stride + slot, o);
+        }
+        if (has(f, A_MAX)) {
+            if (SHARED && narrow) atomicMax((u32*)sacc(sbase, c, A_MAX, stride) + slot, (u32)o);
+            else if (SHARED) atomicMax((u64*)sacc(sbase, c, A_MAX, stride) + slot, o);
+            else atomicMax(gbase + acc_row(f, A_MAX) * stride + slot, o);
+        }
     }
 }
 
@@ -335,7 +411,7 @@ hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const
 // touched slot; else straight into global memory.  Each thread takes HGB_ROWS rows at a time and
 // loads all their keys, slots and values before its atomics, so the loads overlap.
 template <typename K>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 4)
 hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const i32* __restrict__ slot_gid,
               i32 sentinel_gid, u32 mask, const u64* __restrict__ desc, int ncols, u64 groups, int use_smem,
               int copies, u64 sstride) {
@@ -372,16 +448,16 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
             if (c >= ncols) break;
-            Run r[HGB_ROWS];
+            u64 raw[HGB_ROWS];
+            bool ok[HGB_ROWS];
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u)
+                ok[u] = i0 + u * S < n && load_raw(cols[c], (u64)(i0 + u * S), raw[u]);
 #pragma unroll
             for (int u = 0; u < HGB_ROWS; ++u) {
-                run_reset(r[u]);
-                if (i0 + u * S < n) run_add(r[u], cols[c], (u64)(i0 + u * S));
-            }
-#pragma unroll
-            for (int u = 0; u < HGB_ROWS; ++u) {
-                if (use_smem) s_merge(smem + cols[c].soff, sstride, g[u] * copies + copy, cols[c], r[u]);
-                else g_merge(cols[c].acc + g[u], groups, cols[c], r[u]);
+                if (!ok[u]) continue;
+                if (use_smem) merge_raw<true>(smem + cols[c].soff, nullptr, sstride, g[u] * copies + copy, cols[c], raw[u]);
+                else merge_raw<false>(nullptr, cols[c].acc, groups, g[u], cols[c], raw[u]);
             }
         }
     }
@@ -460,7 +536,7 @@ sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, c
 // do not fit in the output's capacity, is listed in spill_parts for the caller to aggregate
 // another way (paper 003 §2.6 proposes hash or sort group-by for such partitions).
 template <typename K, typename I>
-__global__ void __launch_bounds__(PGB_BLOCK)
+__global__ void __launch_bounds__(PGB_BLOCK, 2)
 pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P, const I* __restrict__ index,
               const u64* __restrict__ desc, int ncols, int tbl_bits, u32 max_groups, u64 sstride, i64 row_limit,
               K* __restrict__ out_keys, u64 capacity, u64* __restrict__ group_counter, u64* __restrict__ filled,
@@ -560,14 +636,13 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
                 }
                 for (int ci = 0; ci < ncols; ++ci) {
                     const Col c = load_col(d, ci);
-                    Run r[HGB_ROWS];
+                    u64 raw[HGB_ROWS];
+                    bool ok[HGB_ROWS];
 #pragma unroll
-                    for (int u = 0; u < HGB_ROWS; ++u) {
-                        run_reset(r[u]);
-                        if (i0 + u * PGB_BLOCK < end) run_add(r[u], c, row[u]);
-                    }
+                    for (int u = 0; u < HGB_ROWS; ++u) ok[u] = i0 + u * PGB_BLOCK < end && load_raw(c, row[u], raw[u]);
 #pragma unroll
-                    for (int u = 0; u < HGB_ROWS; ++u) s_merge(smem + c.soff, sstride, lid[u], c, r[u]);
+                    for (int u = 0; u < HGB_ROWS; ++u)
+                        if (ok[u]) merge_raw<true>(smem + c.soff, nullptr, sstride, lid[u], c, raw[u]);
                 }
             }
         }
