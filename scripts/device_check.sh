@@ -36,6 +36,13 @@ if [[ $stage == gb-profile ]]; then
     --section SpeedOfLight --section WarpStateStats python3 scripts/profile_groupby.py 24 once 2>&1 \
     | grep -E "hgb_agg|pgb_agg|Registers|Local|Achieved Occ|Theoretical Occ|Memory Throughput|Compute \(SM\)|Duration|Stall|Warp Cycles|Block Limit|Shared Memory Config|Dynamic Shared" | head -80
 fi
+if [[ $stage == gb-ncu ]]; then
+  # one kernel in full: KERNEL (regex), the LAUNCH-th launch of it in profile_groupby.py's "once" run
+  ncu --clock-control none -k regex:"${KERNEL:-pgb_aggregate}" -s ${SKIP:-2} -c 1 --section SpeedOfLight \
+    --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section LaunchStats --section Occupancy python3 scripts/profile_groupby.py ${LOG2N:-24} once 2>&1 \
+    | grep -v "^g=2" | cut -c1-150 | tail -90
+fi
 if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
