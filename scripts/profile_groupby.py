@@ -33,7 +33,7 @@ if once:
 rng = cp.random.default_rng(0)
 vals = [rng.integers(0, 1 << 30, n, dtype=cp.int32) for _ in range(2)]
 inputs = [AggInput(v, None, ("max",)) for v in vals]
-for lg in (4, 12, 20):
+for lg in (4, 12, 14, 16, 20):
     keys = rng.integers(0, 1 << lg, n, dtype=cp.int32)
     table = HashTable(keys)
     timed(f"g=2^{lg} read keys+values (cupy sum)", lambda: [keys.sum(), vals[0].sum(), vals[1].sum()])

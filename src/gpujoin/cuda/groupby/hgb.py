@@ -5,7 +5,9 @@ sized from a HyperLogLog estimate of the groups, and rebuilt four times larger i
 then numbers the occupied slots densely (a scan over the table): group ids 0..g-1 and g are
 known before any aggregate is computed.  Stage 2 finds each row's group id and updates its
 aggregates in shared memory when all g groups' slots fit there (several copies at small g, so
-that warps contend less), flushing them to global memory once per block; otherwise straight
+that warps contend less), flushing them to global memory once per block; when they fit in the
+shared memory of a thread block cluster (2 to 8 blocks, Hopper's distributed shared memory),
+each block owns a slice of the groups and every update goes to its owner; otherwise straight
 into global memory.
 
 Deviations from Algorithm 1: the table holds keys, not row ids (a probe reads the table only,
@@ -19,15 +21,18 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
+from ..kernels import CLUSTER_SIZES
 from ..primitives import key_type
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
 from .common import (MAXC, AggInput, GroupByOutput, allocate, decode, descriptors, estimate_groups, global_bytes,
                      smem_bytes)
 
 BLOCK = 256
-#: Shared memory the aggregation may use per block (bytes) before it goes to global memory,
-#: and the share below which it keeps extra copies of the slots.
-SMEM_COPIES_BUDGET = 48 * 1024
+#: Shared memory per block (bytes) for the groups' slots: at most SMEM_BLOCK_BUDGET (two blocks
+#: an SM), in one block, else spread over a cluster of CLUSTER_SIZES blocks (Hopper's distributed
+#: shared memory), else global memory; extra copies of the slots below SMEM_COPIES_BUDGET.
+SMEM_BLOCK_BUDGET, SMEM_COPIES_BUDGET = 110 * 1024, 48 * 1024
+CLUSTER_BLOCK = 512
 
 
 def _pow2(x: int) -> int:
@@ -107,26 +112,42 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
     if not n:
         return accs
     props = device_properties(cp.cuda.Device().id)
-    fn = kernel("groupby.cu", f"hgb_aggregate<{key_type(keys)}>")
+    kt = key_type(keys)
     for lo in range(0, len(inputs), MAXC):
         part, part_accs = inputs[lo:lo + MAXC], accs[lo:lo + MAXC]
-        per_copy = smem_bytes(part, g)
-        use_smem = 0 < per_copy <= props["smem_optin"] - 1024
-        copies = 1
-        while use_smem and copies < 8 and 2 * copies * per_copy <= SMEM_COPIES_BUDGET:
-            copies *= 2
-        smem = smem_bytes(part, g * copies) if use_smem else 0
+        args = (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid), np.uint32(table.mask))
+        if smem_bytes(part, g) <= SMEM_BLOCK_BUDGET:  # every group in one block's shared memory
+            copies = 1
+            while copies < 8 and smem_bytes(part, 2 * copies * g) <= SMEM_COPIES_BUDGET:
+                copies *= 2
+            sstride = (g * copies + 1) & ~1
+            smem = smem_bytes(part, g * copies)
+            fn = kernel("groupby.cu", f"hgb_aggregate<{kt}>")
+            use_smem = 1
+        else:
+            cl = next((c for c in CLUSTER_SIZES if smem_bytes(part, -(-g // c)) <= SMEM_BLOCK_BUDGET), None)
+            if cl is not None:  # the groups fit in a cluster's distributed shared memory
+                slice_ = -(-g // cl)
+                sstride = (slice_ + 1) & ~1
+                smem = smem_bytes(part, slice_)
+                fn = kernel("groupby.cu", f"hgb_aggregate_cluster<{kt}, {cl}>")
+                if smem > 48 * 1024:
+                    fn.max_dynamic_shared_size_bytes = smem
+                per_sm = max(1, min(2, props["smem_optin"] // smem))
+                grid = max(cl, props["sms"] * per_sm // cl * cl)
+                desc = descriptors(part, part_accs, smem_slots=sstride)
+                fn((grid,), (CLUSTER_BLOCK,), (*args, desc, np.int32(len(part)), np.uint64(g), np.uint64(slice_),
+                                               np.uint64(sstride)), shared_mem=smem)
+                continue
+            copies, sstride, smem, use_smem = 1, 0, 0, 0
+            fn = kernel("groupby.cu", f"hgb_aggregate<{kt}>")
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         per_sm = max(1, min(8, (props["smem_optin"] // smem) if smem else 8))
         grid = max(1, min((n + BLOCK - 1) // BLOCK, props["sms"] * per_sm))
-        sstride = (g * copies + 1) & ~1
-        desc = descriptors(part, part_accs, smem_slots=sstride if use_smem else 0)
-        fn((grid,), (BLOCK,), (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
-                               np.uint32(table.mask), desc,
-                               np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies),
-                               np.uint64(sstride)),
-           shared_mem=smem)
+        desc = descriptors(part, part_accs, smem_slots=sstride)
+        fn((grid,), (BLOCK,), (*args, desc, np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies),
+                               np.uint64(sstride)), shared_mem=smem)
     return accs
 
 

@@ -43,8 +43,9 @@ def _layout(key_bytes: int, inputs: list[AggInput], budget: int) -> tuple[int, i
     slots = MAX_TABLE
     while slots >= 256:
         table = (slots * (4 + key_bytes) + 15) & ~15
-        if table + int(slots * FILL) * per_group <= budget:
-            return slots.bit_length() - 1, int(slots * FILL) & ~1, table
+        groups = min(int(slots * FILL), max(0, budget - table) // per_group) & ~1
+        if groups >= slots // 2:  # a load factor of 0.5 to FILL
+            return slots.bit_length() - 1, groups, table
         slots //= 2
     return None
 
@@ -77,7 +78,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     est = estimate_groups(keys)
     props = device_properties(cp.cuda.Device().id)
     # half an SM's shared memory: two blocks of 512 threads per SM
-    layout = _layout(keys.dtype.itemsize, inputs, props["smem_optin"] // 2 - 2048)
+    layout = _layout(keys.dtype.itemsize, inputs, (props["smem_optin"] + 1024) // 2 - 2200)
     if layout is None:  # too many accumulators for a shared-memory table of useful size
         out = hgb(keys, inputs)
         out.params["fallback"] = "hgb: the aggregates do not fit in shared memory"

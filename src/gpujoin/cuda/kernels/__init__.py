@@ -12,6 +12,9 @@ _WORDS = ("u32", "u64")
 _VALUES = ("u8", "u16", "u32", "u64")
 _INDEX = ("i32", "i64", "u32", "u64")
 
+#: Thread block cluster sizes of the distributed-shared-memory HGB aggregation.
+CLUSTER_SIZES = (2, 4, 8)
+
 #: Register budgets the radix scatter is built for (minimum resident blocks per SM).
 SCATTER_MINB = (1, 4)
 
@@ -41,6 +44,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
     "bitmap.cu": ["bitmap_build", "bitmap_probe<u32>", "bitmap_probe<u64>"],
     "groupby.cu": (
         [f"{name}<{k}>" for name, k in product(("hll_sketch", "hgb_build", "hgb_lookup", "hgb_aggregate"), _KEYS)]
+        + [f"hgb_aggregate_cluster<{k}, {c}>" for k, c in product(_KEYS, CLUSTER_SIZES)]
         + [f"sorted_reduce<{i}>" for i in ("i32", "i64")]
         + [f"pgb_aggregate<{k}, {i}>" for k, i in product(_KEYS, ("i32", "i64"))]
     ),

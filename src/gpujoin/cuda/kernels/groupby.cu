@@ -172,14 +172,18 @@ __device__ __forceinline__ bool narrow_acc(int type, int j) {
     return j == A_COUNT || ((j == A_MIN || j == A_MAX) && (type == T_I32 || type == T_F32));
 }
 
-__device__ __forceinline__ unsigned char* sacc(unsigned char* base, const Col& c, int j, u64 stride) {
+__device__ __forceinline__ u64 sacc_off(const Col& c, int j, u64 stride) {
     u64 off = 0;
 #pragma unroll
     for (int k = 0; k < NACC; ++k) {
         if (k == j) break;
         if (has(c.flags, k)) off += (narrow_acc(c.type, k) ? 4u : 8u) * stride;
     }
-    return base + off;
+    return off;
+}
+
+__device__ __forceinline__ unsigned char* sacc(unsigned char* base, const Col& c, int j, u64 stride) {
+    return base + sacc_off(c, j, stride);
 }
 
 // Identity values in slots [0, count).
@@ -470,6 +474,142 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
             Run r;
             s_load(r, smem + cols[c].soff, sstride, s, cols[c]);
             if (!run_empty(r, cols[c])) g_merge(cols[c].acc + s / copies, groups, cols[c], r);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- HGB over a thread block cluster
+
+// Hopper's distributed shared memory: the blocks of a cluster can address each other's shared
+// memory, so CL blocks hold CL times the groups one block can.  Reductions go to the owner
+// block's slot by its shared::cluster address (PTX mapa + red).
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ u32 map_rank(u32 saddr, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(saddr), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ void red_add32(u32 a, u32 v) {
+    asm volatile("red.shared::cluster.add.u32 [%0], %1;" :: "r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_add64(u32 a, u64 v) {
+    asm volatile("red.shared::cluster.add.u64 [%0], %1;" :: "r"(a), "l"(v) : "memory");
+}
+__device__ __forceinline__ void red_addf64(u32 a, double v) {
+    asm volatile("red.shared::cluster.add.f64 [%0], %1;" :: "r"(a), "d"(v) : "memory");
+}
+__device__ __forceinline__ void red_min32(u32 a, u32 v) {
+    asm volatile("red.shared::cluster.min.u32 [%0], %1;" :: "r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_max32(u32 a, u32 v) {
+    asm volatile("red.shared::cluster.max.u32 [%0], %1;" :: "r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_min64(u32 a, u64 v) {
+    asm volatile("red.shared::cluster.min.u64 [%0], %1;" :: "r"(a), "l"(v) : "memory");
+}
+__device__ __forceinline__ void red_max64(u32 a, u64 v) {
+    asm volatile("red.shared::cluster.max.u64 [%0], %1;" :: "r"(a), "l"(v) : "memory");
+}
+
+// merge_raw into the shared memory of another block of the cluster: `base` is the
+// shared::cluster address of that block's accumulators of column c.
+__device__ __forceinline__ void merge_raw_remote(u32 base, u64 stride, u64 slot, const Col& c, u64 raw) {
+    const u32 f = c.flags;
+    const bool narrow = c.type == T_I32 || c.type == T_F32;
+    if (has(f, A_COUNT)) red_add32(base + (u32)(sacc_off(c, A_COUNT, stride) + slot * 4), 1u);
+    if (has(f, A_SUM)) {
+        const u32 a = base + (u32)(sacc_off(c, A_SUM, stride) + slot * 8);
+        const u64 v = raw_sum(c.type, raw);
+        if (c.type == T_F32 || c.type == T_F64) red_addf64(a, __longlong_as_double((i64)v));
+        else red_add64(a, v);
+    }
+    if (has(f, A_LO)) red_add64(base + (u32)(sacc_off(c, A_LO, stride) + slot * 8), raw & 0xffffffffull);
+    if (has(f, A_MIN) || has(f, A_MAX)) {
+        const u64 o = ordered(c.type, raw);
+        if (has(f, A_MIN)) {
+            const u32 a = base + (u32)(sacc_off(c, A_MIN, stride) + slot * (narrow ? 4 : 8));
+            if (narrow) red_min32(a, (u32)o); else red_min64(a, o);
+        }
+        if (has(f, A_MAX)) {
+            const u32 a = base + (u32)(sacc_off(c, A_MAX, stride) + slot * (narrow ? 4 : 8));
+            if (narrow) red_max32(a, (u32)o); else red_max64(a, o);
+        }
+    }
+}
+
+// HGB stage 2 when the groups' slots fit in the shared memory of CL blocks but not of one:
+// block `rank` of each cluster owns groups [rank * slice, (rank + 1) * slice); every row's
+// update goes to its group's owner; each block then flushes its slice to global memory.
+template <typename K, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(512, 2)
+hgb_aggregate_cluster(const K* __restrict__ keys, i64 n, const K* __restrict__ table,
+                      const i32* __restrict__ slot_gid, i32 sentinel_gid, u32 mask, const u64* __restrict__ desc,
+                      int ncols, u64 groups, u64 slice, u64 sstride) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    Col cols[MAXC];
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+        if (c < ncols) cols[c] = load_col(desc, c);
+    const u32 rank = cluster_rank();
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+        if (c < ncols) s_init(smem + cols[c].soff, sstride, slice, cols[c]);
+    cluster_sync();  // every block's slots are initialized before anyone reduces into them
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    const i64 S = (i64)gridDim.x * blockDim.x;
+    for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HGB_ROWS) {
+        K k[HGB_ROWS], e[HGB_ROWS];
+        u32 s[HGB_ROWS];
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) {
+            s[u] = hash_key(k[u]) & mask;
+            e[u] = k[u] == sentinel<K>() ? k[u] : table[s[u]];
+        }
+        u32 owner[HGB_ROWS];
+        u64 local[HGB_ROWS];
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) {
+            while (e[u] != k[u]) { s[u] = (s[u] + 1) & mask; e[u] = table[s[u]]; }
+            const u64 g = k[u] == sentinel<K>() ? (u64)(i64)sentinel_gid : (u64)slot_gid[s[u]];
+            owner[u] = (u32)(g / slice);
+            local[u] = g - (u64)owner[u] * slice;
+            owner[u] = map_rank(sbase, owner[u] < CL ? owner[u] : 0);
+        }
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+            if (c >= ncols) break;
+            u64 raw[HGB_ROWS];
+            bool ok[HGB_ROWS];
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u)
+                ok[u] = i0 + u * S < n && load_raw(cols[c], (u64)(i0 + u * S), raw[u]);
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u)
+                if (ok[u]) merge_raw_remote(owner[u] + cols[c].soff, sstride, local[u], cols[c], raw[u]);
+        }
+    }
+    cluster_sync();  // every update has landed, and no block exits while others write to it
+    for (u64 s = threadIdx.x; s < slice; s += blockDim.x) {
+        const u64 g = (u64)rank * slice + s;
+        if (g >= groups) break;
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+            if (c >= ncols) break;
+            Run r;
+            s_load(r, smem + cols[c].soff, sstride, s, cols[c]);
+            if (!run_empty(r, cols[c])) g_merge(cols[c].acc + g, groups, cols[c], r);
         }
     }
 }
