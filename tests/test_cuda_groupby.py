@@ -112,6 +112,36 @@ def test_the_empty_slot_key_is_a_group_like_any_other(algorithm, dtype):
     assert_tables_equal(out.to_arrow(), expected)
 
 
+@pytest.mark.parametrize("log2_groups", [12, 13, 14, 15])
+def test_hgb_shared_cluster_and_global_paths(log2_groups):
+    """Every accumulator and value type through HGB's one-block, cluster (2-8 blocks of
+    distributed shared memory) and global aggregation, as the groups grow."""
+    from gpujoin.cuda.groupby.hgb import hgb
+
+    g, n = 1 << log2_groups, 1 << 19
+    rng = cp.random.default_rng(log2_groups)
+    k = rng.integers(0, g, n, dtype=cp.int64)
+    cols = {"a": rng.integers(-(2**40), 2**40, n, dtype=cp.int64), "b": rng.integers(-1000, 1000, n, dtype=cp.int32),
+            "f": rng.standard_normal(n), "h": rng.standard_normal(n, dtype=cp.float32)}
+    valid = (rng.random(n) < 0.8).astype(cp.uint8)
+    ops = ("count", "sum", "min", "max")
+    out = hgb(k, [AggInput(cols["a"], valid, ops)] + [AggInput(cols[c], None, ops) for c in "bfh"])
+    order = cp.argsort(out.keys)
+    table = DeviceTable({"k": k, **cols}, {"a": valid}).to_arrow()
+    aggs = {f"{c}_{fn}": (c, fn) for c in "abfh" for fn in ops}
+    expected = gpujoin.group_by(table, "k", device="cpu").agg(**aggs).sort_by("k")
+    for i, c in enumerate("abfh"):
+        got = {fn: cp.asnumpy(v[order]) for fn, v in out.columns[i].items()}
+        if c == "a":
+            got["sum"] = got["sum"].astype(object) * 2**32 + got.pop("sum_lo").astype(object)
+        for fn in ops:
+            exp = expected[f"{c}_{fn}"].to_numpy(zero_copy_only=False)
+            if fn == "sum" and c in "fh":
+                np.testing.assert_allclose(got[fn], exp, rtol=1e-9)
+            else:
+                np.testing.assert_array_equal(got[fn].astype(exp.dtype), exp, err_msg=f"{c} {fn}")
+
+
 @pytest.mark.parametrize("bits", [0, 2])
 @pytest.mark.parametrize("method", ["tr", "ur"])
 def test_pgb_spills_partitions_with_too_many_groups_to_hgb(bits, method):

@@ -514,11 +514,33 @@ __device__ __forceinline__ void red_min32(u32 a, u32 v) {
 __device__ __forceinline__ void red_max32(u32 a, u32 v) {
     asm volatile("red.shared::cluster.max.u32 [%0], %1;" :: "r"(a), "r"(v) : "memory");
 }
+// 64-bit min/max by compare-and-swap: red.shared::cluster.{min,max}.u64 lost updates on an H200
+// (tests/test_cuda_groupby.py), while the 32-bit ones and the adds did not.
+__device__ __forceinline__ u64 cas64(u32 a, u64 expect, u64 v) {
+    u64 old;
+    asm volatile("atom.shared::cluster.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "r"(a), "l"(expect), "l"(v) : "memory");
+    return old;
+}
+__device__ __forceinline__ u64 ld_cluster64(u32 a) {
+    u64 v;
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(a) : "memory");
+    return v;
+}
 __device__ __forceinline__ void red_min64(u32 a, u64 v) {
-    asm volatile("red.shared::cluster.min.u64 [%0], %1;" :: "r"(a), "l"(v) : "memory");
+    u64 cur = ld_cluster64(a);
+    while (v < cur) {
+        const u64 old = cas64(a, cur, v);
+        if (old == cur) break;
+        cur = old;
+    }
 }
 __device__ __forceinline__ void red_max64(u32 a, u64 v) {
-    asm volatile("red.shared::cluster.max.u64 [%0], %1;" :: "r"(a), "l"(v) : "memory");
+    u64 cur = ld_cluster64(a);
+    while (v > cur) {
+        const u64 old = cas64(a, cur, v);
+        if (old == cur) break;
+        cur = old;
+    }
 }
 
 // merge_raw into the shared memory of another block of the cluster: `base` is the
