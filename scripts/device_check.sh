@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=src:/tmp/site
+    && export PYTHONPATH=src:/tmp/site PATH=/tmp/site/bin:$PATH
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 gj() { python3 -m gpujoin.cli "$@"; }
@@ -86,6 +86,11 @@ if [[ $stage == groupby-sweeps || $stage == all ]]; then
     gj bench group-by --device cuda --algorithm all --log2-rows 28 --log2-groups $g \
       --sweep zipf=0.5,1.0,1.5,2.0 --runs 5 -o "$f" >/dev/null
   done
+fi
+if [[ $stage == tpch-gb || $stage == all ]]; then
+  # TPC-H SF10 Q18 (its time is mostly GROUP BY l_orderkey over lineitem): group-by on the GPU
+  # (after) and on the CPU engine (before), joins on the GPU in both, DuckDB alongside
+  timeout ${TPCH_TIMEOUT:-400} python3 scripts/tpch_groupby.py 10 "$OUT/tpch_groupby.jsonl" 2>&1 | tail -20
 fi
 if [[ $stage == cpu-joins || $stage == all ]]; then
   # paper 002 on this host's cores: CPU joins against thread count, DuckDB, the GPU bitmap join

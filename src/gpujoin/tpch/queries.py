@@ -41,14 +41,18 @@ def _sort_limit(t: pa.Table, keys: list[tuple[str, str]], limit: int | None = No
 
 
 class Query:
-    def __init__(self, device: str = "auto"):
+    """The device each operator of a query runs on: joins on ``device``, group-bys on
+    ``group_by_device`` (default: the same)."""
+
+    def __init__(self, device: str = "auto", group_by_device: str | None = None):
         self.device = device
+        self.group_by_device = group_by_device or device
 
     def j(self, left, right, left_on, right_on, how="inner"):
         return join(left, right, left_on=left_on, right_on=right_on, how=how, device=self.device)
 
     def g(self, table, by, **aggs):
-        return group_by(table, by, device=self.device).agg(**aggs)
+        return group_by(table, by, device=self.group_by_device).agg(**aggs)
 
 
 def q3(T: Tables, q: Query) -> pa.Table:

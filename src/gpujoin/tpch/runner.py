@@ -40,8 +40,10 @@ def _checksum(con, column: pa.Table) -> pa.Table:
 
 
 def run(data_dir: Path, queries: list[str], device: str = "auto", repeat: int = 3,
-        threads: int | None = None) -> list[QueryResult]:
+        threads: int | None = None, group_by_device: str | None = None) -> list[QueryResult]:
     """Run ``queries`` on the Parquet files in ``data_dir``; the median of ``repeat`` runs of each side.
+
+    Joins run on ``device``, group-bys on ``group_by_device`` (default: the same).
 
     Both engines read from memory: the tables are loaded once (into Arrow for gpujoin, into
     DuckDB's own tables for DuckDB) before any timing.
@@ -58,7 +60,7 @@ def run(data_dir: Path, queries: list[str], device: str = "auto", repeat: int = 
         con.execute(f"set threads={int(threads)}")
     for t in needed:
         con.execute(f"create table {t} as select * from read_parquet('{Path(data_dir) / f'{t}.parquet'}')")
-    q = Query(device)
+    q = Query(device, group_by_device)
     results = []
     for name in queries:
         fn, sql = QUERIES[name], sql_text(name)
