@@ -18,6 +18,8 @@ and reading a 4-byte location, and needs no atomic group counter.
 
 from __future__ import annotations
 
+import os
+
 import cupy as cp
 import numpy as np
 
@@ -33,6 +35,11 @@ BLOCK = 256
 #: shared memory), else global memory; extra copies of the slots below SMEM_COPIES_BUDGET.
 SMEM_BLOCK_BUDGET, SMEM_COPIES_BUDGET = 110 * 1024, 48 * 1024
 CLUSTER_BLOCK = 512
+#: The cluster sizes HGB may use (a subset of kernels.CLUSTER_SIZES); GPUJOIN_HGB_CLUSTERS
+#: overrides ("" for none).  On an H200, 2^28 rows, MAX of two int32 columns: 2^14 groups took
+#: 11.4 ms in clusters of 2 and 15.7 ms in global memory; 2^16 groups 24.5 ms in clusters of 8
+#: and 18.9 ms in global memory (remote shared-memory atomics are no faster than L2 ones).
+HGB_CLUSTERS = tuple(int(c) for c in os.environ.get("GPUJOIN_HGB_CLUSTERS", "2").split(",") if c)
 
 
 def _pow2(x: int) -> int:
@@ -125,7 +132,8 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
             fn = kernel("groupby.cu", f"hgb_aggregate<{kt}>")
             use_smem = 1
         else:
-            cl = next((c for c in CLUSTER_SIZES if smem_bytes(part, -(-g // c)) <= SMEM_BLOCK_BUDGET), None)
+            cl = next((c for c in HGB_CLUSTERS if c in CLUSTER_SIZES
+                       and smem_bytes(part, -(-g // c)) <= SMEM_BLOCK_BUDGET), None)
             if cl is not None:  # the groups fit in a cluster's distributed shared memory
                 slice_ = -(-g // cl)
                 sstride = (slice_ + 1) & ~1
