@@ -152,6 +152,11 @@ def _unorder(row: cp.ndarray, dtype: np.dtype) -> cp.ndarray:
     return cp.where(row >> np.uint64(63), row ^ _SIGN64, ~row).view(cp.float64)
 
 
+def empty_output(keys: cp.ndarray, inputs: list[AggInput], phases: dict) -> GroupByOutput:
+    """The result of grouping no rows: no groups, each input's accumulators empty."""
+    return GroupByOutput(keys[:0], [decode(i, a) for i, a in zip(inputs, allocate(inputs, 0))], phases)
+
+
 def take_columns(columns: list[dict[str, cp.ndarray]], idx: cp.ndarray) -> list[dict[str, cp.ndarray]]:
     return [{k: v[idx] for k, v in c.items()} for c in columns]
 

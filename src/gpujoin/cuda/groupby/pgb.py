@@ -25,8 +25,8 @@ import numpy as np
 
 from ..primitives import Digits, hash_partition_bits, key_type, radix_partition
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
-from .common import (AggInput, GroupByOutput, allocate, concat_outputs, decode, descriptors, estimate_groups,
-                     global_bytes, slot_bytes, smem_bytes)
+from .common import (AggInput, GroupByOutput, allocate, concat_outputs, decode, descriptors, empty_output,
+                     estimate_groups, global_bytes, slot_bytes, smem_bytes)
 from .hgb import check_rows, hgb
 
 BLOCK = 512  # groupby.cu: PGB_BLOCK
@@ -74,7 +74,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     check_rows(n, "group-by")
     timer = PhaseTimer()
     if n == 0:
-        return GroupByOutput(keys[:0], [decode(i, a) for i, a in zip(inputs, allocate(inputs, 0))], timer.phases)
+        return empty_output(keys, inputs, timer.phases)
     est = estimate_groups(keys)
     props = device_properties(cp.cuda.Device().id)
     # half an SM's shared memory: two blocks of 512 threads per SM

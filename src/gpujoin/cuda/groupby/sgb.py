@@ -22,7 +22,7 @@ import numpy as np
 
 from ..primitives import radix_sort
 from ..runtime import PhaseTimer, check_memory, kernel, ptr
-from .common import AggInput, GroupByOutput, allocate, decode, descriptors, smem_bytes
+from .common import AggInput, GroupByOutput, allocate, decode, descriptors, empty_output, smem_bytes
 from .hgb import HashTable, check_rows
 
 SR_TILE = 4096  # groupby.cu: 256 threads x 16 positions per block
@@ -98,7 +98,7 @@ def sgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr") -> GroupBy
     check_rows(n, "group-by")
     timer = PhaseTimer()
     if n == 0:
-        return GroupByOutput(keys[:0], [decode(i, a) for i, a in zip(inputs, allocate(inputs, 0))], timer.phases)
+        return empty_output(keys, inputs, timer.phases)
     widest = max([keys.dtype.itemsize + 8] + [sum(c.dtype.itemsize for c in _columns(i)) for i in inputs
                                               if i.values is not None])
     check_memory(n * (2 * keys.dtype.itemsize + 2 * widest + 8), f"SGB-{method.upper()} of {n:,} rows")

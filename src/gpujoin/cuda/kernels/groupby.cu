@@ -365,6 +365,28 @@ __device__ __forceinline__ u32 slot_of(const K* __restrict__ table, u32 mask, K 
 
 #define HGB_ROWS 4
 
+// The dense group ids of rows i0 + u * S (u < HGB_ROWS; rows past n get sentinel_gid): their keys
+// and first probes are loaded together, so the loads overlap.
+template <typename K>
+__device__ __forceinline__ void group_ids(const K* __restrict__ keys, i64 n, i64 i0, i64 S, const K* __restrict__ table,
+                                          const i32* __restrict__ slot_gid, i32 sentinel_gid, u32 mask,
+                                          u64 (&g)[HGB_ROWS]) {
+    K k[HGB_ROWS], e[HGB_ROWS];
+    u32 s[HGB_ROWS];
+#pragma unroll
+    for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
+#pragma unroll
+    for (int u = 0; u < HGB_ROWS; ++u) {
+        s[u] = hash_key(k[u]) & mask;
+        e[u] = k[u] == sentinel<K>() ? k[u] : table[s[u]];
+    }
+#pragma unroll
+    for (int u = 0; u < HGB_ROWS; ++u) {
+        while (e[u] != k[u]) { s[u] = (s[u] + 1) & mask; e[u] = table[s[u]]; }
+        g[u] = k[u] == sentinel<K>() ? (u64)(i64)sentinel_gid : (u64)slot_gid[s[u]];
+    }
+}
+
 // HGB stage 1 (paper 003 Algorithm 1): insert every key into the global table.  flags[0]: the
 // table filled up (the caller retries larger); flags[1]: some key is the sentinel.
 // groups += keys inserted.
@@ -434,21 +456,8 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
     const u64 copy = (u64)((threadIdx.x >> 5) % copies);
     const i64 S = (i64)gridDim.x * blockDim.x;
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HGB_ROWS) {
-        K k[HGB_ROWS], e[HGB_ROWS];
-        u32 s[HGB_ROWS];
-#pragma unroll
-        for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
-#pragma unroll
-        for (int u = 0; u < HGB_ROWS; ++u) {
-            s[u] = hash_key(k[u]) & mask;
-            e[u] = k[u] == sentinel<K>() ? k[u] : table[s[u]];
-        }
         u64 g[HGB_ROWS];
-#pragma unroll
-        for (int u = 0; u < HGB_ROWS; ++u) {
-            while (e[u] != k[u]) { s[u] = (s[u] + 1) & mask; e[u] = table[s[u]]; }
-            g[u] = k[u] == sentinel<K>() ? (u64)sentinel_gid : (u64)slot_gid[s[u]];
-        }
+        group_ids(keys, n, i0, S, table, slot_gid, sentinel_gid, mask, g);
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
             if (c >= ncols) break;
@@ -590,23 +599,14 @@ hgb_aggregate_cluster(const K* __restrict__ keys, i64 n, const K* __restrict__ t
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     const i64 S = (i64)gridDim.x * blockDim.x;
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HGB_ROWS) {
-        K k[HGB_ROWS], e[HGB_ROWS];
-        u32 s[HGB_ROWS];
-#pragma unroll
-        for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
-#pragma unroll
-        for (int u = 0; u < HGB_ROWS; ++u) {
-            s[u] = hash_key(k[u]) & mask;
-            e[u] = k[u] == sentinel<K>() ? k[u] : table[s[u]];
-        }
+        u64 g[HGB_ROWS];
+        group_ids(keys, n, i0, S, table, slot_gid, sentinel_gid, mask, g);
         u32 owner[HGB_ROWS];
         u64 local[HGB_ROWS];
 #pragma unroll
         for (int u = 0; u < HGB_ROWS; ++u) {
-            while (e[u] != k[u]) { s[u] = (s[u] + 1) & mask; e[u] = table[s[u]]; }
-            const u64 g = k[u] == sentinel<K>() ? (u64)(i64)sentinel_gid : (u64)slot_gid[s[u]];
-            owner[u] = (u32)(g / slice);
-            local[u] = g - (u64)owner[u] * slice;
+            owner[u] = (u32)(g[u] / slice);
+            local[u] = g[u] - (u64)owner[u] * slice;
             owner[u] = map_rank(sbase, owner[u] < CL ? owner[u] : 0);
         }
 #pragma unroll
