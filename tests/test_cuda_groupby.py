@@ -216,3 +216,34 @@ def test_2e27_group_by_checksums(algorithm):
     assert out.num_rows == int(cp.unique(keys).size)
     assert int(out["n"].sum()) == n
     assert int(out["s"].sum()) == int(vals.astype(cp.int64).sum())
+
+
+# ---------------------------------------------------------------- planning on the GPU (issue 5)
+
+
+def test_auto_chooses_by_the_statistics_on_the_gpu():
+    rng = cp.random.default_rng(9)
+    n = 1 << 20
+    for g, expected in ((1 << 6, "hgb"), (1 << 18, "pgb-tr")):
+        t = {"k": rng.integers(0, g, n, dtype=cp.int32), "v": rng.integers(0, 100, n, dtype=cp.int32)}
+        gb = gpujoin.group_by(t, "k")
+        out = gb.agg(m=("v", "max"))
+        assert gb.stats.algorithm == expected and "auto" in gb.stats.params
+        assert out.num_rows == int(cp.unique(t["k"]).size)
+    r = {"k": cp.arange(n, dtype=cp.int32), "a": cp.ones(n, cp.int32), "b": cp.ones(n, cp.int32)}
+    misses = -1 - cp.arange(n, dtype=cp.int32)  # distinct, so the probe side is not skewed
+    s = {"k": cp.where(rng.random(n) < 0.1, rng.integers(0, n, n, dtype=cp.int32), misses).astype(cp.int32),
+         "c": cp.ones(n, cp.int32), "d": cp.ones(n, cp.int32)}
+    _, st = gpujoin.plan.join.execute_join(s, r, "k")
+    assert st.algorithm == "phj-ur" and "crossover" in st.params["auto"]  # match ratio ~10% < 19%
+
+
+def test_explain_on_the_gpu_predicts_and_measures():
+    rng = cp.random.default_rng(3)
+    t = {"k": rng.integers(0, 1000, 1 << 20, dtype=cp.int32), "v": rng.integers(0, 9, 1 << 20, dtype=cp.int32)}
+    plan = gpujoin.explain(gpujoin.group_by, t, "k", aggs={"m": ("v", "max")}, run=True)
+    assert plan.device == "cuda" and plan.choice == "hgb" and len(plan.predicted) == 6
+    assert plan.measured_s > 0 and plan.result.num_rows == 1000
+    assert "hyperloglog" in str(plan)
+    jplan = gpujoin.explain(gpujoin.join, t, {"k": cp.arange(1000, dtype=cp.int32)}, on="k", run=True)
+    assert jplan.choice == "phj-tr" and jplan.result.num_rows == 1 << 20

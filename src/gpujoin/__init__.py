@@ -11,6 +11,7 @@ import pyarrow.parquet as _pq
 
 from .backend import algorithms, devices
 from .errors import ColumnNotFoundError, ComputeError, GpujoinError, InvalidOperationError, SchemaError
+from .plan.explain import Plan, explain
 from .plan.groupby import GroupBy, group_by
 from .plan.join import JoinStats, join
 from .table import Table
@@ -48,6 +49,6 @@ def read_parquet(path, columns: list[str] | None = None) -> pa.Table:
 
 
 __all__ = [
-    "Table", "join", "group_by", "GroupBy", "JoinStats", "read_parquet", "algorithms", "devices",
+    "Table", "join", "group_by", "GroupBy", "JoinStats", "explain", "Plan", "read_parquet", "algorithms", "devices",
     "GpujoinError", "ColumnNotFoundError", "SchemaError", "ComputeError", "InvalidOperationError",
 ]

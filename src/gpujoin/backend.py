@@ -73,7 +73,8 @@ def algorithms(device: str = "auto") -> dict[str, list[str]]:
 
 
 def resolve_algorithm(operation: str, algorithm: str, device: str) -> str:
-    """Check ``algorithm`` for ``operation`` on ``device``; "auto" picks the default.
+    """Check ``algorithm`` for ``operation`` on ``device``; "auto" picks the CPU default, and stays
+    "auto" on the GPU, where plan/auto.py chooses per input.
 
     Raises
     ------
@@ -84,8 +85,8 @@ def resolve_algorithm(operation: str, algorithm: str, device: str) -> str:
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a str, got {type(algorithm).__name__}")
     algo = algorithm.lower()
-    if algo == "auto":
-        return names[0]
+    if algo == "auto":  # on the GPU the planner decides from statistics (plan/auto.py)
+        return "auto" if device == "cuda" else names[0]
     if algo not in names:
         raise ValueError(f"unknown {operation.replace('_', '-')} algorithm {algorithm!r} for device "
                          f"{device!r}; valid: {['auto'] + names}")

@@ -36,9 +36,17 @@ def cmd_join(a):
     file_format(a.output)
     left, right = read_table(a.left), read_table(a.right)
     on = _csv_list(a.on) or None
-    out = join(left, right, on=on, left_on=_csv_list(a.left_on) or None, right_on=_csv_list(a.right_on) or None,
-               how=a.how, suffix=a.suffix, nulls_equal=a.nulls_equal, validate=a.validate,
-               algorithm=a.algorithm, device=a.device)
+    kw = dict(on=on, left_on=_csv_list(a.left_on) or None, right_on=_csv_list(a.right_on) or None, how=a.how,
+              suffix=a.suffix, nulls_equal=a.nulls_equal, validate=a.validate, algorithm=a.algorithm,
+              device=a.device)
+    if a.explain:
+        from . import explain
+
+        plan = explain(join, left, right, run=True, **kw)
+        Console(stderr=True).print(str(plan), markup=False, highlight=False)
+        out = plan.result
+    else:
+        out = join(left, right, **kw)
     write_table(out, a.output)
     console.print(f"wrote {out.num_rows} rows, {out.num_columns} columns to {a.output}")
 
@@ -58,9 +66,32 @@ def cmd_group_by(a):
     file_format(a.output)
     aggs = dict(_parse_agg(s) for s in a.agg)
     table = read_table(a.table)
-    out = group_by(table, [b for s in a.by for b in _csv_list(s)], algorithm=a.algorithm, device=a.device).agg(**aggs)
+    by = [b for s in a.by for b in _csv_list(s)]
+    if a.explain:
+        from . import explain
+
+        plan = explain(group_by, table, by, aggs=aggs, algorithm=a.algorithm, device=a.device, run=True)
+        Console(stderr=True).print(str(plan), markup=False, highlight=False)
+        out = plan.result
+    else:
+        out = group_by(table, by, algorithm=a.algorithm, device=a.device).agg(**aggs)
     write_table(out, a.output)
     console.print(f"wrote {out.num_rows} groups to {a.output}")
+
+
+def cmd_calibrate(a):
+    from .plan.calibrate import cache_file, calibrate
+
+    c = calibrate(force=a.force)
+    t = RichTable(title=f"{c['name']} (cached in {cache_file()})")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    t.add_row("B_G, device copy", f"{c['b_g'] / 1e9:,.0f} GB/s")
+    for k in ("random", "sorted", "l1", "l2"):
+        t.add_row(f"4-byte gather, {k}", f"{c[f'gather_{k}_items_per_s'] / 1e9:.1f} G items/s")
+    t.add_row("B_G / B_R (paper 003 Table 1: 24 on A100)", f"{c['ratio_random']:.1f}")
+    t.add_row("B_L1 / B_G, B_L2 / B_G (A100: 12, 4.5)", f"{c['ratio_l1']:.1f}, {c['ratio_l2']:.1f}")
+    console.print(t)
 
 
 def cmd_tpch(a):
@@ -211,9 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpujoin", description="Relational joins and grouped aggregations on GPUs (and CPUs).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def common(sp):
+    def common(sp, explain=False):
         sp.add_argument("--algorithm", default="auto", help="'auto' or a standard name (see `gpujoin info`)")
         sp.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+        if explain:
+            sp.add_argument("--explain", action="store_true",
+                            help="print the plan: statistics, predicted times, choice, measured phases")
 
     j = sub.add_parser("join", help="join two files (Parquet, CSV, Arrow IPC)")
     j.add_argument("left")
@@ -226,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--nulls-equal", action="store_true")
     j.add_argument("--validate", default="m:m", choices=["m:m", "1:m", "m:1", "1:1"])
     j.add_argument("-o", "--output", required=True)
-    common(j)
+    common(j, explain=True)
     j.set_defaults(fn=cmd_join)
 
     g = sub.add_parser("group-by", help="grouped aggregation of a file")
@@ -234,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--by", action="append", required=True, help="key column(s); repeat or comma-separate")
     g.add_argument("--agg", action="append", required=True, help="NAME=COLUMN:FUNCTION (sum, count, size, min, max, mean)")
     g.add_argument("-o", "--output", required=True)
-    common(g)
+    common(g, explain=True)
     g.set_defaults(fn=cmd_group_by)
 
     t = sub.add_parser("tpch", help="run the TPC-H job, validated against DuckDB")
@@ -285,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("file")
     bp.add_argument("-o", "--output", required=True)
     bp.set_defaults(fn=cmd_bench)
+
+    c = sub.add_parser("calibrate", help="measure this GPU's bandwidths for the cost models (cached)")
+    c.add_argument("--force", action="store_true", help="measure again even when cached")
+    c.set_defaults(fn=cmd_calibrate)
 
     i = sub.add_parser("info", help="devices, versions and algorithms")
     i.set_defaults(fn=cmd_info)

@@ -100,6 +100,12 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         valid = table.validity.get(col)
         inputs.append(AggInput(_kernel_values(col, table[col]),
                                None if valid is None else valid.astype(cp.uint8, copy=False), tuple(ops[col])))
+    if algorithm == "auto":
+        from .auto import resolve_gpu_group_by
+
+        choice = resolve_gpu_group_by(keys, inputs)
+        algorithm = stats.algorithm = choice.algorithm
+        stats.params["auto"] = choice.reason
     out = run(algorithm, keys, inputs)
     sizes = out.columns[0]["count"]
     res = {col: out.columns[i + 1] for i, col in enumerate(cols)}
@@ -136,6 +142,6 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     cp.cuda.Device().synchronize()
     stats.phases = dict(out.phases)
     stats.phases["total"] = time.perf_counter() - t0
-    stats.params = dict(out.params)
+    stats.params.update(out.params)
     stats.groups = out.num_groups
     return result, stats

@@ -110,6 +110,13 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
             pay.append(t.validity[name].astype(cp.uint8, copy=False))
     bside, pside = ("l", "r") if build_left else ("r", "l")
     emit_keys = any(key for *_, key in layout)
+    if algo == "auto":
+        from .auto import resolve_gpu_join
+
+        choice = resolve_gpu_join(lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1],
+                                  sides[pside][1])
+        algo = stats.algorithm = choice.algorithm
+        stats.params["auto"] = choice.reason
     res = run(algo, lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1], sides[pside][1],
               mode, emit_keys=emit_keys, radix_bits=radix_bits)
     stats.phases.update(res.phases)

@@ -36,12 +36,22 @@ class GpuReducer:
             ops = ("count", "sum", "min", "max") if r.kind in ("int", "float") else ("count", "min", "max")
             valid = cp.asarray(r.valid.view(np.uint8)) if r.has_valid else None
             inputs.append(AggInput(cp.asarray(r.values), valid, ops))
-        out = run(algorithm, cp.asarray(keys), inputs)
+        dkeys = cp.asarray(keys)
+        self.params = {}
+        if algorithm == "auto":
+            from .auto import resolve_gpu_group_by
+
+            choice = resolve_gpu_group_by(dkeys, inputs[2:] or inputs)
+            algorithm = choice.algorithm
+            self.params["auto"] = choice.reason
+        self.algorithm = algorithm
+        out = run(algorithm, dkeys, inputs)
         self.num_groups = out.num_groups
         self.first_rows = cp.asnumpy(out.columns[0]["min"]).astype(np.int64)
         self._sizes = cp.asnumpy(out.columns[1]["count"])
         self._columns = {r.name: (r, out.columns[i + 2]) for i, r in enumerate(requests)}
-        self.phases, self.params = out.phases, out.params
+        self.phases = out.phases
+        self.params.update(out.params)
 
     def sizes(self) -> np.ndarray:
         return self._sizes

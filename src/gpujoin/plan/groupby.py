@@ -124,6 +124,7 @@ class GroupBy:
             enc = encode_keys([keys], nulls_equal=True, narrow=True)
             reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()))
             stats.params.update(reducer.params)
+            stats.algorithm = reducer.algorithm
         else:
             enc = encode_keys([keys], nulls_equal=True)
             reducer = CpuReducer(factorize(enc.keys[0][None, :]))

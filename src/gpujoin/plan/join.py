@@ -157,25 +157,29 @@ def _rows(valid, n) -> np.ndarray:
     return np.arange(n, dtype=dtype) if valid is None else np.flatnonzero(valid).astype(dtype)
 
 
-def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj"):
-    """Gather maps (left_idx, right_idx), -1 for no partner; rows with a null key never match."""
-    if device == "cuda":
-        from functools import partial
+def _join_function(device: str, algorithm: str):
+    """The gather-map join ``algorithm`` runs on ``device`` (the CPU engine's ``hash_join`` contract)."""
+    from functools import partial
 
+    if device == "cuda":
         from ..cuda.join import hash_join_maps
 
-        hash_join = partial(hash_join_maps, algorithm)
-    elif algorithm == "merge":
-        from ..cpu.join.merge import merge_join as hash_join
-    elif algorithm in ("hash", "split", "bucket"):
-        from functools import partial
+        return partial(hash_join_maps, algorithm)
+    if algorithm == "merge":
+        from ..cpu.join.merge import merge_join
 
+        return merge_join
+    if algorithm in ("hash", "split", "bucket"):
         from ..cpu.join.bitmap import bitmap_join
 
-        hash_join = partial(bitmap_join, algorithm)
-    else:
-        from ..cpu.join.phj import hash_join
+        return partial(bitmap_join, algorithm)
+    from ..cpu.join.phj import hash_join
 
+    return hash_join
+
+
+def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj"):
+    """Gather maps (left_idx, right_idx), -1 for no partner; rows with a null key never match."""
     nl, nr = lkeys.size, rkeys.size
     lrows, rrows = _rows(lvalid, nl), _rows(rvalid, nr)
     lk = lkeys if lvalid is None else lkeys[lrows]
@@ -185,6 +189,14 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", a
     stats.params["build_side"] = "left" if build_left else "right"
     mode = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
             "semi": "semi", "anti": "anti"}[how]
+    if device == "cuda" and algorithm == "auto":  # decided from both sides' statistics
+        from .auto import resolve_gpu_join
+
+        bk, pk, brows, prows = (lk, rk, lrows, rrows) if build_left else (rk, lk, rrows, lrows)
+        choice = resolve_gpu_join(bk, pk, [brows], [prows])
+        algorithm = stats.algorithm = choice.algorithm
+        stats.params["auto"] = choice.reason
+    hash_join = _join_function(device, algorithm)
     kw = {"radix_bits": radix_bits} if algorithm in ("phj", "phj-tr", "phj-ur") else {}
     if build_left:
         ridx, lidx = hash_join(lk, lrows, rk, rrows, mode, **kw)

@@ -1,0 +1,91 @@
+"""``algorithm="auto"`` on the GPU: paper 003 §4's rules over the statistics and cost models.
+
+Group-by, the decision tree of paper 003 Fig. 21 with this GPU's limits:
+1. an ordered output is required: SGB-DE-TR where Table 2 says encoding pays, else SGB-TR;
+2. the groups' accumulators fit in the shared memory of one block or a cluster of two
+   (cuda/groupby/hgb.py): HGB;
+3. no heavy skew: PGB-TR; heavy skew: the sort-based branch of 1.
+On an H200 (docs/BENCHMARKS.md) HGB was fastest up to 2^14 groups and PGB-TR from 2^16 for two
+4-byte MAX columns, so "fits in shared memory" is the measured crossover as well as the tree's
+test (the paper's A100 measured HGB ahead up to 2^18).
+
+Join: PHJ-TR when the match ratio is at least model (b)'s crossover for the payload columns, the
+probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 003 §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import cost
+from .stats import GroupByEstimate, JoinEstimate
+
+
+@dataclass
+class Choice:
+    """An algorithm, why, and every candidate's predicted seconds."""
+
+    algorithm: str
+    reason: str
+    predicted: dict[str, float] = field(default_factory=dict)
+
+
+def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool = False) -> Choice:
+    n, g, p = est.rows, max(est.groups, 1), max(len(est.value_bytes), 1)
+    predicted = cost.group_by_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes, est.skewed)
+
+    def sort_based(why: str) -> Choice:
+        if p > 1 and cost.encoding_pays(n, g, p, est.key_bytes, dev):
+            return Choice("sgb-de-tr", f"{why}; dictionary encoding pays for {p} columns at g = {g:,} (Table 2)",
+                          predicted)
+        return Choice("sgb-tr", f"{why}; encoding does not pay for {p} column(s) at g = {g:,} (Table 2)", predicted)
+
+    if ordered:
+        return sort_based("the output must be ordered by key")
+    smem = 2 * dev.smem_block_bytes
+    if g * est.slot_bytes <= smem:
+        return Choice("hgb", f"{g:,} groups x {est.slot_bytes} B of accumulators fit in shared memory "
+                             f"({smem // 1024} KiB over a cluster of two blocks)", predicted)
+    if not est.skewed:
+        return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory and the keys are not skewed "
+                                f"(top key {est.top_share:.1%} of a sample)", predicted)
+    return sort_based(f"{g:,} groups do not fit in shared memory and the keys are skewed "
+                      f"(top key {est.top_share:.1%} of a sample)")
+
+
+def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
+    predicted = cost.join_costs(est.build_rows, est.probe_rows, est.matches, dev, est.key_bytes,
+                                est.build_payloads or [4], est.probe_payloads or [4])
+    p = max(len(est.build_payloads), len(est.probe_payloads), 1)
+    wide = est.key_bytes == 8 or any(w == 8 for w in est.build_payloads + est.probe_payloads)
+    crossover = cost.phj_crossover(dev, p)
+    if wide:
+        return Choice("phj-tr", "8-byte keys or payloads", predicted)
+    if est.skewed:
+        return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", predicted)
+    if est.match_ratio >= crossover:
+        return Choice("phj-tr", f"match ratio {est.match_ratio:.0%} >= model (b)'s crossover "
+                                f"{crossover:.0%} for {p} payload column(s)", predicted)
+    return Choice("phj-ur", f"match ratio {est.match_ratio:.0%} < model (b)'s crossover {crossover:.0%} "
+                            f"for {p} payload column(s)", predicted)
+
+
+def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
+    """``algorithm="auto"`` for a GPU join of these device (or host) arrays."""
+    from .calibrate import device_model
+    from .stats import estimate_join
+
+    est = estimate_join(build_keys, probe_keys, [p.dtype.itemsize for p in build_payloads],
+                        [p.dtype.itemsize for p in probe_payloads])
+    return choose_join(est, device_model())
+
+
+def resolve_gpu_group_by(keys, inputs) -> Choice:
+    """``algorithm="auto"`` for a GPU group-by of device ``keys`` with aggregate ``inputs``
+    (cuda.groupby.AggInput)."""
+    from ..cuda.groupby.common import slot_bytes
+    from .calibrate import device_model
+    from .stats import estimate_group_by
+
+    widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
+    return choose_group_by(estimate_group_by(keys, widths, slot_bytes(inputs)), device_model())
