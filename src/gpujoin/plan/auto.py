@@ -1,7 +1,8 @@
 """``algorithm="auto"`` on the GPU: paper 003 §4's rules over the statistics and cost models.
 
 Group-by, the decision tree of paper 003 Fig. 21 with this GPU's limits:
-1. an ordered output is required: SGB-DE-TR where Table 2 says encoding pays, else SGB-TR;
+1. an ordered output is required: SGB-DE-TR where Table 2 (plus one column, measured) says
+   encoding pays, else SGB-TR;
 2. the groups' accumulators fit in the shared memory of one block or a cluster of two
    (cuda/groupby/hgb.py): HGB;
 3. no heavy skew: PGB-TR; heavy skew: the sort-based branch of 1.
@@ -35,10 +36,15 @@ def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool =
     predicted = cost.group_by_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes, est.skewed)
 
     def sort_based(why: str) -> Choice:
-        if p > 1 and cost.encoding_pays(n, g, p, est.key_bytes, dev):
-            return Choice("sgb-de-tr", f"{why}; dictionary encoding pays for {p} columns at g = {g:,} (Table 2)",
-                          predicted)
-        return Choice("sgb-tr", f"{why}; encoding does not pay for {p} column(s) at g = {g:,} (Table 2)", predicted)
+        # Table 2's minimum plus one column: the paper's printed Table 2 (4-byte keys) asks one more
+        # than its formula, and on the H200 SGB-DE-TR lost to SGB-TR with two columns at g = 2^16
+        # under skew (27.8 against 24.6 ms, docs/BENCHMARKS.md)
+        need = cost.min_payloads_for_encoding(g, est.key_bytes, dev, n)
+        if need is not None and p >= need + 1:
+            return Choice("sgb-de-tr", f"{why}; dictionary encoding pays from {need + 1} columns at g = {g:,} "
+                                       f"(Table 2 + 1), here {p}", predicted)
+        return Choice("sgb-tr", f"{why}; dictionary encoding needs {'more than 64' if need is None else need + 1} "
+                                f"columns at g = {g:,} (Table 2 + 1), here {p}", predicted)
 
     if ordered:
         return sort_based("the output must be ordered by key")
