@@ -4,31 +4,22 @@ optionally run each algorithm once for ncu (device check aid)."""
 import sys
 
 import cupy as cp
-import numpy as np
 
 from gpujoin.cuda.groupby import AggInput, run
 from gpujoin.cuda.groupby.hgb import HashTable, aggregate
-
-
-def timed(label, fn, reps=5):
-    fn()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    ts = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(start, end))
-    print(f"{label:44} {np.median(ts):8.3f} ms", flush=True)
+from gpujoin.cuda.runtime import event_time
 
 
 n = 1 << int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 26
 once = len(sys.argv) > 2 and sys.argv[2] == "once"  # each kernel once, for ncu
-if once:
-    def timed(label, fn, reps=5):  # noqa: F811
-        if "stage 2 (" in label or "pgb" in label:
-            fn()
+
+
+def timed(label, fn, reps=5):
+    if not once:
+        print(f"{label:44} {event_time(fn, reps) * 1e3:8.3f} ms", flush=True)
+    elif "stage 2 (" in label or "pgb" in label:
+        fn()
+
 
 rng = cp.random.default_rng(0)
 vals = [rng.integers(0, 1 << 30, n, dtype=cp.int32) for _ in range(2)]

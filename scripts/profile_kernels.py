@@ -7,20 +7,11 @@ import numpy as np
 
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.join.phj import phj
-from gpujoin.cuda.runtime import kernel
+from gpujoin.cuda.runtime import event_time, kernel
 
 
 def timed(label, fn, reps=5):
-    fn()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    ts = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(start, end))
-    print(f"{label:44} {np.median(ts):8.3f} ms")
+    print(f"{label:44} {event_time(fn, reps) * 1e3:8.3f} ms", flush=True)
 
 
 n = 1 << 27

@@ -105,3 +105,20 @@ class PhaseTimer:
         t = self._now()
         self.phases[phase] = self.phases.get(phase, 0.0) + t - self._t
         self._t = t
+
+
+def event_time(fn, reps: int = 5) -> float:
+    """Median seconds of ``fn()`` over ``reps`` runs after a warm-up, timed with CUDA events."""
+    import numpy as np  # noqa: PLC0415
+
+    cp = _cupy()
+    fn()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return float(np.median(times))

@@ -30,27 +30,11 @@ def cache_file() -> Path:
     return cache_dir() / "calibration.json"
 
 
-def _timed(fn, reps: int = 5) -> float:
-    import cupy as cp
-    import numpy as np
-
-    fn()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-    return float(np.median(times))
-
-
 def measure(n: int = N_ITEMS) -> dict:
     """Run the microbenchmarks on the current GPU; bandwidths in bytes/s, rates in items/s."""
     import cupy as cp
 
-    from ..cuda.runtime import device_properties
+    from ..cuda.runtime import device_properties, event_time as _timed
 
     props = device_properties(cp.cuda.Device().id)
     src = cp.arange(n << 2, dtype=cp.uint32)  # 2 GiB

@@ -86,6 +86,13 @@ def _model(dev: str) -> tuple[str, object]:
     return f"{m.name}, {m.source}", m
 
 
+def _choose(algorithm: str, model, rule, cpu_rule) -> auto.Choice:
+    """The caller's algorithm (with the model's predictions), else the GPU rule, else the CPU's."""
+    if algorithm != "auto":
+        return auto.Choice(algorithm, "given by the caller", rule(model).predicted if model is not None else {})
+    return rule(model) if model is not None else cpu_rule()
+
+
 def _host_keys(table, names) -> np.ndarray:
     """One int64/int32 key per row of a host table's key columns (as the planner encodes them)."""
     return encode_keys([[combined(table, n) for n in names]], nulls_equal=True, narrow=True).keys[0]
@@ -116,18 +123,12 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
     build_left = how == "right" or (how in ("inner", "full") and lkeys.size < rkeys.size)
     bk, pk, bw, pw = (lkeys, rkeys, lw, rw) if build_left else (rkeys, lkeys, rw, lw)
     est = st.estimate_join(bk, pk, bw, pw)
-    model_name, model = _model(dev)
-    if algorithm != "auto":
-        choice = auto.Choice(algorithm, "given by the caller")
-        if model is not None:
-            choice.predicted = auto.choose_join(est, model).predicted
-    elif model is not None:
-        choice = auto.choose_join(est, model)
-    else:
-        from .join import _auto_cpu_join
+    from .join import _auto_cpu_join
 
-        choice = auto.Choice(_auto_cpu_join(how, lkeys, rkeys), "the CPU engine's rule: phj, or bucket for "
-                             "semi/anti joins of 8M+ probe rows with keys in [0, 2^32)")
+    model_name, model = _model(dev)
+    choice = _choose(algorithm, model, lambda m: auto.choose_join(est, m), lambda: auto.Choice(
+        _auto_cpu_join(how, lkeys, rkeys), "the CPU engine's rule: phj, or bucket for semi/anti joins of 8M+ "
+        "probe rows with keys in [0, 2^32)"))
     plan = Plan("join", dev, model_name, {"how": how, "build_side": "left" if build_left else "right",
                                           **est.as_dict()}, choice.predicted, choice.algorithm, choice.reason)
     if run:
@@ -173,14 +174,8 @@ def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto",
     value_widths = [widths.get(c, 4) for c, fn in aggs.values() if c is not None]
     est = st.estimate_group_by(keys, value_widths, _slot_bytes(widths, aggs))
     model_name, model = _model(dev)
-    if algorithm != "auto":
-        choice = auto.Choice(algorithm, "given by the caller")
-        if model is not None:
-            choice.predicted = auto.choose_group_by(est, model).predicted
-    elif model is not None:
-        choice = auto.choose_group_by(est, model)
-    else:
-        choice = auto.Choice("pgb", "the CPU engine's one group-by")
+    choice = _choose(algorithm, model, lambda m: auto.choose_group_by(est, m),
+                     lambda: auto.Choice("pgb", "the CPU engine's one group-by"))
     plan = Plan("group_by", dev, model_name, {"by": ", ".join(by), **est.as_dict()}, choice.predicted,
                 choice.algorithm, choice.reason)
     if run:
