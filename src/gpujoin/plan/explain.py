@@ -52,6 +52,8 @@ class Plan:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.3g}"
     if isinstance(v, int):
@@ -141,7 +143,8 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
 
 
 def _slot_bytes(widths: dict[str, int], aggs: dict) -> int:
-    """Shared-memory accumulator bytes a group needs (cuda/groupby/common.slot_bytes, by function)."""
+    """Shared-memory accumulator bytes a group needs, about (cuda/groupby/common.slot_bytes, by
+    function; an 8-byte column's sum counted with the low-word sum of 8-byte integers)."""
     need: dict[str, set] = {}
     for col, fn in aggs.values():
         need.setdefault(col, set()).update({"sum": {"sum"}, "mean": {"sum", "count"}, "count": {"count"},
