@@ -128,6 +128,11 @@ def test_explain_join_and_group_by_on_the_cpu():
     assert_tables_equal(gplan.result, gpujoin.group_by(left, "k", device="cpu").agg(s=("a", "sum")), rel=1e-12)
     with pytest.raises(ValueError, match="explain"):
         gpujoin.explain(print, left)
+    cross = gpujoin.explain(gpujoin.join, left.slice(0, 3), right.slice(0, 4), how="cross", device="cpu", run=True)
+    assert cross.choice == "cross" and cross.result.num_rows == 12
+    strings = pa.table({"s": ["x", "y", "x"], "n": [1, 1, 2], "v": [1, 2, 3]})
+    assert gpujoin.explain(gpujoin.group_by, strings, ["s", "n"], aggs={"m": ("s", "max")}, device="cpu",
+                           run=True).result.num_rows == 3
 
 
 def test_cli_explain_and_calibrate(tmp_path, capsys):

@@ -106,6 +106,15 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
 
     dev = resolve_device("cuda" if _on_device(left) or _on_device(right) else device, "join")
     lk, rk = _resolve_keys(on, left_on, right_on, how)
+    if how == "cross":
+        plan = Plan("join", dev, _model(dev)[0], {"how": how}, {}, "cross",
+                    "a cross join pairs every row with every row: no statistics to weigh")
+        if run:
+            t0 = time.perf_counter()
+            plan.result, stats = execute_join(left, right, how=how, device=dev, **kw)
+            plan.measured_s = time.perf_counter() - t0
+            plan.phases = dict(stats.phases)
+        return plan
     if _on_device(left) or _on_device(right):
         from ..cuda.table import as_device_table
 
@@ -142,6 +151,14 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
     return plan
 
 
+def _width(t) -> int:
+    """Bytes of a column's values on the GPU: 4 up to 32-bit types, else 8 (strings: int64 codes)."""
+    try:
+        return 4 if t.bit_width <= 32 else 8
+    except ValueError:  # variable width
+        return 8
+
+
 def _slot_bytes(widths: dict[str, int], aggs: dict) -> int:
     """Shared-memory accumulator bytes a group needs, about (cuda/groupby/common.slot_bytes, by
     function; an 8-byte column's sum counted with the low-word sum of 8-byte integers)."""
@@ -173,7 +190,7 @@ def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto",
         check_columns(t, by, "input")
         dev = resolve_device(device, "group_by")
         keys = _host_keys(t, by)
-        widths = {f.name: max(4, (f.type.bit_width // 8) if hasattr(f.type, "bit_width") else 8) for f in t.schema}
+        widths = {f.name: _width(f.type) for f in t.schema}
     value_widths = [widths.get(c, 4) for c, fn in aggs.values() if c is not None]
     est = st.estimate_group_by(keys, value_widths, _slot_bytes(widths, aggs))
     model_name, model = _model(dev)
