@@ -157,10 +157,6 @@ def empty_output(keys: cp.ndarray, inputs: list[AggInput], phases: dict) -> Grou
     return GroupByOutput(keys[:0], [decode(i, a) for i, a in zip(inputs, allocate(inputs, 0))], phases)
 
 
-def take_columns(columns: list[dict[str, cp.ndarray]], idx: cp.ndarray) -> list[dict[str, cp.ndarray]]:
-    return [{k: v[idx] for k, v in c.items()} for c in columns]
-
-
 def concat_outputs(parts: list[GroupByOutput]) -> tuple[cp.ndarray, list[dict[str, cp.ndarray]]]:
     """Keys and columns of several outputs over disjoint groups, one after another."""
     keys = cp.concatenate([p.keys for p in parts])
