@@ -90,8 +90,11 @@ def test_join_rule_follows_section_4():
     assert auto.choose_join(est(0.125, k=8), dev).algorithm == "phj-tr"
     assert auto.choose_join(est(0.125, pw=8), dev).algorithm == "phj-tr"
     assert auto.choose_join(est(0.125, share=0.1), dev).algorithm == "phj-tr"
-    ranked = auto.choose_join(est(1.0), dev).predicted
+    choice = auto.choose_join(est(1.0), dev)
+    ranked = choice.predicted
     assert min(ranked, key=ranked.get) == "phj-tr" and max(ranked, key=ranked.get) == "nphj"
+    assert set(choice.phases["phj-tr"]) == {"transform", "match", "materialize"}  # as the joins time them
+    assert sum(choice.phases["phj-tr"].values()) == pytest.approx(ranked["phj-tr"])
 
 
 def test_auto_stays_auto_on_the_gpu_only():

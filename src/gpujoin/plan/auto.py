@@ -29,11 +29,14 @@ class Choice:
     algorithm: str
     reason: str
     predicted: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> phase -> seconds
 
 
 def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool = False) -> Choice:
+    """The group-by algorithm for ``est`` on ``dev`` (Fig. 21), with every candidate's prediction."""
     n, g, p = est.rows, max(est.groups, 1), max(len(est.value_bytes), 1)
-    predicted = cost.group_by_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes, est.skewed)
+    phases = cost.group_by_phase_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes, est.skewed)
+    predicted = {a: sum(ph.values()) for a, ph in phases.items()}
 
     def sort_based(why: str) -> Choice:
         # Table 2's minimum plus one column: the paper's printed Table 2 (4-byte keys) asks one more
@@ -42,38 +45,40 @@ def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool =
         need = cost.min_payloads_for_encoding(g, est.key_bytes, dev, n)
         if need is not None and p >= need + 1:
             return Choice("sgb-de-tr", f"{why}; dictionary encoding pays from {need + 1} columns at g = {g:,} "
-                                       f"(Table 2 + 1), here {p}", predicted)
+                                       f"(Table 2 + 1), here {p}", predicted, phases)
         return Choice("sgb-tr", f"{why}; dictionary encoding needs {'more than 64' if need is None else need + 1} "
-                                f"columns at g = {g:,} (Table 2 + 1), here {p}", predicted)
+                                f"columns at g = {g:,} (Table 2 + 1), here {p}", predicted, phases)
 
     if ordered:
         return sort_based("the output must be ordered by key")
     smem = 2 * dev.smem_block_bytes
     if g * est.slot_bytes <= smem:
         return Choice("hgb", f"{g:,} groups x {est.slot_bytes} B of accumulators fit in shared memory "
-                             f"({smem // 1024} KiB over a cluster of two blocks)", predicted)
+                             f"({smem // 1024} KiB over a cluster of two blocks)", predicted, phases)
     if not est.skewed:
         return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory and the keys are not skewed "
-                                f"(top key {est.top_share:.1%} of a sample)", predicted)
+                                f"(top key {est.top_share:.1%} of a sample)", predicted, phases)
     return sort_based(f"{g:,} groups do not fit in shared memory and the keys are skewed "
                       f"(top key {est.top_share:.1%} of a sample)")
 
 
 def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
-    predicted = cost.join_costs(est.build_rows, est.probe_rows, est.matches, dev, est.key_bytes,
-                                est.build_payloads or [4], est.probe_payloads or [4])
+    """The join algorithm for ``est`` on ``dev`` (§4's rules), with every candidate's prediction."""
+    phases = cost.join_phase_costs(est.build_rows, est.probe_rows, est.matches, dev, est.key_bytes,
+                                   est.build_payloads or [4], est.probe_payloads or [4])
+    predicted = {a: sum(ph.values()) for a, ph in phases.items()}
     p = max(len(est.build_payloads), len(est.probe_payloads), 1)
     wide = est.key_bytes == 8 or any(w == 8 for w in est.build_payloads + est.probe_payloads)
     crossover = cost.phj_crossover(dev, p)
     if wide:
-        return Choice("phj-tr", "8-byte keys or payloads", predicted)
+        return Choice("phj-tr", "8-byte keys or payloads", predicted, phases)
     if est.skewed:
-        return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", predicted)
+        return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", predicted, phases)
     if est.match_ratio >= crossover:
         return Choice("phj-tr", f"match ratio {est.match_ratio:.0%} >= model (b)'s crossover "
-                                f"{crossover:.0%} for {p} payload column(s)", predicted)
+                                f"{crossover:.0%} for {p} payload column(s)", predicted, phases)
     return Choice("phj-ur", f"match ratio {est.match_ratio:.0%} < model (b)'s crossover {crossover:.0%} "
-                            f"for {p} payload column(s)", predicted)
+                            f"for {p} payload column(s)", predicted, phases)
 
 
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:

@@ -28,6 +28,9 @@ class DeviceModel:
     l1_bytes: int = 192 * 1024
     l2_bytes: int = 40 * 2**20
     smem_block_bytes: int = 110 * 1024  # cuda/groupby/hgb.py: SMEM_BLOCK_BUDGET
+    #: Global-memory atomic updates a second when the targets sit in L2: HGB at 2^20 groups on an
+    #: H200 made 2^27 of them in 3.2 ms (docs/BENCHMARKS.md); the paper models none.
+    global_atomics_per_s: float = 42e9
     source: str = "paper 003"
 
     @property
@@ -160,10 +163,11 @@ def partition_cost(n: float, key_bytes: int, row_bytes: float, bits: int, dev: D
     return _passes(bits) * (key_bytes + 2 * row_bytes) * n / dev.b_g
 
 
-def join_costs(n_build: float, n_probe: float, matches: float, dev: DeviceModel, key_bytes: int = 4,
-               build_payloads: list[int] = (4,), probe_payloads: list[int] = (4,),
-               sort_bits: int | None = None) -> dict[str, float]:
-    """Predicted seconds of each GPU equi-join (cuda/join), materialized output included.
+def join_phase_costs(n_build: float, n_probe: float, matches: float, dev: DeviceModel, key_bytes: int = 4,
+                     build_payloads: list[int] = (4,), probe_payloads: list[int] = (4,),
+                     sort_bits: int | None = None) -> dict[str, dict[str, float]]:
+    """Predicted seconds of each GPU equi-join (cuda/join) by phase, as the joins time them:
+    transform (partition or sort), match (NPHJ: build and probe), materialize (gathers, output).
 
     PHJ partitions both sides into build partitions of about 2048 rows; SMJ sorts both on the
     key's bits; NPHJ builds and probes one global table at random; UR variants gather their
@@ -193,17 +197,23 @@ def join_costs(n_build: float, n_probe: float, matches: float, dev: DeviceModel,
     random_bw = dev.b_r if table > dev.l2_bytes else dev.ratio_l2 * dev.b_g / dev.ratio_random * 4
     nphj = k * (n_build + n_probe) / dev.b_g + (k + 4) * (n_build + n_probe) / random_bw
     return {
-        "phj-tr": tr_part + match + gathers_tr + out,
-        "phj-ur": ur_part + match + gathers_ur + out,
-        "smj-tr": tr_sort + match + gathers_tr + out,
-        "smj-ur": ur_sort + match + gathers_ur + out,
-        "nphj": nphj + gathers_ur + out,
+        "phj-tr": {"transform": tr_part, "match": match, "materialize": gathers_tr + out},
+        "phj-ur": {"transform": ur_part, "match": match, "materialize": gathers_ur + out},
+        "smj-tr": {"transform": tr_sort, "match": match, "materialize": gathers_tr + out},
+        "smj-ur": {"transform": ur_sort, "match": match, "materialize": gathers_ur + out},
+        "nphj": {"transform": 0.0, "match": nphj, "materialize": gathers_ur + out},
     }
 
 
-def group_by_costs(n: float, g: float, dev: DeviceModel, key_bytes: int = 4, value_bytes: list[int] = (4, 4),
-                   slot_bytes: int = 8, skewed: bool = False) -> dict[str, float]:
-    """Predicted seconds of each GPU group-by (cuda/groupby) of n rows into g groups.
+def join_costs(*args, **kwargs) -> dict[str, float]:
+    """Predicted seconds of each GPU equi-join: the sum of ``join_phase_costs``."""
+    return {a: sum(ph.values()) for a, ph in join_phase_costs(*args, **kwargs).items()}
+
+
+def group_by_phase_costs(n: float, g: float, dev: DeviceModel, key_bytes: int = 4, value_bytes: list[int] = (4, 4),
+                         slot_bytes: int = 8, skewed: bool = False) -> dict[str, dict[str, float]]:
+    """Predicted seconds of each GPU group-by (cuda/groupby) of n rows into g groups, by phase as
+    the algorithms time them (HGB: group_ids, aggregate; PGB and SGB: transform, aggregate).
 
     HGB: two reads of the keys (build, aggregate) and one of the values, its table and
     accumulators at the bandwidth of where they fit (shared memory counted as L1); PGB: a radix
@@ -212,24 +222,36 @@ def group_by_costs(n: float, g: float, dev: DeviceModel, key_bytes: int = 4, val
     k, p = key_bytes, len(value_bytes)
     vb = sum(value_bytes)
     in_smem = g * slot_bytes <= 2 * dev.smem_block_bytes
-    acc_level = (dev.ratio_l1 * dev.b_g if in_smem else dev.b_m(g * slot_bytes)) / max(1.0, min(g, 24) / 24)
-    atomics = n * p * 8 / acc_level
-    hgb = (2 * k * n + vb * n) / dev.b_g + atomics + n * (k + 4) / dev.b_m(2 * g * (k + 4))
+    if in_smem:  # shared-memory atomics at about L1 bandwidth
+        atomics = n * p * 8 / (dev.ratio_l1 * dev.b_g)
+    else:  # global atomics: a measured rate while the accumulators fit in L2, random access beyond
+        atomics = n * p / dev.global_atomics_per_s
+        if g * slot_bytes > dev.l2_bytes:
+            atomics += n * p * 8 / dev.b_r
+    probe = n * (k + 4) / dev.b_m(2 * g * (k + 4))
+    hgb = {"group_ids": k * n / dev.b_g + probe, "aggregate": (k * n + vb * n) / dev.b_g + atomics + probe}
     pgb_bits = max(8, math.ceil(math.log2(max(g / 4600, 1))))
-    pgb_tr = partition_cost(n, k, k + vb, pgb_bits, dev) + (2 * k + vb) * n / dev.b_g
-    pgb_ur = partition_cost(n, k, k + 4, pgb_bits, dev) + (2 * k + 4) * n / dev.b_g + sum(
-        phj_ur_gather_cost(n, dev, w) for w in value_bytes)
+    pgb_tr = {"transform": partition_cost(n, k, k + vb, pgb_bits, dev), "aggregate": (2 * k + vb) * n / dev.b_g}
+    pgb_ur = {"transform": partition_cost(n, k, k + 4, pgb_bits, dev),
+              "aggregate": (2 * k + 4) * n / dev.b_g + sum(phj_ur_gather_cost(n, dev, w) for w in value_bytes)}
     key_bits = max(1, math.ceil(math.log2(max(g, 2))))
-    sort_one = lambda w: partition_cost(n, k, k + w, key_bits, dev) + (4 + w) * n / dev.b_g  # noqa: E731
-    sgb_tr = sum(sort_one(w) for w in value_bytes)
-    sgb_ur = partition_cost(n, k, k + 4, key_bits, dev) + sum(
-        sgb_permute_cost(n, g, dev, w) for w in value_bytes)
+    reduce_one = lambda w: (4 + w) * n / dev.b_g  # noqa: E731  (a segmented reduction: gid and value)
+    sgb_tr = {"transform": sum(partition_cost(n, k, k + w, key_bits, dev) for w in value_bytes),
+              "aggregate": sum(reduce_one(w) for w in value_bytes)}
+    sgb_ur = {"transform": partition_cost(n, k, k + 4, key_bits, dev),
+              "aggregate": sum(sgb_permute_cost(n, g, dev, w) + reduce_one(w) for w in value_bytes)}
     code_bits = max(1, math.ceil(math.log2(max(g, 2))))
-    sgb_de = sort_one(value_bytes[0]) + encoding_cost(n, g, dev, k) + sum(
-        partition_cost(n, 4, 4 + w, code_bits, dev) + (4 + w) * n / dev.b_g for w in value_bytes[1:])
+    sgb_de = {"transform": partition_cost(n, k, k + value_bytes[0], key_bits, dev) + encoding_cost(n, g, dev, k)
+              + sum(partition_cost(n, 4, 4 + w, code_bits, dev) for w in value_bytes[1:]),
+              "aggregate": sum(reduce_one(w) for w in value_bytes)}
     if skewed:  # heavy partitions and hot groups (paper 003 Fig. 20): PGB and global HGB degrade
-        pgb_tr *= 2.0
-        pgb_ur *= 2.0
+        pgb_tr = {k_: 2.0 * v for k_, v in pgb_tr.items()}
+        pgb_ur = {k_: 2.0 * v for k_, v in pgb_ur.items()}
         if not in_smem:
-            hgb *= 2.0
+            hgb = {k_: 2.0 * v for k_, v in hgb.items()}
     return {"hgb": hgb, "pgb-tr": pgb_tr, "pgb-ur": pgb_ur, "sgb-tr": sgb_tr, "sgb-de-tr": sgb_de, "sgb-ur": sgb_ur}
+
+
+def group_by_costs(*args, **kwargs) -> dict[str, float]:
+    """Predicted seconds of each GPU group-by: the sum of ``group_by_phase_costs``."""
+    return {a: sum(ph.values()) for a, ph in group_by_phase_costs(*args, **kwargs).items()}

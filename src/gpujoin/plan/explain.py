@@ -20,7 +20,8 @@ class Plan:
 
     operation : "join" or "group_by"; device : "cpu" or "cuda"; model : the device constants'
     source; statistics : the estimates; predicted : candidate -> seconds (GPU only); choice and
-    reason; after ``run=True``: measured_s (wall seconds), phases (seconds) and result.
+    reason; predicted_phases : the choice's phases (seconds, GPU only); after ``run=True``:
+    measured_s (wall seconds), phases (seconds) and result.
     """
 
     operation: str
@@ -30,6 +31,7 @@ class Plan:
     predicted: dict[str, float]
     choice: str
     reason: str
+    predicted_phases: dict[str, float] = field(default_factory=dict)
     measured_s: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
     result: object = None
@@ -47,7 +49,9 @@ class Plan:
             pred = self.predicted.get(self.choice)
             vs = f" (predicted {pred * 1e3:.2f} ms)" if pred is not None else ""
             lines.append(f"measured: {self.measured_s * 1e3:.2f} ms{vs}")
-            lines += [f"  {k:16} {v * 1e3:9.2f} ms" for k, v in self.phases.items()]
+            for k, v in self.phases.items():
+                p = self.predicted_phases.get(k)
+                lines.append(f"  {k:16} {v * 1e3:9.2f} ms" + (f"   (predicted {p * 1e3:.2f} ms)" if p is not None else ""))
         return "\n".join(lines)
 
 
@@ -91,7 +95,8 @@ def _model(dev: str) -> tuple[str, object]:
 def _choose(algorithm: str, model, rule, cpu_rule) -> auto.Choice:
     """The caller's algorithm (with the model's predictions), else the GPU rule, else the CPU's."""
     if algorithm != "auto":
-        return auto.Choice(algorithm, "given by the caller", rule(model).predicted if model is not None else {})
+        modelled = rule(model) if model is not None else auto.Choice("", "")
+        return auto.Choice(algorithm, "given by the caller", modelled.predicted, modelled.phases)
     return rule(model) if model is not None else cpu_rule()
 
 
@@ -141,7 +146,8 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
         _auto_cpu_join(how, lkeys, rkeys), "the CPU engine's rule: phj, or bucket for semi/anti joins of 8M+ "
         "probe rows with keys in [0, 2^32)"))
     plan = Plan("join", dev, model_name, {"how": how, "build_side": "left" if build_left else "right",
-                                          **est.as_dict()}, choice.predicted, choice.algorithm, choice.reason)
+                                          **est.as_dict()}, choice.predicted, choice.algorithm, choice.reason,
+                choice.phases.get(choice.algorithm, {}))
     if run:
         t0 = time.perf_counter()
         plan.result, stats = execute_join(left, right, on, left_on=left_on, right_on=right_on, how=how,
@@ -197,7 +203,7 @@ def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto",
     choice = _choose(algorithm, model, lambda m: auto.choose_group_by(est, m),
                      lambda: auto.Choice("pgb", "the CPU engine's one group-by"))
     plan = Plan("group_by", dev, model_name, {"by": ", ".join(by), **est.as_dict()}, choice.predicted,
-                choice.algorithm, choice.reason)
+                choice.algorithm, choice.reason, choice.phases.get(choice.algorithm, {}))
     if run:
         t0 = time.perf_counter()
         gb = GroupBy(table, by, algorithm=choice.algorithm, device=dev)
