@@ -190,6 +190,10 @@ def test_device_group_by_errors_are_clear():
     big = {"k": cp.asarray([1]), "u": cp.asarray([2**64 - 1], dtype=cp.uint64)}
     with pytest.raises(gpujoin.ComputeError, match="uint64"):
         gpujoin.group_by(big, "k").agg(m=("u", "max"))
+    with pytest.raises(gpujoin.InvalidOperationError, match="CPU engine only"):
+        gpujoin.group_by(t, "k").agg(u=("v", "n_unique"))
+    with pytest.raises(gpujoin.InvalidOperationError, match="CPU engine only"):
+        gpujoin.group_by(DeviceTable(t).to_arrow(), "k", device="cuda").agg(u=("v", "n_unique"))
     over = {"k": cp.asarray([1, 1]), "b": cp.asarray([2**63 - 1] * 2, dtype=cp.int64)}
     with pytest.raises(gpujoin.ComputeError, match="overflows int64"):
         gpujoin.group_by(over, "k").agg(s=("b", "sum"))

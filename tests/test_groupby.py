@@ -12,7 +12,7 @@ from gpujoin.testing import assert_tables_equal
 from strategies import int_keys
 
 AGG_SQL = {"sum": "sum({c})", "count": "count({c})", "size": "count(*)", "min": "min({c})",
-           "max": "max({c})", "mean": "avg({c})"}
+           "max": "max({c})", "mean": "avg({c})", "n_unique": "count(DISTINCT {c})"}
 
 
 def duckdb_groupby(con, table, by, aggs):
@@ -56,7 +56,7 @@ def aggregation_path(path: str):
 def test_groupby_matches_duckdb(duck, path, by, table):
     aggs = {"sv": ("v", "sum"), "cv": ("v", "count"), "n": (None, "size"), "mn": ("v", "min"),
             "mx": ("v", "max"), "av": ("v", "mean"), "sf": ("f", "sum"), "mnf": ("f", "min"),
-            "ms": ("s", "max")}
+            "ms": ("s", "max"), "uv": ("v", "n_unique"), "uf": ("f", "n_unique"), "us": ("s", "n_unique")}
     with aggregation_path(path):
         got = gpujoin.group_by(table, by).agg(**aggs)
     duck_aggs = {k: (("v" if c is None else c), fn) for k, (c, fn) in aggs.items()}
@@ -131,3 +131,16 @@ class TestErrors:
     def test_unknown_algorithm(self):
         with pytest.raises(ValueError, match="pgb"):
             gpujoin.group_by({"k": [1]}, "k", algorithm="zzz", device="cpu")
+
+
+def test_n_unique_counts_distinct_non_null_values_as_duckdb(duck):
+    t = pa.table({"k": [1, 1, 1, 1, 2, 2, 2, None, None],
+                  "f": [1.0, 1.0, None, float("nan"), -0.0, 0.0, float("nan"), None, None],
+                  "s": ["a", "b", "a", None, "c", "c", None, "d", None],
+                  "d": pa.array([1, 2, 1, 1, None, 3, 3, 4, 4], pa.date32())})
+    aggs = {"uf": ("f", "n_unique"), "us": ("s", "n_unique"), "ud": ("d", "n_unique")}
+    got = gpujoin.group_by(t, "k").agg(**aggs)
+    assert_tables_equal(got, duckdb_groupby(duck, t, ["k"], aggs))
+    assert got.sort_by("k").column("uf").to_pylist() == [2, 2, 0]  # {1, NaN}; {0, NaN}; none
+    with pytest.raises(gpujoin.InvalidOperationError, match="cannot aggregate column 'l'"):
+        gpujoin.group_by(t.append_column("l", pa.array([[1]] * 9)), "k").agg(u=("l", "n_unique"))

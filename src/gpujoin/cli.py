@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("group-by", help="grouped aggregation of a file")
     g.add_argument("table")
     g.add_argument("--by", action="append", required=True, help="key column(s); repeat or comma-separate")
-    g.add_argument("--agg", action="append", required=True, help="NAME=COLUMN:FUNCTION (sum, count, size, min, max, mean)")
+    g.add_argument("--agg", action="append", required=True, help="NAME=COLUMN:FUNCTION (sum, count, size, min, max, mean, n_unique)")
     g.add_argument("-o", "--output", required=True)
     common(g, explain=True)
     g.set_defaults(fn=cmd_group_by)

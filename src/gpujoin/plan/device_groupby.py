@@ -89,6 +89,9 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     # one input per column: the union of what its aggregates need, and count for null groups
     ops: dict[str, set] = {}
     for _, col, fn in specs:
+        if fn == "n_unique":
+            raise InvalidOperationError(f"n_unique (of column {col!r}) runs on the CPU engine only; pass a host "
+                                        f"table with device='cpu'")
         if fn == "size":
             continue
         ops.setdefault(col, set()).update(_NEEDS[fn])

@@ -16,7 +16,7 @@ from ..errors import ComputeError, InvalidOperationError
 from ..table import check_columns, combined, is_string_type, take, to_arrow_table
 from .keys import encode_keys
 
-FUNCTIONS = ("sum", "count", "size", "min", "max", "mean")
+FUNCTIONS = ("sum", "count", "size", "min", "max", "mean", "n_unique")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -59,9 +59,12 @@ class GroupBy:
         self.stats: GroupByStats | None = None
 
     def agg(self, **aggs: tuple[str | None, str]) -> pa.Table:
-        """Aggregate each group: ``name=(column, function)``, function in sum, count, size, min, max, mean.
+        """Aggregate each group: ``name=(column, function)``, function in sum, count, size, min, max,
+        mean, n_unique.
 
-        ``count`` counts non-null values, ``size`` counts rows (its column may be None); nulls
+        ``count`` counts non-null values, ``n_unique`` distinct non-null values (SQL
+        count(DISTINCT); floats compare as the keys do, all NaNs one value, -0.0 equal to 0.0;
+        the CPU engine only), ``size`` counts rows (its column may be None); nulls
         are skipped by every aggregate, an all-null group's sum, min, max and mean are null, and
         rows with null keys form one group, as in SQL.
 
@@ -116,6 +119,7 @@ class GroupBy:
         for _, col, fn in specs:  # check every column's type before any work
             if fn != "size" and col not in requests:
                 requests[col] = _request(t, col)
+                requests[col].device = self._device
             if fn != "size":
                 requests[col].check(fn)
         if self._device == "cuda":
@@ -214,17 +218,21 @@ class _Request:
     valid: np.ndarray
     has_valid: bool
     uniq: pa.Array | None = None
+    device: str = "cpu"
 
     def check(self, fn: str) -> None:
         col, typ = self.name, self.typ
-        if self.kind == "string" and fn not in ("min", "max", "count"):
+        if self.kind == "string" and fn not in ("min", "max", "count", "n_unique"):
             raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
-                                        f"strings support count, size, min and max")
+                                        f"strings support count, n_unique, size, min and max")
         if self.kind == "other" and fn != "count":
             raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
+        if fn == "n_unique" and self.device == "cuda":
+            raise InvalidOperationError(f"n_unique (of column {col!r}) runs on the CPU engine only; "
+                                        f"use device='cpu'")
         if (pa.types.is_date32(typ) or pa.types.is_timestamp(typ)) and fn in ("sum", "mean"):
             raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
-                                        f"dates and timestamps support count, size, min and max")
+                                        f"dates and timestamps support count, n_unique, size, min and max")
 
 
 def _request(t: pa.Table, col: str) -> _Request:
@@ -256,6 +264,17 @@ class CpuReducer:
     def sizes(self) -> np.ndarray:
         return pgb.group_sizes(self.fact)
 
+    def n_unique(self, req: _Request) -> np.ndarray:
+        """Distinct non-null values per group, int64 (g,): the distinct (group, value) pairs of the
+        non-null rows, counted by group."""
+        values = req.values
+        if req.kind == "float":  # the keys' float equality: -0.0 == 0.0, every NaN one value
+            values = np.where(np.isnan(values), np.nan, values + 0.0).view(np.int64)
+        rows = np.flatnonzero(req.valid) if req.has_valid else slice(None)
+        codes = self.fact.codes[rows]
+        pairs = factorize(np.ascontiguousarray(np.stack([codes, values[rows].astype(np.int64, copy=False)])))
+        return np.bincount(codes[pairs.first_rows], minlength=self.num_groups).astype(np.int64)
+
     def reduce(self, req: _Request):
         if req.kind == "float":
             return pgb.reduce_float(req.values, req.valid, req.has_valid, self.fact)
@@ -265,6 +284,8 @@ class CpuReducer:
 def _aggregate(req: _Request | None, fn: str, reducer) -> pa.Array:
     if fn == "size" or (fn == "count" and not req.has_valid):
         return pa.array(reducer.sizes())
+    if fn == "n_unique":
+        return pa.array(reducer.n_unique(req))
     typ = req.typ
     if req.kind == "string":
         count, _, _, vmin, vmax = reducer.reduce(req)
