@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
-#   scripts/device_check.sh [quick|gb-quick|tests|profile|bench|sweeps|groupby|groupby-sweeps|cpu-joins|all]
+#   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
+#                            groupby-sweeps|tpch-gb|gb-profile|gb-ncu|cpu-joins|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -43,8 +44,17 @@ if [[ $stage == gb-ncu ]]; then
     --section LaunchStats --section Occupancy python3 scripts/profile_groupby.py ${LOG2N:-24} once 2>&1 \
     | grep -v "^g=2" | cut -c1-150 | tail -90
 fi
+if [[ $stage == tests-join || $stage == tests-groupby ]]; then
+  # one GPU test file in one call (the two together take longer than a device call may run)
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
+  file=tests/test_cuda_join.py; [[ $stage == tests-groupby ]] && file=tests/test_cuda_groupby.py
+  timeout ${TEST_TIMEOUT:-500} python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf \
+    -W ignore::Warning $xdist $file 2>&1 | tee "$OUT/pytest_$stage.log" | tail -30
+  rc=${PIPESTATUS[0]}
+fi
 if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
+  # (join and group-by tests together need about 8 minutes: see tests-join, tests-groupby)
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
   timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and not slow" -q -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
