@@ -273,3 +273,10 @@ def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
 
 
 __all__ = ["Table", "Column", "check_columns", "combined", "to_arrow_table", "take"]
+
+
+def on_device(x) -> bool:
+    """A DeviceTable or a dict of GPU arrays (checked without importing CuPy)."""
+    if type(x).__name__ == "DeviceTable":
+        return True
+    return isinstance(x, dict) and bool(x) and all(hasattr(v, "__cuda_array_interface__") for v in x.values())

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..backend import resolve_device
 from ..errors import ComputeError, InvalidOperationError, SchemaError
+from .device_join import _key_dtype, from_key, to_key
 from .groupby import GroupByStats
 
 _NEEDS = {"sum": ("sum",), "mean": ("sum", "count"), "min": ("min",), "max": ("max",), "count": ("count",)}
@@ -81,8 +82,8 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     if kcol.dtype.kind not in "iub":
         raise SchemaError(f"group-by key {kname!r} has dtype {kcol.dtype}; device-resident keys must be integers "
                           f"(pass an Arrow table for other key types)")
-    kdt = cp.int32 if kcol.dtype.itemsize < 4 or kcol.dtype == np.int32 else cp.int64
-    keys = kcol.view(cp.int64) if kcol.dtype == np.uint64 else kcol.astype(kdt, copy=False)
+    _, kdt = _key_dtype(kname, kcol.dtype, kname, kcol.dtype)
+    keys = to_key(kcol, kdt)
     stats = GroupByStats(algorithm, resolve_device("cuda", "group_by"), table.num_rows)
     t0 = time.perf_counter()
 
@@ -113,8 +114,7 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     sizes = out.columns[0]["count"]
     res = {col: out.columns[i + 1] for i, col in enumerate(cols)}
 
-    columns, validity, types = {kname: out.keys.astype(kcol.dtype, copy=False) if kcol.dtype != np.uint64
-                                else out.keys.view(cp.uint64)}, {}, {kname: table.types.get(kname)}
+    columns, validity, types = {kname: from_key(out.keys, kcol.dtype)}, {}, {kname: table.types.get(kname)}
     for name, col, fn in specs:
         if fn == "size" or (fn == "count" and col not in table.validity):
             columns[name] = sizes

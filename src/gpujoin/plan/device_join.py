@@ -31,6 +31,16 @@ def _key_dtype(lname, ldt, rname, rdt) -> tuple[np.dtype, np.dtype]:
     return t, np.dtype(np.int32) if (t.itemsize < 4 or t == np.int32) else np.dtype(np.int64)
 
 
+def to_key(a, dt):
+    """Key column ``a`` as the GPU's int32/int64 key dtype ``dt`` (uint64: the same bits)."""
+    return a.view(dt) if a.dtype == np.uint64 else a.astype(dt, copy=False)
+
+
+def from_key(k, dt):
+    """GPU keys back as the output column's dtype ``dt`` (the inverse of ``to_key``)."""
+    return k.view(dt) if dt == np.uint64 else k.astype(dt, copy=False)
+
+
 def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
                         nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
                         radix_bits=None):
@@ -85,8 +95,7 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
             raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
                              f"cannot be null: drop those rows or pass Arrow tables")
     out_dt, join_dt = _key_dtype(ln, lt[ln].dtype, rn, rt[rn].dtype)
-    lkey = lt[ln].view(join_dt) if lt[ln].dtype == np.uint64 else lt[ln].astype(join_dt, copy=False)
-    rkey = rt[rn].view(join_dt) if rt[rn].dtype == np.uint64 else rt[rn].astype(join_dt, copy=False)
+    lkey, rkey = to_key(lt[ln], join_dt), to_key(rt[rn], join_dt)
     for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")), (rkey, "right", validate in ("1:1", "m:1"))):
         if check and cp.unique(keys).size != keys.size:
             raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
@@ -127,7 +136,7 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
         src = lt if side == "l" else rt
         if key:
             k = res.key_column()
-            cols[out] = k.view(out_dt) if out_dt == np.uint64 else k.astype(out_dt, copy=False)
+            cols[out] = from_key(k, out_dt)
             types[out] = src.types.get(name)
             continue
         column = res.build_column if side == bside else res.probe_column

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend import resolve_device
-from ..table import check_columns, combined, to_arrow_table
+from ..table import check_columns, combined, on_device, to_arrow_table
 from . import auto, stats as st
 from .keys import cast_key, encode_keys, promote_key_types
 
@@ -107,9 +107,9 @@ def _host_keys(table, names) -> np.ndarray:
 
 def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", device="auto",
                   algorithm="auto", run=False, **kw) -> Plan:
-    from .join import _on_device, _resolve_keys, execute_join
+    from .join import _resolve_keys, execute_join
 
-    dev = resolve_device("cuda" if _on_device(left) or _on_device(right) else device, "join")
+    dev = resolve_device("cuda" if on_device(left) or on_device(right) else device, "join")
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     if how == "cross":
         plan = Plan("join", dev, _model(dev)[0], {"how": how}, {}, "cross",
@@ -120,7 +120,7 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
             plan.measured_s = time.perf_counter() - t0
             plan.phases = dict(stats.phases)
         return plan
-    if _on_device(left) or _on_device(right):
+    if on_device(left) or on_device(right):
         from ..cuda.table import as_device_table
 
         lt, rt = as_device_table(left), as_device_table(right)
@@ -181,10 +181,10 @@ def _slot_bytes(widths: dict[str, int], aggs: dict) -> int:
 
 
 def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto", run=False) -> Plan:
-    from .groupby import GroupBy, _on_device
+    from .groupby import GroupBy
 
     by = [by] if isinstance(by, str) else list(by)
-    if _on_device(table):
+    if on_device(table):
         from ..cuda.table import as_device_table
 
         t = as_device_table(table)

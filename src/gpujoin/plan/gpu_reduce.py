@@ -58,14 +58,10 @@ class GpuReducer:
 
     def reduce(self, req):
         r, c = self._columns[req.name]
-        host = {k: cp_asnumpy(v) for k, v in c.items()}
+        import cupy as cp
+
+        host = {k: cp.asnumpy(v) for k, v in c.items()}
         if r.kind == "float":
             return host["count"], host["sum"], host["min"], host["max"]
         zeros = np.zeros(self.num_groups, np.int64)
         return host["count"], host.get("sum", zeros), host.get("sum_lo", zeros), host["min"], host["max"]
-
-
-def cp_asnumpy(a) -> np.ndarray:
-    import cupy as cp
-
-    return cp.asnumpy(a)

@@ -13,7 +13,7 @@ from ..backend import resolve_algorithm, resolve_device
 from ..cpu.groupby import pgb
 from ..cpu.kernels import factorize
 from ..errors import ComputeError, InvalidOperationError
-from ..table import check_columns, combined, is_string_type, take, to_arrow_table
+from ..table import check_columns, combined, is_string_type, on_device, take, to_arrow_table
 from .keys import encode_keys
 
 FUNCTIONS = ("sum", "count", "size", "min", "max", "mean", "n_unique")
@@ -42,7 +42,7 @@ class GroupBy:
         self._by = [by] if isinstance(by, str) else list(by)
         if not self._by:
             raise ValueError("group_by needs at least one key column in 'by'")
-        self._on_device = _on_device(table)
+        self._on_device = on_device(table)
         if self._on_device:  # a DeviceTable or dict of GPU arrays: stays in GPU memory
             from ..cuda.table import as_device_table
 
@@ -332,9 +332,3 @@ def _aggregate(req: _Request | None, fn: str, reducer) -> pa.Array:
                            f"cast the column to float64 or decimal128 first")
     return pa.array(w0.view(np.int64), mask=empty)
 
-
-def _on_device(x) -> bool:
-    """A DeviceTable or a dict of GPU arrays (checked without importing CuPy)."""
-    if type(x).__name__ == "DeviceTable":
-        return True
-    return isinstance(x, dict) and bool(x) and all(hasattr(v, "__cuda_array_interface__") for v in x.values())

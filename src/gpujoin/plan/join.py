@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from ..backend import resolve_algorithm, resolve_device
 from ..errors import ComputeError
-from ..table import check_columns, combined, take, to_arrow_table
+from ..table import check_columns, combined, on_device, take, to_arrow_table
 from .keys import cast_key, encode_keys, promote_key_types
 
 HOWS = ("inner", "left", "right", "full", "semi", "anti", "cross")
@@ -82,7 +82,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         raise ValueError(f"unknown join type how={how!r}; valid: {list(HOWS)}")
     if validate not in VALIDATES:
         raise ValueError(f"unknown validate={validate!r}; valid: {list(VALIDATES)}")
-    if _on_device(left) or _on_device(right):
+    if on_device(left) or on_device(right):
         from .device_join import execute_device_join
 
         return execute_device_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
@@ -144,12 +144,6 @@ def _auto_cpu_join(how: str, lkeys: np.ndarray, rkeys: np.ndarray) -> str:
                     for k in (lkeys, rkeys))
     return "bucket" if in_domain else "phj"
 
-
-def _on_device(x) -> bool:
-    """A DeviceTable or a dict of GPU arrays (checked without importing CuPy)."""
-    if type(x).__name__ == "DeviceTable":
-        return True
-    return isinstance(x, dict) and bool(x) and all(hasattr(v, "__cuda_array_interface__") for v in x.values())
 
 
 def _rows(valid, n) -> np.ndarray:
