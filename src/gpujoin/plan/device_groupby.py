@@ -126,15 +126,11 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         present = r["count"] > 0 if col in table.validity else None
         floating = src.dtype.kind == "f"
         if fn in ("min", "max"):
-            columns[name] = r[fn].astype(src.dtype, copy=False) if src.dtype != np.uint64 else r[fn].view(cp.uint64)
+            columns[name] = from_key(r[fn], src.dtype)  # uint64: the int64 bits back
             types[name] = table.types.get(col)
-        elif fn == "sum":
-            if floating:
-                columns[name] = r["sum"]
-            elif "sum_lo" in r:
-                columns[name] = _sum_int64(col, r["sum"], r["sum_lo"], present if present is not None else slice(None))
-            else:
-                columns[name] = r["sum"]  # 4-byte values: exact in int64 below 2^32 rows
+        elif fn == "sum":  # 8-byte integers come as exact halves; floats and 4-byte integers whole
+            columns[name] = r["sum"] if "sum_lo" not in r else _sum_int64(
+                col, r["sum"], r["sum_lo"], present if present is not None else slice(None))
         else:  # mean
             total = r["sum"].astype(cp.float64) if floating or "sum_lo" not in r else \
                 r["sum"].astype(cp.float64) * 2.0**32 + r["sum_lo"].astype(cp.float64)
