@@ -99,7 +99,12 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         if col in table.validity and fn != "count":
             ops[col].add("count")
     cols = list(ops)
-    inputs = [AggInput(None, None, ("count",))]
+    # row counts only when an aggregate reads them (size, or count of a column without nulls):
+    # an unasked count costs a shared atomic per row and 4 bytes per group (PGB's table size);
+    # with no aggregates at all, one input keeps the algorithms' layouts non-empty
+    need_sizes = not cols or any(fn == "size" or (fn == "count" and col not in table.validity)
+                                 for _, col, fn in specs)
+    inputs = [AggInput(None, None, ("count",))] if need_sizes else []
     for col in cols:
         valid = table.validity.get(col)
         inputs.append(AggInput(_kernel_values(col, table[col]),
@@ -111,8 +116,8 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         algorithm = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
     out = run(algorithm, keys, inputs)
-    sizes = out.columns[0]["count"]
-    res = {col: out.columns[i + 1] for i, col in enumerate(cols)}
+    sizes = out.columns[0]["count"] if need_sizes else None
+    res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}
 
     columns, validity, types = {kname: from_key(out.keys, kcol.dtype)}, {}, {kname: table.types.get(kname)}
     for name, col, fn in specs:
