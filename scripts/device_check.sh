@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
-#                            groupby-sweeps|tpch-gb|gb-profile|gb-ncu|cpu-joins|all]
+#                            groupby-sweeps|tpch-gb|gb-profile|gb-ncu|part-profile|cpu-joins|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -36,6 +36,13 @@ if [[ $stage == gb-profile ]]; then
   ncu --clock-control none -k regex:"hgb_aggregate|pgb_aggregate" -c 12 --section LaunchStats --section Occupancy \
     --section SpeedOfLight --section WarpStateStats python3 scripts/profile_groupby.py 24 once 2>&1 \
     | grep -E "hgb_agg|pgb_agg|Registers|Local|Achieved Occ|Theoretical Occ|Memory Throughput|Compute \(SM\)|Duration|Stall|Warp Cycles|Block Limit|Shared Memory Config|Dynamic Shared" | head -80
+fi
+if [[ $stage == part-profile ]]; then
+  # the radix partition pass against its copy floor, then ncu on one scatter launch
+  python3 scripts/profile_partition.py ${LOG2N:-27} 2>&1 | tee "$OUT/profile_partition.txt"
+  ncu --clock-control none -k regex:"${KERNEL:-radix_scatter}" -s ${SKIP:-0} -c 1 --section SpeedOfLight \
+    --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+    python3 scripts/profile_partition.py ${LOG2N:-27} once 2>&1 | cut -c1-150 | tail -${NCU_LINES:-110}
 fi
 if [[ $stage == gb-ncu ]]; then
   # one kernel in full: KERNEL (regex), the LAUNCH-th launch of it in profile_groupby.py's "once" run
