@@ -161,12 +161,12 @@ def cmd_bench(a):
         base = dict(log2_r=a.log2_r, log2_s=a.log2_s if a.log2_s is not None else a.log2_r,
                     match_ratio=a.match_ratio, zipf=a.zipf, distinct_keys=a.distinct_keys, payloads=a.payloads,
                     key_bytes=a.key_bytes, payload_bytes=a.payload_bytes, seed=a.seed)
-        algos = a.algorithm if a.algorithm == "all" else _csv_list(a.algorithm)
+        algos = _csv_list(a.algorithm)
         runs = [runner.bench_join(JoinWorkload(**w), a.device, algos, a.runs, peers) for w in _sweep(a.sweep, base)]
     else:
         base = dict(log2_rows=a.log2_rows, log2_groups=a.log2_groups, zipf=a.zipf, values=a.values,
                     key_bytes=a.key_bytes, seed=a.seed)
-        algos = a.algorithm if a.algorithm == "all" else _csv_list(a.algorithm)
+        algos = _csv_list(a.algorithm)
         runs = [runner.bench_group_by(GroupByWorkload(**w), a.device, algos, a.runs, peers)
                 for w in _sweep(a.sweep, base)]
     records = [r for rs in runs for r in rs]
@@ -178,7 +178,8 @@ def cmd_bench(a):
         defaults = (JoinWorkload() if a.what == "join" else GroupByWorkload()).describe()
         w = " ".join(f"{k}={v}" for k, v in r["workload"].items() if k.startswith("log2") or v != defaults[k])
         ph = " ".join(f"{k}={v * 1e3:.0f}" for k, v in r["phases_s"].items())
-        t.add_row(w, r["engine"], r["algorithm"], f"{r['median_s'] * 1e3:.1f}", f"{r['min_s'] * 1e3:.1f}",
+        algo = r["algorithm"] + (f" ({r['chosen']})" if "chosen" in r else "")
+        t.add_row(w, r["engine"], algo, f"{r['median_s'] * 1e3:.1f}", f"{r['min_s'] * 1e3:.1f}",
                   f"{r['max_s'] * 1e3:.1f}", f"{r['throughput_g_per_s']:.3f}", ph)
     Console(stderr=True).print(t)
 

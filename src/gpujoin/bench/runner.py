@@ -58,9 +58,27 @@ def _median_run(stats: list, times: list[float]):
     return stats[order[len(order) // 2]]
 
 
+def _algorithms(algorithm: str | list[str], names: list[str]) -> list[str]:
+    """``algorithm`` as a list: a name, a list of names, or "all" (also inside a list, as in
+    ["all", "auto"]: every algorithm, then the planner's choice timed as a run of its own)."""
+    algos = [algorithm] if isinstance(algorithm, str) else list(algorithm)
+    return list(dict.fromkeys(a for x in algos for a in (names if x == "all" else [x])))
+
+
+def _algorithm_fields(requested: str, stats) -> dict:
+    """The record's algorithm: the one that ran, or "auto" with the planner's choice beside it."""
+    if requested == "auto":
+        return {"algorithm": "auto", "chosen": stats.algorithm, "reason": stats.params.get("auto")}
+    return {"algorithm": stats.algorithm}
+
+
 def _record(kind, workload, engine, algorithm, device, times, items, phases=None, rows=None):
     med = statistics.median(times)
-    return {
+    if isinstance(algorithm, dict):  # _algorithm_fields
+        extra, algorithm = algorithm, algorithm["algorithm"]
+    else:
+        extra = {}
+    return {**extra, 
         "benchmark": kind, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": commit(), "device": device, "engine": engine, "algorithm": algorithm,
         "workload": workload, "runs": len(times), "median_s": med, "min_s": min(times), "max_s": max(times),
@@ -78,7 +96,7 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
     synchronized result.
     """
     dev = resolve_device(device, "join")
-    algos = algorithms(dev)["join"] if algorithm == "all" else ([algorithm] if isinstance(algorithm, str) else algorithm)
+    algos = _algorithms(algorithm, algorithms(dev)["join"])
     if dev == "cuda":
         import cupy as cp
 
@@ -104,7 +122,7 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
 
         times, rows = _timed(ours, runs)
         st = _median_run(stats[1:], times)
-        records.append(_record("join", w.describe(), "gpujoin", st.algorithm, device_name(dev), times, items,
+        records.append(_record("join", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev), times, items,
                                st.phases, rows))
     if peers:
         if dev == "cuda":  # the peers join the same workload from host memory
@@ -129,8 +147,7 @@ def bench_group_by(w: GroupByWorkload, device: str = "auto", algorithm: str | li
     each run is timed from the call to the synchronized result, allocation included.
     """
     dev = resolve_device(device, "group_by")
-    algos = algorithms(dev)["group_by"] if algorithm == "all" else (
-        [algorithm] if isinstance(algorithm, str) else algorithm)
+    algos = _algorithms(algorithm, algorithms(dev)["group_by"])
     if dev == "cuda":
         import cupy as cp
 
@@ -156,7 +173,7 @@ def bench_group_by(w: GroupByWorkload, device: str = "auto", algorithm: str | li
 
         times, rows = _timed(ours, runs)
         st = _median_run(stats[1:], times)
-        records.append(_record("group-by", w.describe(), "gpujoin", st.algorithm, device_name(dev), times,
+        records.append(_record("group-by", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev), times,
                                t.num_rows, st.phases, rows))
     if peers:
         host = pa.table(make_groupby(w)) if dev == "cuda" else t

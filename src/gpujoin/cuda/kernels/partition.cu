@@ -56,6 +56,12 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 // Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
 // S: the staging word (4 bytes when keys and values fit, halving shared memory); MINB: minimum
 // resident blocks per SM asked of the register allocator.
+//
+// Registers hold one packed word per item (rank in the tile | digit << 16), not the keys: an H200
+// profile of the version that kept key, digit and rank arrays showed 524,288 local-memory spill
+// requests per 2^27-row pass under the 64-register cap.  Keys are re-read (L1 hits) when staged.
+// Each value column's loads are issued before the previous column's write-out (the first with
+// the keys), so their latency overlaps the ranking and the stores instead of following a barrier.
 template <typename K, typename V, typename S, int MINB>
 __global__ void __launch_bounds__(PART_BLOCK, MINB)
 radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
@@ -77,27 +83,30 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
     const i64 w0 = tile0 + (i64)warp * 32 * PART_ITEMS;
 
     for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) whist[j] = 0;
-    K key[PART_ITEMS];
-    u32 dig[PART_ITEMS];
+    // this tile's output offset of digit threadIdx.x: a strided read of the digit-major scan,
+    // issued first so that its latency hides behind the tile's loads
+    const i64 my_offset = threadIdx.x <= mask ? offsets[(i64)threadIdx.x * nblocks + blockIdx.x] : 0;
+    u32 packed[PART_ITEMS];  // digit << 16 | rank, or NO_DIGIT past the end
+    V val[PART_ITEMS];
+    const V* __restrict__ vin = nvals ? reinterpret_cast<const V*>(vin_ptrs[0]) : nullptr;
 #pragma unroll
     for (int i = 0; i < PART_ITEMS; ++i) {
         i64 idx = w0 + 32 * i + lane;
-        key[i] = idx < n ? kin[idx] : (K)0;
-        dig[i] = idx < n ? digit_of(key[i], use_hash, base, shift, mask) : NO_DIGIT;
+        packed[i] = idx < n ? digit_of(kin[idx], use_hash, base, shift, mask) : NO_DIGIT;
+        if (vin && idx < n) val[i] = vin[idx];
     }
     __syncthreads();
-    u32 pos[PART_ITEMS];
     u32* my = whist + warp * RADIX;
 #pragma unroll
     for (int i = 0; i < PART_ITEMS; ++i) {
-        u32 d = dig[i];
-        u32 peers = match_label(d, d != NO_DIGIT, bits);
+        const u32 d = packed[i];
+        const u32 peers = match_label(d, d != NO_DIGIT, bits);
         u32 r = 0;
         if (d != NO_DIGIT) r = my[d] + __popc(peers & lanemask_lt());
         __syncwarp();
         if (d != NO_DIGIT && lane == 31 - __clz(peers)) my[d] += __popc(peers);
         __syncwarp();
-        pos[i] = r;
+        if (d != NO_DIGIT) packed[i] = d << 16 | r;
     }
     __syncthreads();
     // per digit: exclusive scan over warps, then over digits (thread t owns digit t)
@@ -118,17 +127,20 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
         for (int w = 0; w < PART_WARPS; ++w) before += (w < warp) ? wsum[w] : 0u;
         u32 start = before + incl - run;
         local_start[d] = start;
-        gbase[d] = offsets[(i64)d * nblocks + blockIdx.x] - (i64)start;
+        gbase[d] = my_offset - (i64)start;
     }
     __syncthreads();
+    // final tile position of each item; keys staged from a re-read of the (cached) tile
     K* skey = reinterpret_cast<K*>(stage);
 #pragma unroll
     for (int i = 0; i < PART_ITEMS; ++i) {
-        u32 d = dig[i];
-        if (d != NO_DIGIT) {
-            pos[i] += local_start[d] + my[d];
-            skey[pos[i]] = key[i];
-            stage_digit[pos[i]] = (u8)d;
+        const u32 p = packed[i];
+        if (p != NO_DIGIT) {
+            const u32 d = p >> 16;
+            const u32 pos = (p & 0xffffu) + local_start[d] + my[d];
+            packed[i] = pos;
+            stage_digit[pos] = (u8)d;
+            if (write_keys) skey[pos] = kin[w0 + 32 * i + lane];
         }
     }
     __syncthreads();
@@ -137,13 +149,18 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
         for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) kout[gbase[stage_digit[j]] + j] = skey[j];
     V* sval = reinterpret_cast<V*>(stage);
     for (int v = 0; v < nvals; ++v) {
-        const V* __restrict__ vin = reinterpret_cast<const V*>(vin_ptrs[v]);
         V* __restrict__ vout = reinterpret_cast<V*>(vout_ptrs[v]);
         __syncthreads();  // the stage is free again
 #pragma unroll
-        for (int i = 0; i < PART_ITEMS; ++i) {
-            i64 idx = w0 + 32 * i + lane;
-            if (dig[i] != NO_DIGIT) sval[pos[i]] = vin[idx];
+        for (int i = 0; i < PART_ITEMS; ++i)
+            if (packed[i] != NO_DIGIT) sval[packed[i]] = val[i];
+        if (v + 1 < nvals) {  // the next column's loads fly during the barrier and the stores
+            const V* __restrict__ vnext = reinterpret_cast<const V*>(vin_ptrs[v + 1]);
+#pragma unroll
+            for (int i = 0; i < PART_ITEMS; ++i) {
+                i64 idx = w0 + 32 * i + lane;
+                if (idx < n) val[i] = vnext[idx];
+            }
         }
         __syncthreads();
         for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) vout[gbase[stage_digit[j]] + j] = sval[j];
