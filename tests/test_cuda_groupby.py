@@ -161,6 +161,51 @@ def test_pgb_spills_partitions_with_too_many_groups_to_hgb(bits, method):
     np.testing.assert_array_equal(cp.asnumpy(out.columns[0]["max"][order]), maxes[sizes > 0])
 
 
+@pytest.mark.parametrize("algorithm", ["pgb-tr", "pgb-ur", "hgb"])
+@pytest.mark.parametrize("estimate", [1, 50, 10**7])
+def test_a_wrong_groups_estimate_changes_speed_not_results(algorithm, estimate):
+    # the planner hands its estimate on: far too low, PGB sizes its tables for a few groups a
+    # partition and spills the rest to HGB, and HGB rebuilds a larger table; far too high costs memory
+    n, g = 300_000, 30_000
+    rng = cp.random.default_rng(3)
+    keys = rng.integers(-g, g, n, dtype=cp.int32) * 3
+    keys[::7] = cp.iinfo(cp.int32).min  # the empty-slot key value is a group too
+    vals = rng.integers(-(2**40), 2**40, n, dtype=cp.int64)
+    inputs = [AggInput(vals, None, ("min", "max")), AggInput(None, None, ("count",))]
+    got = run(algorithm, keys, inputs, groups_estimate=estimate)
+    want = run("sgb-tr", keys, inputs)
+    order = cp.argsort(got.keys)
+    np.testing.assert_array_equal(cp.asnumpy(got.keys[order]), cp.asnumpy(want.keys))
+    for i, fn in ((0, "min"), (0, "max"), (1, "count")):
+        np.testing.assert_array_equal(cp.asnumpy(got.columns[i][fn][order]), cp.asnumpy(want.columns[i][fn]))
+
+
+def test_pgb_many_rows_race_for_few_new_groups():
+    # every block sees its partition's few keys first in many threads at once: the thread that
+    # inserts a key sets the group up while the others wait for it (one pass, pgb_aggregate)
+    n = 1 << 22
+    keys = cp.arange(n, dtype=cp.int64) % 1024 * 1_000_003
+    vals = cp.arange(n, dtype=cp.float32)
+    out = run("pgb-tr", keys, [AggInput(vals, None, ("sum", "min", "max", "count"))], radix_bits=8)
+    order = cp.argsort(out.keys)
+    c = out.columns[0]
+    assert int(out.keys.size) == 1024
+    np.testing.assert_array_equal(cp.asnumpy(c["count"][order]), np.full(1024, n // 1024))
+    np.testing.assert_array_equal(cp.asnumpy(c["min"][order]), np.arange(1024, dtype=np.float32))
+    np.testing.assert_array_equal(cp.asnumpy(c["max"][order]), np.arange(n - 1024, n, dtype=np.float32))
+    exact = np.arange(n, dtype=np.float64).reshape(-1, 1024).sum(axis=0)
+    np.testing.assert_allclose(cp.asnumpy(c["sum"][order]), exact, rtol=1e-12)
+
+
+def test_calibration_measures_l1_and_l2_bandwidth():
+    from gpujoin.plan.calibrate import measure
+
+    c = measure(1 << 22)
+    # a cache level reads faster than device memory, and L1 faster than L2
+    assert c["l1_bytes_per_s"] > c["l2_bytes_per_s"] > c["b_g"] > 0
+    assert c["ratio_l1"] > c["ratio_l2"] > 1 and c["ratio_random"] > 1
+
+
 @pytest.mark.parametrize("method", ["sgb-tr", "sgb-ur", "sgb-de-tr"])
 def test_sort_based_output_is_in_key_order(method):
     keys = cp.random.default_rng(2).integers(-(2**40), 2**40, 100_000, dtype=cp.int64) // 1000

@@ -87,8 +87,11 @@ def cmd_calibrate(a):
     t.add_column("measure")
     t.add_column("value", justify="right")
     t.add_row("B_G, device copy", f"{c['b_g'] / 1e9:,.0f} GB/s")
-    for k in ("random", "sorted", "l1", "l2"):
+    for k in ("random", "sorted"):
         t.add_row(f"4-byte gather, {k}", f"{c[f'gather_{k}_items_per_s'] / 1e9:.1f} G items/s")
+    for k in ("l1", "l2"):
+        if f"{k}_bytes_per_s" in c:
+            t.add_row(f"{k.upper()} read bandwidth", f"{c[f'{k}_bytes_per_s'] / 1e9:,.0f} GB/s")
     t.add_row("B_G / B_R (paper 003 Table 1: 24 on A100)", f"{c['ratio_random']:.1f}")
     t.add_row("B_L1 / B_G, B_L2 / B_G (A100: 12, 4.5)", f"{c['ratio_l1']:.1f}, {c['ratio_l2']:.1f}")
     console.print(t)

@@ -30,6 +30,7 @@ class Choice:
     reason: str
     predicted: dict[str, float] = field(default_factory=dict)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> phase -> seconds
+    estimate: object = None  # the statistics it was chosen on (stats.GroupByEstimate / JoinEstimate)
 
 
 def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool = False) -> Choice:
@@ -99,4 +100,7 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     from .stats import estimate_group_by
 
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
-    return choose_group_by(estimate_group_by(keys, widths, slot_bytes(inputs)), device_model())
+    est = estimate_group_by(keys, widths, slot_bytes(inputs))
+    choice = choose_group_by(est, device_model())
+    choice.estimate = est
+    return choice

@@ -2,15 +2,16 @@
 
 ``calibrate()`` measures, with CUDA events (median of 5 after a warm-up):
 - B_G: a device-to-device copy (bytes read + written per second);
-- random and sorted gathers of 2^27 4-byte items from a 2 GiB array, and random gathers from
-  arrays that fit in L1 (64 KiB) and L2 (a quarter of it): each gather's time, less the
-  sequential index read and output write (8 bytes an item at B_G), gives the bandwidth of its
-  4-byte random reads, and its ratio to B_G (Table 1's model: B_G = 24 B_R on the A100).
+- random and sorted gathers of 2^27 4-byte items from a 2 GiB array: each gather's time, less
+  the sequential index read and output write (8 bytes an item at B_G), gives the bandwidth of
+  its 4-byte random reads, and its ratio to B_G (Table 1's model: B_G = 24 B_R on the A100);
+- L1 and L2 read bandwidth (kernels/bandwidth.cu): coalesced 16-byte reads that hit L1 (each
+  block re-reads a 16 KiB window) or L2 (all threads sweep a power-of-two array of at most a
+  quarter of L2, bypassing L1), as ratios to B_G (the paper's A100: 12 and 4.5).
 The result is cached per GPU model in ``<cache>/calibration.json`` (the TPC-H cache folder) and
-reused until ``calibrate(force=True)`` or ``gpujoin calibrate --force``.  On an H200 the
-cache-resident gathers ran at about 200 and 136 G items/s, the gather kernel's issue rate rather
-than L1/L2 bandwidth, so ``device_model`` keeps the paper's cache ratios when they come out
-below 1 (docs/BENCHMARKS.md).
+reused until ``calibrate(force=True)`` or ``gpujoin calibrate --force``.  A cache written before
+the L1/L2 kernels existed (gathers from cache-sized arrays, which measured the gather kernel's
+issue rate instead) keeps the paper's cache ratios until it is measured again.
 """
 
 from __future__ import annotations
@@ -46,12 +47,7 @@ def measure(n: int = N_ITEMS) -> dict:
     random_rate = n / _timed(lambda: cp.take(src, idx, out=out))
     sorted_idx = cp.sort(idx)
     sorted_rate = n / _timed(lambda: cp.take(src, sorted_idx, out=out))
-    l2 = props["l2_bytes"] // 4
-    rates = {}
-    for level, size in (("l1", 64 * 1024), ("l2", l2)):
-        small = src[: size // 4]
-        small_idx = rng.integers(0, small.size, n, dtype=cp.int64).astype(cp.int32)
-        rates[level] = n / _timed(lambda: cp.take(small, small_idx, out=out))
+    cache_bw = cache_bandwidth(src, props)
 
     def ratio(rate):  # B_level / B_G from a gather rate (Table 1's model)
         per_item = 1.0 / rate - 8.0 / b_g
@@ -59,10 +55,35 @@ def measure(n: int = N_ITEMS) -> dict:
 
     return {
         "name": props["name"], "b_g": b_g, "gather_random_items_per_s": random_rate,
-        "gather_sorted_items_per_s": sorted_rate, "gather_l1_items_per_s": rates["l1"],
-        "gather_l2_items_per_s": rates["l2"], "ratio_random": 1.0 / ratio(random_rate),
-        "ratio_l1": ratio(rates["l1"]), "ratio_l2": ratio(rates["l2"]), "l2_bytes": props["l2_bytes"],
+        "gather_sorted_items_per_s": sorted_rate, "ratio_random": 1.0 / ratio(random_rate),
+        **cache_bw, "ratio_l1": cache_bw["l1_bytes_per_s"] / b_g, "ratio_l2": cache_bw["l2_bytes_per_s"] / b_g,
+        "l2_bytes": props["l2_bytes"],
     }
+
+
+L1_WINDOW_BYTES, BLOCKS_PER_SM, THREADS = 16 * 1024, 8, 256
+
+
+def cache_bandwidth(buf, props: dict) -> dict:
+    """L1 and L2 read bandwidth (bytes/s) of the current GPU, read from ``buf`` (a CuPy array
+    of at least sms * BLOCKS_PER_SM * L1_WINDOW_BYTES and L2/4 bytes), median of 5 runs."""
+    import cupy as cp
+    import numpy as np
+
+    from ..cuda.runtime import event_time, kernel
+
+    grid = props["sms"] * BLOCKS_PER_SM
+    out = cp.empty(THREADS, cp.uint32)
+    window = L1_WINDOW_BYTES // 16
+    reps = 4096
+    l1 = kernel("bandwidth.cu", "read_l1")
+    t1 = event_time(lambda: l1((grid,), (THREADS,), (buf, np.uint32(window), np.int32(reps), out)))
+    words = 1 << ((props["l2_bytes"] // 4 // 16).bit_length() - 1)
+    l2 = kernel("bandwidth.cu", "read_l2")
+    reps2 = 1024
+    t2 = event_time(lambda: l2((grid,), (THREADS,), (buf, np.uint64(words), np.int32(reps2), out)))
+    return {"l1_bytes_per_s": grid * THREADS * reps * 16 / t1, "l2_bytes_per_s": grid * THREADS * reps2 * 16 / t2,
+            "l2_test_bytes": words * 16}
 
 
 def _load() -> dict:
@@ -98,7 +119,12 @@ def calibrate(force: bool = False) -> dict:
     tmp = f.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(cached, indent=1))
     tmp.replace(f)  # never half a file
+    _MODELS.clear()
     return result
+
+
+#: device_model's results by GPU name: the planner asks once per call, the file is read once.
+_MODELS: dict[str, DeviceModel] = {}
 
 
 def device_model() -> DeviceModel:
@@ -111,13 +137,18 @@ def device_model() -> DeviceModel:
         name = device_properties(cp.cuda.Device().id)["name"]
     except Exception:
         return H200_ANCHORS
+    if name not in _MODELS:
+        _MODELS[name] = _device_model(name)
+    return _MODELS[name]
+
+
+def _device_model(name: str) -> DeviceModel:
     c = _load().get(name)
     if not c:
         return H200_ANCHORS
-    # the cache-resident gathers measure the gather kernel's issue rate (about 200 G items/s on an
-    # H200), not L1 or L2 bandwidth: below B_G they say nothing, and the paper's ratios stand
+    # a cache from before the L1/L2 kernels holds gather rates instead: the paper's ratios stand
+    caches = "l1_bytes_per_s" in c
     l1, l2 = c["ratio_l1"], c["ratio_l2"]
-    caches = l1 > 1 and l2 > 1
     return DeviceModel(name, c["b_g"], c["ratio_random"], l1 if caches else A100.ratio_l1,
                        l2 if caches else A100.ratio_l2, l2_bytes=c["l2_bytes"],
                        source="gpujoin calibrate" + ("" if caches else " (cache ratios: paper 003's A100)"))

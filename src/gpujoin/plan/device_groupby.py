@@ -115,7 +115,10 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         choice = resolve_gpu_group_by(keys, inputs)
         algorithm = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
-    out = run(algorithm, keys, inputs)
+        groups = choice.estimate.groups
+    else:
+        groups = None
+    out = run(algorithm, keys, inputs, groups_estimate=groups)
     sizes = out.columns[0]["count"] if need_sizes else None
     res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}
 

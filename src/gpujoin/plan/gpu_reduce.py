@@ -38,14 +38,16 @@ class GpuReducer:
             inputs.append(AggInput(cp.asarray(r.values), valid, ops))
         dkeys = cp.asarray(keys)
         self.params = {}
+        groups = None
         if algorithm == "auto":
             from .auto import resolve_gpu_group_by
 
             choice = resolve_gpu_group_by(dkeys, inputs[2:] or inputs)
             algorithm = choice.algorithm
             self.params["auto"] = choice.reason
+            groups = choice.estimate.groups
         self.algorithm = algorithm
-        out = run(algorithm, dkeys, inputs)
+        out = run(algorithm, dkeys, inputs, groups_estimate=groups)
         self.num_groups = out.num_groups
         self.first_rows = cp.asnumpy(out.columns[0]["min"]).astype(np.int64)
         self._sizes = cp.asnumpy(out.columns[1]["count"])

@@ -8,13 +8,16 @@ from .common import AggInput, GroupByOutput
 ALGORITHMS = ("hgb", "pgb-tr", "pgb-ur", "sgb-tr", "sgb-de-tr", "sgb-ur")
 
 
-def run(algorithm: str, keys, inputs: list[AggInput], *, radix_bits: int | None = None) -> GroupByOutput:
+def run(algorithm: str, keys, inputs: list[AggInput], *, radix_bits: int | None = None,
+        groups_estimate: int | None = None) -> GroupByOutput:
     """Run GPU group-by ``algorithm`` (one of ALGORITHMS) over int32/int64 device ``keys``
-    (no nulls) and the aggregate ``inputs``; see ``hgb.hgb``, ``sgb.sgb``, ``pgb.pgb``."""
+    (no nulls) and the aggregate ``inputs``; see ``hgb.hgb``, ``sgb.sgb``, ``pgb.pgb``.
+    ``groups_estimate``: the planner's estimate of the groups, which HGB and PGB then do not
+    measure again."""
     if algorithm == "hgb":
         from .hgb import hgb
 
-        return hgb(keys, inputs)
+        return hgb(keys, inputs, groups_estimate)
     if algorithm in ("sgb-tr", "sgb-ur", "sgb-de-tr"):
         from .sgb import sgb
 
@@ -22,7 +25,7 @@ def run(algorithm: str, keys, inputs: list[AggInput], *, radix_bits: int | None 
     if algorithm in ("pgb-tr", "pgb-ur"):
         from .pgb import pgb
 
-        return pgb(keys, inputs, method=algorithm[4:], radix_bits=radix_bits)
+        return pgb(keys, inputs, method=algorithm[4:], radix_bits=radix_bits, groups_estimate=groups_estimate)
     raise ValueError(f"unknown GPU group-by algorithm {algorithm!r}; valid: {list(ALGORITHMS)}")
 
 

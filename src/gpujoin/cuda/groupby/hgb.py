@@ -159,8 +159,9 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
     return accs
 
 
-def hgb(keys: cp.ndarray, inputs: list[AggInput]) -> GroupByOutput:
-    """Hash group-by of ``keys`` (int32 or int64 (n,), no nulls) with each input's aggregates.
+def hgb(keys: cp.ndarray, inputs: list[AggInput], groups_estimate: int | None = None) -> GroupByOutput:
+    """Hash group-by of ``keys`` (int32 or int64 (n,), no nulls) with each input's aggregates;
+    ``groups_estimate`` sizes the table (else a HyperLogLog estimate here).
 
     Returns
     -------
@@ -174,7 +175,7 @@ def hgb(keys: cp.ndarray, inputs: list[AggInput]) -> GroupByOutput:
         2**31 rows or more.
     """
     timer = PhaseTimer()
-    table = HashTable(keys)
+    table = HashTable(keys, groups_estimate)
     timer.mark("group_ids")
     accs = aggregate(table, keys, inputs)
     cols = [decode(inp, a) for inp, a in zip(inputs, accs)]

@@ -4,11 +4,12 @@
    matter) into 2^bits partitions of about FILL * max_groups groups each, by a HyperLogLog
    estimate of g.  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR
    moves (key, row id) and later reads the values through the row ids (GFUR).
-2. One thread block per partition (``pgb_aggregate``) inserts the partition's keys into a
-   shared-memory table first, which gives its group count; it claims that many output slots
-   with one atomic and aggregates every column in shared-memory slots (a single group reduces
-   in registers), storing every group whole, since no group spans two partitions.  The table
-   is the largest that fits beside max_groups = FILL * slots groups' accumulators.
+2. One thread block per partition (``pgb_aggregate``), in one pass over its rows, inserts
+   each key into a shared-memory table (the inserting thread numbers the group and sets its
+   accumulators) and merges the row into its group's shared-memory slots; it then claims the
+   partition's group count of output slots with one atomic and stores every group whole,
+   since no group spans two partitions.  The table is the smallest that holds an average
+   partition's groups (by the estimate) with six standard deviations to spare.
 3. A partition with more than max_groups groups, far more rows than the average (a heavy
    key), or past the output's capacity (the estimate was low) is aggregated afterwards by HGB
    over its rows, and its groups appended: the paper's proposal for oversized partitions.
@@ -35,27 +36,38 @@ MAX_TABLE, FILL = 16384, 0.75
 PARALLEL_BITS = 8  # one radix pass
 
 
-def _layout(key_bytes: int, inputs: list[AggInput], budget: int) -> tuple[int, int, int] | None:
-    """(table bits, max groups, bytes before the accumulators): the largest table whose slots
-    (key, group id) and FILL of it in accumulator slots fit in ``budget`` bytes; None
-    when not even 256 slots fit."""
+def _layout(key_bytes: int, inputs: list[AggInput], budget: int, need: int = 0) -> tuple[int, int, int] | None:
+    """(table bits, max groups, bytes before the accumulators) of a shared-memory table whose
+    slots (key, group id) and FILL of it in accumulator slots fit in ``budget`` bytes: the
+    largest one, or with ``need``, the smallest one that holds ``need`` groups (clearing a
+    table costs its size per partition); None when not even 256 slots fit."""
     per_group = slot_bytes(inputs)
+    fits = []
     slots = MAX_TABLE
     while slots >= 256:
         table = (slots * (4 + key_bytes) + 15) & ~15
         groups = min(int(slots * FILL), max(0, budget - table) // per_group) & ~1
         if groups >= slots // 2:  # a load factor of 0.5 to FILL
-            return slots.bit_length() - 1, groups, table
+            fits.append((slots.bit_length() - 1, groups, table))
         slots //= 2
-    return None
+    if not fits:
+        return None
+    return next((f for f in reversed(fits) if f[1] >= need), fits[0]) if need else fits[0]
 
 
-def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits: int | None = None
-        ) -> GroupByOutput:
+def _expected_max(mean: float) -> int:
+    """Groups to plan one partition for, given ``mean`` groups per partition: six standard
+    deviations of a Poisson count above the mean, so that estimates near the truth rarely spill."""
+    return int(mean + 6 * mean ** 0.5 + 16)
+
+
+def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits: int | None = None,
+        groups_estimate: int | None = None) -> GroupByOutput:
     """Partition-based group-by of ``keys`` (int32 or int64 (n,), no nulls) with each input's aggregates.
 
     method : "tr" (GFTR) or "ur" (GFUR); radix_bits : 2**radix_bits partitions (default from
-    the estimated groups).
+    the estimated groups); groups_estimate : the planner's HyperLogLog estimate, when it has
+    one (else estimated here).
 
     Returns
     -------
@@ -75,10 +87,11 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     timer = PhaseTimer()
     if n == 0:
         return empty_output(keys, inputs, timer.phases)
-    est = estimate_groups(keys)
+    est = groups_estimate if groups_estimate is not None else estimate_groups(keys)
     props = device_properties(cp.cuda.Device().id)
     # half an SM's shared memory: two blocks of 512 threads per SM
-    layout = _layout(keys.dtype.itemsize, inputs, (props["smem_optin"] + 1024) // 2 - 2200)
+    budget = (props["smem_optin"] + 1024) // 2 - 2200
+    layout = _layout(keys.dtype.itemsize, inputs, budget)
     if layout is None:  # too many accumulators for a shared-memory table of useful size
         out = hgb(keys, inputs)
         out.params["fallback"] = "hgb: the aggregates do not fit in shared memory"
@@ -87,6 +100,9 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     # partitions of about FILL * max_groups groups: an average one fills the table to FILL^2
     # and at least 2^PARALLEL_BITS of them, so that every SM gets partitions when g is small
     bits = radix_bits if radix_bits is not None else max(PARALLEL_BITS, hash_partition_bits(est, int(max_groups * FILL)))
+    # then the smallest table that holds an average partition's groups with room to spare
+    tbl_bits, max_groups, acc_base = _layout(keys.dtype.itemsize, inputs, budget,
+                                             min(max_groups, _expected_max(est / (1 << bits))))
     carried = [c for i in inputs if i.values is not None for c in (i.values, i.valid) if c is not None]
     width = keys.dtype.itemsize + (4 if method == "ur" else sum(c.dtype.itemsize for c in carried))
     check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")

@@ -48,6 +48,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         + [f"sorted_reduce<{i}>" for i in ("i32", "i64")]
         + [f"pgb_aggregate<{k}, {i}>" for k, i in product(_KEYS, ("i32", "i64"))]
     ),
+    "bandwidth.cu": ["read_l1", "read_l2"],
     "gather.cu": (
         [f"gather<{v}, {i}>" for v, i in product(_VALUES, _INDEX)]
         + ["compact_count"]

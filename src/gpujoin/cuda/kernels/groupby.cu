@@ -186,18 +186,20 @@ __device__ __forceinline__ unsigned char* sacc(unsigned char* base, const Col& c
     return base + sacc_off(c, j, stride);
 }
 
-// Identity values in slots [0, count).
-__device__ __forceinline__ void s_init(unsigned char* base, u64 stride, u64 count, const Col& c) {
+// Identity values in one slot, and in slots [0, count).
+__device__ __forceinline__ void s_init_one(unsigned char* base, u64 stride, u64 slot, const Col& c) {
 #pragma unroll
     for (int j = 0; j < NACC; ++j) {
         if (!has(c.flags, j)) continue;
         unsigned char* p = sacc(base, c, j, stride);
         const u64 id = j == A_MIN ? ~0ull : 0ull;
-        if (narrow_acc(c.type, j))
-            for (u64 s = threadIdx.x; s < count; s += blockDim.x) ((u32*)p)[s] = (u32)id;
-        else
-            for (u64 s = threadIdx.x; s < count; s += blockDim.x) ((u64*)p)[s] = id;
+        if (narrow_acc(c.type, j)) ((u32*)p)[slot] = (u32)id;
+        else ((u64*)p)[slot] = id;
     }
+}
+
+__device__ __forceinline__ void s_init(unsigned char* base, u64 stride, u64 count, const Col& c) {
+    for (u64 s = threadIdx.x; s < count; s += blockDim.x) s_init_one(base, stride, s, c);
 }
 
 __device__ __forceinline__ void s_merge(unsigned char* base, u64 stride, u64 slot, const Col& c, const Run& r) {
@@ -688,15 +690,45 @@ sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, c
 // ---------------------------------------------------------------- PGB
 
 #define PGB_BLOCK 512
+#define PGB_ROWS 8
+
+// A new group of a PGB partition: the next local id, its accumulators set to identity, then
+// published in *lid_slot (EMPTY_ROW until then; readers wait for it).  Ids from max_groups on
+// only flag the overflow.
+__device__ __forceinline__ u32 pgb_new_group(u32* lid_slot, u32* ng, int* ovf, u32 max_groups, const u64* d,
+                                             int ncols, unsigned char* smem, u64 sstride) {
+    const u32 lid = atomicAdd(ng, 1u);
+    if (lid < max_groups) {
+        for (int ci = 0; ci < ncols; ++ci) {
+            const Col c = load_col(d, ci);
+            s_init_one(smem + c.soff, sstride, lid, c);
+        }
+    } else {
+        *ovf = 1;
+    }
+    __threadfence_block();
+    *(volatile u32*)lid_slot = lid;
+    return lid;
+}
+
+__device__ __forceinline__ u32 pgb_wait_group(const u32* lid_slot, u32 unpublished) {
+    u32 lid;
+    while ((lid = *(volatile const u32*)lid_slot) >= unpublished) {
+    }
+    __threadfence_block();  // the accumulators' identity values are visible before we merge
+    return lid;
+}
 
 // One block per partition of rows already radix-partitioned on their key hash (offsets: P + 1
-// starts).  The block first inserts the partition's keys into a shared-memory table of
-// 2^tbl_bits keys, which gives its group count; then it claims that many output slots with one
-// atomic and aggregates every column in shared memory (`sstride` slots per accumulator array;
-// a single group reduces in registers), storing every group whole: no group spans two
-// partitions.  A partition with more than max_groups groups or row_limit rows, or whose groups
-// do not fit in the output's capacity, is listed in spill_parts for the caller to aggregate
-// another way (paper 003 §2.6 proposes hash or sort group-by for such partitions).
+// starts), in one pass over the partition: each row's key goes into a shared-memory table of
+// 2^tbl_bits keys; the thread that inserts a key numbers its group and sets its accumulators,
+// and every row merges into its group's shared slots at once (`sstride` slots per accumulator
+// array).  The block then claims its group count of output slots with one atomic and stores
+// every group whole: no group spans two partitions.  A partition with more than max_groups
+// groups or row_limit rows, or whose groups do not fit in the output's capacity, is listed in
+// spill_parts for the caller to aggregate another way (paper 003 §2.6 proposes hash or sort
+// group-by for such partitions).  Counting the groups in a pass of their own first (the
+// paper's order) read every key twice; one pass measured faster on an H200.
 template <typename K, typename I>
 __global__ void __launch_bounds__(PGB_BLOCK, 2)
 pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P, const I* __restrict__ index,
@@ -721,33 +753,48 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
             continue;
         }
         __syncthreads();  // the previous partition's last reads of the table and ng are done
-        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) skey[s] = empty;
+        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) {
+            skey[s] = empty;
+            slot_lid[s] = EMPTY_ROW;
+        }
         if (threadIdx.x == 0) { ng = 0; ovf = 0; sent_lid = EMPTY_ROW; }
         __syncthreads();
-        for (i64 i0 = start + threadIdx.x; i0 < end; i0 += PGB_BLOCK * HGB_ROWS) {
-            K k[HGB_ROWS];
+        for (i64 i0 = start + threadIdx.x; i0 < end; i0 += PGB_BLOCK * PGB_ROWS) {
+            if (*(volatile int*)&ovf) break;  // the partition goes to the fallback anyway
+            K k[PGB_ROWS];
+            u32 lid[PGB_ROWS];
 #pragma unroll
-            for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * PGB_BLOCK < end ? keys[i0 + u * PGB_BLOCK] : empty;
+            for (int u = 0; u < PGB_ROWS; ++u) k[u] = i0 + u * PGB_BLOCK < end ? keys[i0 + u * PGB_BLOCK] : empty;
 #pragma unroll
-            for (int u = 0; u < HGB_ROWS; ++u) {
-                if (i0 + u * PGB_BLOCK >= end) break;
-                if (k[u] == empty) {  // the sentinel key's group: numbered by whoever sees it first
-                    if (atomicCAS(&sent_lid, EMPTY_ROW, EMPTY_ROW - 1) == EMPTY_ROW) {
-                        const u32 lid = atomicAdd(&ng, 1u);
-                        sent_lid = lid;
-                        if (lid >= max_groups) ovf = 1;
-                    }
+            for (int u = 0; u < PGB_ROWS; ++u) {
+                lid[u] = EMPTY_ROW;
+                if (i0 + u * PGB_BLOCK >= end) continue;
+                if (k[u] == empty) {  // the sentinel key's group: EMPTY_ROW - 1 while being set up
+                    if (atomicCAS(&sent_lid, EMPTY_ROW, EMPTY_ROW - 1) == EMPTY_ROW)
+                        lid[u] = pgb_new_group(&sent_lid, &ng, &ovf, max_groups, d, ncols, smem, sstride);
+                    else
+                        lid[u] = pgb_wait_group(&sent_lid, EMPTY_ROW - 1);
                     continue;
                 }
                 u32 slot;
                 const int r = insert_key(skey, tmask, (hash_key(k[u]) * 0x9E3779B1u) >> (32 - tbl_bits), k[u],
                                          tmask, &slot);
-                if (r > 0) {
-                    const u32 lid = atomicAdd(&ng, 1u);
-                    slot_lid[slot] = lid;
-                    if (lid >= max_groups) ovf = 1;
+                if (r > 0) lid[u] = pgb_new_group(&slot_lid[slot], &ng, &ovf, max_groups, d, ncols, smem, sstride);
+                else if (r == 0) lid[u] = pgb_wait_group(&slot_lid[slot], EMPTY_ROW);
+                else ovf = 1;
+            }
+            for (int ci = 0; ci < ncols; ++ci) {
+                const Col c = load_col(d, ci);
+                u64 raw[PGB_ROWS];
+                bool ok[PGB_ROWS];
+#pragma unroll
+                for (int u = 0; u < PGB_ROWS; ++u) {
+                    const i64 i = i0 + u * PGB_BLOCK;
+                    ok[u] = lid[u] < max_groups && load_raw(c, index ? (u64)index[i] : (u64)i, raw[u]);
                 }
-                if (r < 0) ovf = 1;
+#pragma unroll
+                for (int u = 0; u < PGB_ROWS; ++u)
+                    if (ok[u]) merge_raw<true>(smem + c.soff, nullptr, sstride, lid[u], c, raw[u]);
             }
         }
         __syncthreads();
@@ -768,47 +815,6 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
         for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK)
             if (skey[s] != empty) out_keys[base + slot_lid[s]] = skey[s];
         if (threadIdx.x == 0 && slid != EMPTY_ROW) out_keys[base + slid] = empty;
-        for (int ci = 0; ci < ncols; ++ci) {
-            const Col c = load_col(d, ci);
-            s_init(smem + c.soff, sstride, groups, c);
-        }
-        __syncthreads();
-        if (groups == 1) {  // a block reduction: registers, then one merge per thread
-            for (int ci = 0; ci < ncols; ++ci) {
-                const Col c = load_col(d, ci);
-                Run r;
-                run_reset(r);
-                for (i64 i = start + threadIdx.x; i < end; i += PGB_BLOCK)
-                    run_add(r, c, index ? (u64)index[i] : (u64)i);
-                s_merge(smem + c.soff, sstride, 0, c, r);
-            }
-        } else {
-            for (i64 i0 = start + threadIdx.x; i0 < end; i0 += PGB_BLOCK * HGB_ROWS) {
-                u32 lid[HGB_ROWS];
-                u64 row[HGB_ROWS];
-#pragma unroll
-                for (int u = 0; u < HGB_ROWS; ++u) {
-                    const i64 i = i0 + u * PGB_BLOCK;
-                    const K k = i < end ? keys[i] : empty;
-                    row[u] = i < end ? (index ? (u64)index[i] : (u64)i) : 0ull;
-                    if (k == empty) { lid[u] = slid; continue; }
-                    u32 s = (hash_key(k) * 0x9E3779B1u) >> (32 - tbl_bits);
-                    while (skey[s] != k) s = (s + 1) & tmask;
-                    lid[u] = slot_lid[s];
-                }
-                for (int ci = 0; ci < ncols; ++ci) {
-                    const Col c = load_col(d, ci);
-                    u64 raw[HGB_ROWS];
-                    bool ok[HGB_ROWS];
-#pragma unroll
-                    for (int u = 0; u < HGB_ROWS; ++u) ok[u] = i0 + u * PGB_BLOCK < end && load_raw(c, row[u], raw[u]);
-#pragma unroll
-                    for (int u = 0; u < HGB_ROWS; ++u)
-                        if (ok[u]) merge_raw<true>(smem + c.soff, nullptr, sstride, lid[u], c, raw[u]);
-                }
-            }
-        }
-        __syncthreads();
         for (u32 l = threadIdx.x; l < groups; l += PGB_BLOCK) {
             for (int ci = 0; ci < ncols; ++ci) {
                 const Col c = load_col(d, ci);
