@@ -77,30 +77,30 @@ if [[ $stage == profile || $stage == all ]]; then
 fi
 if [[ $stage == bench || $stage == all ]]; then
   # paper 003's default workloads (ANCHORS.md): |R| = |S| = 2^27, one and two 4-byte payloads a side
-  gj bench join --device cuda --algorithm all --log2-r 27 --sweep payloads=1,2 --runs 7 -o "$OUT/bench_join.jsonl" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --sweep payloads=1,2 --runs 7 -o "$OUT/bench_join.jsonl" >/dev/null
 fi
 if [[ $stage == sweeps || $stage == all ]]; then
   f="$OUT/bench_join_sweeps.jsonl"
-  gj bench join --device cuda --algorithm all --log2-r 27 --payloads 2 --sweep match_ratio=0.5,0.25,0.125 --runs 5 -o "$f" >/dev/null
-  gj bench join --device cuda --algorithm all --log2-r 27 --payloads 2 --sweep zipf=0.5,1.0,1.5,2.0 --runs 5 -o "$f" >/dev/null
-  gj bench join --device cuda --algorithm all --log2-r 27 --sweep payloads=3,4,6 --runs 5 -o "$f" >/dev/null
-  gj bench join --device cuda --algorithm all --log2-r 27 --key-bytes 8 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
-  gj bench join --device cuda --algorithm all --log2-r 27 --key-bytes 4 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
-  gj bench join --device cuda --algorithm all --log2-s 27 --payloads 2 --sweep log2_r=23,25 --runs 5 -o "$f" >/dev/null
-  gj bench join --device cuda --algorithm all --log2-r 26 --payloads 2 --sweep distinct_keys=8388608,16777216,33554432 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 2 --sweep match_ratio=0.5,0.25,0.125 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 2 --sweep zipf=0.5,1.0,1.5,2.0 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --sweep payloads=3,4,6 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --key-bytes 8 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --key-bytes 4 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-s 27 --payloads 2 --sweep log2_r=23,25 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 26 --payloads 2 --sweep distinct_keys=8388608,16777216,33554432 --runs 5 -o "$f" >/dev/null
 fi
 if [[ $stage == groupby || $stage == all ]]; then
   # paper 003 §5 / ANCHORS.md: 2^28 rows, 4-byte keys uniform over g groups, MAX of two 4-byte columns
-  gj bench group-by --device cuda --algorithm all --log2-rows 28 \
+  gj bench group-by --device cuda --algorithm all,auto --log2-rows 28 \
     --sweep log2_groups=2,4,6,8,10,12,14,16,18,20,22,24,26 --runs 5 -o "$OUT/bench_groupby.jsonl" >/dev/null
 fi
 if [[ $stage == groupby-sweeps || $stage == all ]]; then
   # paper 003 Figs. 15-20: 8-byte keys, and Zipf skew at g = 2^12 and 2^16
   f="$OUT/bench_groupby_sweeps.jsonl"
-  gj bench group-by --device cuda --algorithm all --log2-rows 28 --key-bytes 8 \
+  gj bench group-by --device cuda --algorithm all,auto --log2-rows 28 --key-bytes 8 \
     --sweep log2_groups=4,10,16,20,24 --runs 5 -o "$f" >/dev/null
   for g in 12 16; do
-    gj bench group-by --device cuda --algorithm all --log2-rows 28 --log2-groups $g \
+    gj bench group-by --device cuda --algorithm all,auto --log2-rows 28 --log2-groups $g \
       --sweep zipf=0.5,1.0,1.5,2.0 --runs 5 -o "$f" >/dev/null
   done
 fi
@@ -117,11 +117,12 @@ fi
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
 rows = [json.loads(l) for p in sorted(pathlib.Path(sys.argv[1]).glob("bench_*.jsonl")) for l in p.read_text().splitlines() if l]
-print(f"{'workload':58} {'algorithm':8} {'median ms':>10} {'G tuples/s':>10}  phases ms")
+print(f"{'workload':58} {'algorithm':15} {'median ms':>10} {'G tuples/s':>10}  phases ms")
 for r in rows:
     w = r["workload"]
     d = " ".join(f"{k}={v}" for k, v in w.items() if k != "seed")
     ph = " ".join(f"{k[:5]}={v*1e3:.2f}" for k, v in r["phases_s"].items())
-    print(f"{d[:58]:58} {r['algorithm']:8} {r['median_s']*1e3:10.2f} {r['throughput_g_per_s']:10.2f}  {ph}")
+    algo = r["algorithm"] + (f"({r['chosen']})" if "chosen" in r else "")
+    print(f"{d[:58]:58} {algo:15} {r['median_s']*1e3:10.2f} {r['throughput_g_per_s']:10.2f}  {ph}")
 PY
 exit $rc

@@ -5,11 +5,9 @@
    estimate of g.  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR
    moves (key, row id) and later reads the values through the row ids (GFUR).
 2. One thread block per partition (``pgb_aggregate``), in one pass over its rows, inserts
-   each key into a shared-memory table (the inserting thread numbers the group and sets its
-   accumulators) and merges the row into its group's shared-memory slots; it then claims the
-   partition's group count of output slots with one atomic and stores every group whole,
-   since no group spans two partitions.  The table is the smallest that holds an average
-   partition's groups (by the estimate) with six standard deviations to spare.
+   each key into a shared-memory table and merges the row into the accumulators of its table
+   slot; it then claims the partition's group count of output slots with one atomic and stores
+   every group whole, since no group spans two partitions.
 3. A partition with more than max_groups groups, far more rows than the average (a heavy
    key), or past the output's capacity (the estimate was low) is aggregated afterwards by HGB
    over its rows, and its groups appended: the paper's proposal for oversized partitions.
@@ -36,29 +34,20 @@ MAX_TABLE, FILL = 16384, 0.75
 PARALLEL_BITS = 8  # one radix pass
 
 
-def _layout(key_bytes: int, inputs: list[AggInput], budget: int, need: int = 0) -> tuple[int, int, int] | None:
-    """(table bits, max groups, bytes before the accumulators) of a shared-memory table whose
-    slots (key, group id) and FILL of it in accumulator slots fit in ``budget`` bytes: the
-    largest one, or with ``need``, the smallest one that holds ``need`` groups (clearing a
-    table costs its size per partition); None when not even 256 slots fit."""
+def _layout(key_bytes: int, inputs: list[AggInput], budget: int) -> tuple[int, int, int] | None:
+    """(table bits, max groups, bytes before the accumulators) of the largest shared-memory
+    table whose slots (keys) and accumulators (one per slot, and one for the sentinel key) fit
+    in ``budget`` bytes; max groups is FILL of the slots, so that probes stay short (a table
+    sized to the expected groups, at a higher load, measured slower on an H200); None when
+    not even 256 slots fit."""
     per_group = slot_bytes(inputs)
-    fits = []
     slots = MAX_TABLE
     while slots >= 256:
-        table = (slots * (4 + key_bytes) + 15) & ~15
-        groups = min(int(slots * FILL), max(0, budget - table) // per_group) & ~1
-        if groups >= slots // 2:  # a load factor of 0.5 to FILL
-            fits.append((slots.bit_length() - 1, groups, table))
+        table = (slots * key_bytes + 15) & ~15
+        if table + (slots + 2) * per_group <= budget:
+            return slots.bit_length() - 1, int(slots * FILL), table
         slots //= 2
-    if not fits:
-        return None
-    return next((f for f in reversed(fits) if f[1] >= need), fits[0]) if need else fits[0]
-
-
-def _expected_max(mean: float) -> int:
-    """Groups to plan one partition for, given ``mean`` groups per partition: six standard
-    deviations of a Poisson count above the mean, so that estimates near the truth rarely spill."""
-    return int(mean + 6 * mean ** 0.5 + 16)
+    return None
 
 
 def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits: int | None = None,
@@ -100,9 +89,6 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     # partitions of about FILL * max_groups groups: an average one fills the table to FILL^2
     # and at least 2^PARALLEL_BITS of them, so that every SM gets partitions when g is small
     bits = radix_bits if radix_bits is not None else max(PARALLEL_BITS, hash_partition_bits(est, int(max_groups * FILL)))
-    # then the smallest table that holds an average partition's groups with room to spare
-    tbl_bits, max_groups, acc_base = _layout(keys.dtype.itemsize, inputs, budget,
-                                             min(max_groups, _expected_max(est / (1 << bits))))
     carried = [c for i in inputs if i.values is not None for c in (i.values, i.valid) if c is not None]
     width = keys.dtype.itemsize + (4 if method == "ur" else sum(c.dtype.itemsize for c in carried))
     check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")
@@ -126,7 +112,10 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     filled = cp.full(1, np.uint64(0xFFFFFFFFFFFFFFFF), cp.uint64)
     P = 1 << bits
     spill_parts, spill_count = cp.empty(P, cp.int32), cp.zeros(1, cp.int32)
-    smem = acc_base + smem_bytes(inputs, max_groups)
+    # accumulators of every table slot and of the sentinel key; even, so that the 8-byte
+    # accumulator arrays that follow 4-byte ones stay 8-byte aligned
+    sstride = (1 << tbl_bits) + 2
+    smem = acc_base + smem_bytes(inputs, sstride)
     fn = kernel("groupby.cu", f"pgb_aggregate<{key_type(keys)}, i32>")
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
@@ -134,8 +123,8 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     row_limit = max(4 * (n >> bits), n // props["sms"], 1 << 12)
     grid = max(1, min(P, props["sms"] * max(1, min(2048 // BLOCK, props["smem_optin"] // smem))))
     fn((grid,), (BLOCK,), (pkeys, offsets, np.int32(P), ptr(index),
-                           descriptors(part_inputs, accs, smem_slots=max_groups, smem_base=acc_base),
-                           np.int32(len(inputs)), np.int32(tbl_bits), np.uint32(max_groups), np.uint64(max_groups),
+                           descriptors(part_inputs, accs, smem_slots=sstride, smem_base=acc_base),
+                           np.int32(len(inputs)), np.int32(tbl_bits), np.uint32(max_groups), np.uint64(sstride),
                            np.int64(row_limit), out_keys, np.uint64(capacity), counter, filled, spill_parts,
                            spill_count),
        shared_mem=smem)

@@ -692,40 +692,14 @@ sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, c
 #define PGB_BLOCK 512
 #define PGB_ROWS 8
 
-// A new group of a PGB partition: the next local id, its accumulators set to identity, then
-// published in *lid_slot (EMPTY_ROW until then; readers wait for it).  Ids from max_groups on
-// only flag the overflow.
-__device__ __forceinline__ u32 pgb_new_group(u32* lid_slot, u32* ng, int* ovf, u32 max_groups, const u64* d,
-                                             int ncols, unsigned char* smem, u64 sstride) {
-    const u32 lid = atomicAdd(ng, 1u);
-    if (lid < max_groups) {
-        for (int ci = 0; ci < ncols; ++ci) {
-            const Col c = load_col(d, ci);
-            s_init_one(smem + c.soff, sstride, lid, c);
-        }
-    } else {
-        *ovf = 1;
-    }
-    __threadfence_block();
-    *(volatile u32*)lid_slot = lid;
-    return lid;
-}
-
-__device__ __forceinline__ u32 pgb_wait_group(const u32* lid_slot, u32 unpublished) {
-    u32 lid;
-    while ((lid = *(volatile const u32*)lid_slot) >= unpublished) {
-    }
-    __threadfence_block();  // the accumulators' identity values are visible before we merge
-    return lid;
-}
-
 // One block per partition of rows already radix-partitioned on their key hash (offsets: P + 1
 // starts), in one pass over the partition: each row's key goes into a shared-memory table of
-// 2^tbl_bits keys; the thread that inserts a key numbers its group and sets its accumulators,
-// and every row merges into its group's shared slots at once (`sstride` slots per accumulator
-// array).  The block then claims its group count of output slots with one atomic and stores
-// every group whole: no group spans two partitions.  A partition with more than max_groups
-// groups or row_limit rows, or whose groups do not fit in the output's capacity, is listed in
+// 2^tbl_bits keys and the row merges at once into the accumulators of its table slot (slot
+// 2^tbl_bits holds the sentinel key's group; `sstride` = 2^tbl_bits + 2 slots per accumulator
+// array, set to identity before the pass).  The block then numbers the used slots by a block-wide
+// scan, claims that many output slots with one atomic and stores every group whole: no group
+// spans two partitions.  A partition with more than max_groups groups or
+// row_limit rows, or whose groups do not fit in the output's capacity, is listed in
 // spill_parts for the caller to aggregate another way (paper 003 §2.6 proposes hash or sort
 // group-by for such partitions).  Counting the groups in a pass of their own first (the
 // paper's order) read every key twice; one pass measured faster on an H200.
@@ -737,12 +711,11 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
               i32* __restrict__ spill_parts, i32* __restrict__ spill_count) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ u64 sdesc[SDESC * DESC];
-    __shared__ u32 ng, sent_lid;
+    __shared__ u32 ng, sentinel_seen;  // sentinel_seen: EMPTY_ROW until a row has the sentinel key
     __shared__ int ovf;
     __shared__ u64 s_base;
     const u32 TBL = 1u << tbl_bits, tmask = TBL - 1u;
     K* skey = (K*)smem;
-    u32* slot_lid = (u32*)(skey + TBL);
     const K empty = sentinel<K>();
     const u64* d = stage_desc(desc, ncols, sdesc);
     for (int p = blockIdx.x; p < P; p += gridDim.x) {
@@ -753,35 +726,43 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
             continue;
         }
         __syncthreads();  // the previous partition's last reads of the table and ng are done
-        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) {
-            skey[s] = empty;
-            slot_lid[s] = EMPTY_ROW;
+        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) skey[s] = empty;
+        for (int ci = 0; ci < ncols; ++ci) {
+            const Col c = load_col(d, ci);
+            s_init(smem + c.soff, sstride, TBL + 1, c);
         }
-        if (threadIdx.x == 0) { ng = 0; ovf = 0; sent_lid = EMPTY_ROW; }
+        if (threadIdx.x == 0) { ng = 0; ovf = 0; sentinel_seen = EMPTY_ROW; }
         __syncthreads();
-        for (i64 i0 = start + threadIdx.x; i0 < end; i0 += PGB_BLOCK * PGB_ROWS) {
-            if (*(volatile int*)&ovf) break;  // the partition goes to the fallback anyway
+        // every thread runs every round (rows past the end idle), so that each warp can be
+        // brought back together after every probe: diverged probe loops otherwise kept warps
+        // at about 3 active threads (ncu, H200) through the merges that follow
+        for (i64 r0 = start; r0 < end; r0 += PGB_BLOCK * PGB_ROWS) {
+            if (__any_sync(FULL_MASK, *(volatile int*)&ovf)) break;  // the partition spills anyway
+            const i64 i0 = r0 + threadIdx.x;
             K k[PGB_ROWS];
-            u32 lid[PGB_ROWS];
+            u32 slot[PGB_ROWS];
 #pragma unroll
             for (int u = 0; u < PGB_ROWS; ++u) k[u] = i0 + u * PGB_BLOCK < end ? keys[i0 + u * PGB_BLOCK] : empty;
 #pragma unroll
             for (int u = 0; u < PGB_ROWS; ++u) {
-                lid[u] = EMPTY_ROW;
-                if (i0 + u * PGB_BLOCK >= end) continue;
-                if (k[u] == empty) {  // the sentinel key's group: EMPTY_ROW - 1 while being set up
-                    if (atomicCAS(&sent_lid, EMPTY_ROW, EMPTY_ROW - 1) == EMPTY_ROW)
-                        lid[u] = pgb_new_group(&sent_lid, &ng, &ovf, max_groups, d, ncols, smem, sstride);
-                    else
-                        lid[u] = pgb_wait_group(&sent_lid, EMPTY_ROW - 1);
-                    continue;
+                slot[u] = EMPTY_ROW;
+                if (i0 + u * PGB_BLOCK < end) {
+                    if (k[u] == empty) {  // the sentinel key's group: counted by whoever sees it first
+                        slot[u] = TBL;
+                        if (sentinel_seen == EMPTY_ROW && atomicCAS(&sentinel_seen, EMPTY_ROW, 0u) == EMPTY_ROW)
+                            if (atomicAdd(&ng, 1u) >= max_groups) ovf = 1;
+                    } else {
+                        const int r = insert_key(skey, tmask, (hash_key(k[u]) * 0x9E3779B1u) >> (32 - tbl_bits),
+                                                 k[u], tmask, &slot[u]);
+                        if (r > 0) {
+                            if (atomicAdd(&ng, 1u) >= max_groups) ovf = 1;
+                        } else if (r < 0) {
+                            ovf = 1;
+                            slot[u] = EMPTY_ROW;
+                        }
+                    }
                 }
-                u32 slot;
-                const int r = insert_key(skey, tmask, (hash_key(k[u]) * 0x9E3779B1u) >> (32 - tbl_bits), k[u],
-                                         tmask, &slot);
-                if (r > 0) lid[u] = pgb_new_group(&slot_lid[slot], &ng, &ovf, max_groups, d, ncols, smem, sstride);
-                else if (r == 0) lid[u] = pgb_wait_group(&slot_lid[slot], EMPTY_ROW);
-                else ovf = 1;
+                __syncwarp();
             }
             for (int ci = 0; ci < ncols; ++ci) {
                 const Col c = load_col(d, ci);
@@ -790,19 +771,12 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
 #pragma unroll
                 for (int u = 0; u < PGB_ROWS; ++u) {
                     const i64 i = i0 + u * PGB_BLOCK;
-                    ok[u] = lid[u] < max_groups && load_raw(c, index ? (u64)index[i] : (u64)i, raw[u]);
+                    ok[u] = slot[u] != EMPTY_ROW && load_raw(c, index ? (u64)index[i] : (u64)i, raw[u]);
                 }
 #pragma unroll
                 for (int u = 0; u < PGB_ROWS; ++u)
-                    if (ok[u]) merge_raw<true>(smem + c.soff, nullptr, sstride, lid[u], c, raw[u]);
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x == 0 && !ovf) {
-            s_base = atomicAdd(group_counter, (u64)ng);
-            if (s_base + ng > capacity) {  // groups [s_base, ...) stay unfilled
-                ovf = 1;
-                atomicMin(filled, s_base);
+                    if (ok[u]) merge_raw<true>(smem + c.soff, nullptr, sstride, slot[u], c, raw[u]);
+                __syncwarp();
             }
         }
         __syncthreads();
@@ -810,18 +784,34 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
             if (threadIdx.x == 0) spill_parts[atomicAdd(spill_count, 1)] = p;
             continue;
         }
-        const u32 groups = ng, slid = sent_lid;
-        const u64 base = s_base;
-        for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK)
-            if (skey[s] != empty) out_keys[base + slot_lid[s]] = skey[s];
-        if (threadIdx.x == 0 && slid != EMPTY_ROW) out_keys[base + slid] = empty;
-        for (u32 l = threadIdx.x; l < groups; l += PGB_BLOCK) {
+        // thread t numbers the used slots among its run of slots [t * per, (t + 1) * per)
+        const u32 per = (TBL + PGB_BLOCK) / PGB_BLOCK;  // TBL + 1 slots with the sentinel's
+        const u32 s0 = threadIdx.x * per, s1 = min(s0 + per, TBL + 1);
+        u32 used = 0;
+        for (u32 s = s0; s < s1; ++s) used += s < TBL ? skey[s] != empty : sentinel_seen != EMPTY_ROW;
+        u64 o = block_claim(group_counter, used);
+        if (threadIdx.x == 0) {
+            s_base = o;
+            if (o + ng > capacity) {  // groups [o, ...) stay unfilled
+                ovf = 1;
+                atomicMin(filled, o);
+            }
+        }
+        __syncthreads();
+        if (ovf) {
+            if (threadIdx.x == 0) spill_parts[atomicAdd(spill_count, 1)] = p;
+            continue;
+        }
+        for (u32 s = s0; s < s1; ++s) {
+            if (!(s < TBL ? skey[s] != empty : sentinel_seen != EMPTY_ROW)) continue;
+            out_keys[o] = s < TBL ? skey[s] : empty;
             for (int ci = 0; ci < ncols; ++ci) {
                 const Col c = load_col(d, ci);
                 Run t;
-                s_load(t, smem + c.soff, sstride, l, c);
-                g_store(c.acc + base + l, capacity, c, t);
+                s_load(t, smem + c.soff, sstride, s, c);
+                g_store(c.acc + o, capacity, c, t);
             }
+            ++o;
         }
     }
 }
