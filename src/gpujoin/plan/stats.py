@@ -52,12 +52,12 @@ class GroupByEstimate:
     key_bytes: int
     value_bytes: list[int] = field(default_factory=list)
     slot_bytes: int = 8
-    top_share: float = 0.0
+    top_share: float | None = 0.0  # None: not measured (the choice did not depend on it)
     method: str = "sample"
 
     @property
     def skewed(self) -> bool:
-        return self.top_share >= SKEW_SHARE
+        return self.top_share is not None and self.top_share >= SKEW_SHARE
 
     def as_dict(self) -> dict:
         return {**asdict(self), "skewed": self.skewed}
@@ -116,10 +116,11 @@ def estimate_groups(keys) -> tuple[int, str]:
     return max(1, min(n, int(round(est)))), "sample (GEE)"
 
 
-def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int) -> GroupByEstimate:
+def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int, skew: bool = True) -> GroupByEstimate:
+    """The group-by's statistics; ``skew=False`` leaves top_share unmeasured (None)."""
     groups, method = estimate_groups(keys)
     return GroupByEstimate(int(keys.size), groups, keys.dtype.itemsize, list(value_bytes), slot_bytes,
-                           top_share(keys), method)
+                           top_share(keys) if skew else None, method)
 
 
 def match_ratio(build_keys, probe_keys) -> float:

@@ -308,17 +308,28 @@ __device__ __forceinline__ u64 mix64(u64 h) {
 }
 
 // regs[b] = max over keys hashing to register b of (leading zeros of the rest of the hash) + 1.
+// HLL_ITEMS keys in flight per thread: one at a time, the sketch read 1 GB of keys at about
+// 1.3 TB/s on an H200 (latency-bound).
+#define HLL_ITEMS 8
 template <typename K>
 __global__ void __launch_bounds__(256)
 hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs) {
     __shared__ u32 r[1 << HLL_BITS];
     for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x) r[j] = 0;
     __syncthreads();
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const u64 h = mix64((u64)(i64)keys[i]);
-        const u32 b = (u32)(h >> (64 - HLL_BITS));
-        const u32 rho = __clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1;
-        if (r[b] < rho) atomicMax(&r[b], rho);
+    const i64 S = (i64)gridDim.x * blockDim.x;
+    for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HLL_ITEMS) {
+        K k[HLL_ITEMS];
+#pragma unroll
+        for (int u = 0; u < HLL_ITEMS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : (K)0;
+#pragma unroll
+        for (int u = 0; u < HLL_ITEMS; ++u) {
+            if (i0 + u * S >= n) break;
+            const u64 h = mix64((u64)(i64)k[u]);
+            const u32 b = (u32)(h >> (64 - HLL_BITS));
+            const u32 rho = __clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1;
+            if (r[b] < rho) atomicMax(&r[b], rho);
+        }
     }
     __syncthreads();
     for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x)
