@@ -96,7 +96,8 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
     synchronized result.
     """
     dev = resolve_device(device, "join")
-    algos = _algorithms(algorithm, algorithms(dev)["join"])
+    # "all": every algorithm that answers the benchmark's inner join (bitmap joins are semi/anti only)
+    algos = _algorithms(algorithm, [a for a in algorithms(dev)["join"] if a != "bitmap"])
     if dev == "cuda":
         import cupy as cp
 
