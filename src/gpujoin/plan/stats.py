@@ -73,16 +73,16 @@ class JoinEstimate:
     key_bytes: int
     build_payloads: list[int] = field(default_factory=list)
     probe_payloads: list[int] = field(default_factory=list)
-    match_ratio: float = 1.0
-    top_share: float = 0.0
+    match_ratio: float | None = 1.0  # None: not measured (the choice did not depend on it; 1 assumed)
+    top_share: float | None = 0.0  # None: not measured
 
     @property
     def skewed(self) -> bool:
-        return self.top_share >= SKEW_SHARE
+        return self.top_share is not None and self.top_share >= SKEW_SHARE
 
     @property
     def matches(self) -> float:
-        return self.match_ratio * self.probe_rows
+        return (1.0 if self.match_ratio is None else self.match_ratio) * self.probe_rows
 
     def as_dict(self) -> dict:
         return {**asdict(self), "skewed": self.skewed}
@@ -135,6 +135,9 @@ def match_ratio(build_keys, probe_keys) -> float:
     return min(1.0, hits / p.size * build_keys.size / b.size)
 
 
-def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int]) -> JoinEstimate:
+def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],
+                  measure: bool = True) -> JoinEstimate:
+    """The join's statistics; ``measure=False`` leaves the sampled ones (match ratio, skew) as None."""
     return JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, list(build_payloads),
-                        list(probe_payloads), match_ratio(build_keys, probe_keys), top_share(probe_keys))
+                        list(probe_payloads), match_ratio(build_keys, probe_keys) if measure else None,
+                        top_share(probe_keys) if measure else None)
