@@ -172,14 +172,12 @@ __device__ __forceinline__ bool narrow_acc(int type, int j) {
     return j == A_COUNT || ((j == A_MIN || j == A_MAX) && (type == T_I32 || type == T_F32));
 }
 
+// The arrays before accumulator j: 8 bytes a slot each, less 4 for the 4-byte ones (count, and
+// min/max of 4-byte values).  Branch-free: the per-row merges compute it for every accumulator.
 __device__ __forceinline__ u64 sacc_off(const Col& c, int j, u64 stride) {
-    u64 off = 0;
-#pragma unroll
-    for (int k = 0; k < NACC; ++k) {
-        if (k == j) break;
-        if (has(c.flags, k)) off += (narrow_acc(c.type, k) ? 4u : 8u) * stride;
-    }
-    return off;
+    const u32 before = c.flags & ((1u << j) - 1u);
+    const u32 narrow_mask = (1u << A_COUNT) | ((c.type == T_I32 || c.type == T_F32) ? (1u << A_MIN) | (1u << A_MAX) : 0u);
+    return (u64)(8u * __popc(before) - 4u * __popc(before & narrow_mask)) * stride;
 }
 
 __device__ __forceinline__ unsigned char* sacc(unsigned char* base, const Col& c, int j, u64 stride) {
