@@ -216,10 +216,13 @@ def test_sort_based_output_is_in_key_order(method):
     np.testing.assert_array_equal(cp.asnumpy(out.columns[1]["min"]), k)
 
 
-def test_hyperloglog_estimate():
+@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
+def test_hyperloglog_estimate(dtype):
     for g in (1, 1000, 1 << 20):
-        keys = (cp.arange(4 << 20, dtype=cp.int64) * 7919) % g
+        keys = ((cp.arange(4 << 20, dtype=cp.int64) * 7919) % g).astype(dtype)
         assert abs(estimate_groups(keys) - g) <= 0.05 * g + 1
+    keys = cp.random.default_rng(5).permutation(1 << 26).astype(dtype) - (1 << 25)  # all distinct
+    assert abs(estimate_groups(keys) - (1 << 26)) <= 0.05 * (1 << 26)
 
 
 def test_device_group_by_errors_are_clear():

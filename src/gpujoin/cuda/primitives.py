@@ -129,7 +129,14 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
                                                 offs, np.int32(nblocks), vin, vout, np.int32(len(idx)),
                                                 np.int32(g == 0)))
         src_k, src_v = dst_k, dst_v
-    offsets = partition_offsets(src_k, digits) if bounds else None
+    if bounds and len(passes) == 1:
+        # one pass: its scan already holds where each digit starts (tile 0's offset of it),
+        # which saves partition_offsets' read of every key
+        offsets = cp.empty((1 << digits.bits) + 1, cp.int64)
+        offsets[:-1] = offs[: (1 << digits.bits) * nblocks: nblocks]
+        offsets[-1] = n
+    else:
+        offsets = partition_offsets(src_k, digits) if bounds else None
     return src_k, src_v, offsets
 
 

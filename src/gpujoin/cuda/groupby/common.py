@@ -171,7 +171,8 @@ HLL_BITS = 12
 def estimate_groups(keys: cp.ndarray) -> int:
     """HyperLogLog estimate of the number of distinct keys (2^12 registers: about 1.6% error).
 
-    One pass over the keys (Flajolet et al. 2007, with the small-range correction).
+    One pass over the keys (Flajolet et al. 2007, with the small-range correction, and the
+    large-range one for the 32-bit hash of 4-byte keys).
     """
     n = keys.size
     if n == 0:
@@ -187,4 +188,6 @@ def estimate_groups(keys: cp.ndarray) -> int:
     zeros = int(np.count_nonzero(r == 0))
     if est <= 2.5 * m and zeros:
         est = m * math.log(m / zeros)
+    elif keys.dtype.itemsize == 4 and est > 2.0**32 / 30:  # a 32-bit hash: the large-range correction
+        est = -(2.0**32) * math.log(max(1e-12, 1 - est / 2.0**32))
     return max(1, min(n, int(round(est))))

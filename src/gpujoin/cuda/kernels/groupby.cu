@@ -305,6 +305,20 @@ __device__ __forceinline__ u64 mix64(u64 h) {
     return h;
 }
 
+// A key's HyperLogLog register and rank.  4-byte keys take the bijective 32-bit murmur3
+// finalizer (one 32-bit multiply chain; the host applies the 32-bit large-range correction),
+// 8-byte keys a 64-bit mix.
+__device__ __forceinline__ void hll_update(i32 k, u32& b, u32& rho) {
+    const u32 h = hash_key(k);
+    b = h >> (32 - HLL_BITS);
+    rho = __clz((h << HLL_BITS) | (1u << (HLL_BITS - 1))) + 1;
+}
+__device__ __forceinline__ void hll_update(i64 k, u32& b, u32& rho) {
+    const u64 h = mix64((u64)k);
+    b = (u32)(h >> (64 - HLL_BITS));
+    rho = __clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1;
+}
+
 // regs[b] = max over keys hashing to register b of (leading zeros of the rest of the hash) + 1.
 // HLL_ITEMS keys in flight per thread: one at a time, the sketch read 1 GB of keys at about
 // 1.3 TB/s on an H200 (latency-bound).
@@ -323,9 +337,8 @@ hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs) {
 #pragma unroll
         for (int u = 0; u < HLL_ITEMS; ++u) {
             if (i0 + u * S >= n) break;
-            const u64 h = mix64((u64)(i64)k[u]);
-            const u32 b = (u32)(h >> (64 - HLL_BITS));
-            const u32 rho = __clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1;
+            u32 b, rho;
+            hll_update(k[u], b, rho);
             if (r[b] < rho) atomicMax(&r[b], rho);
         }
     }
@@ -698,6 +711,27 @@ sorted_reduce(const i32* __restrict__ gid, i64 n, const I* __restrict__ index, c
 
 // ---------------------------------------------------------------- PGB
 
+// PGB's probe of its shared-memory table: linear probing from an even home slot that reads two
+// 4-byte keys per load (the warp waits for its longest probe, and at 2^20 groups partitions fill
+// the table to about half); 8-byte keys probe one slot at a time (insert_key).
+__device__ __forceinline__ int pgb_probe(i32* table, u32 mask, u32 s, i32 k, u32* slot) {
+    const i32 empty = sentinel<i32>();
+    s &= ~1u;
+    for (u32 probe = 0; probe <= mask; probe += 2) {
+        const u64 pair = reinterpret_cast<const u64*>(table)[s >> 1];
+        const i32 lo = (i32)(u32)pair, hi = (i32)(u32)(pair >> 32);
+        if (lo == k) { *slot = s; return 0; }
+        if (lo == empty) return insert_key(table, mask, s, k, mask - probe, slot);
+        if (hi == k) { *slot = s + 1; return 0; }
+        if (hi == empty) return insert_key(table, mask, s + 1, k, mask - probe, slot);
+        s = (s + 2) & mask;
+    }
+    return -1;
+}
+__device__ __forceinline__ int pgb_probe(i64* table, u32 mask, u32 s, i64 k, u32* slot) {
+    return insert_key(table, mask, s, k, mask, slot);
+}
+
 #define PGB_BLOCK 512
 #define PGB_ROWS 8
 
@@ -761,8 +795,8 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
                         if (sentinel_seen == EMPTY_ROW && atomicCAS(&sentinel_seen, EMPTY_ROW, 0u) == EMPTY_ROW)
                             if (atomicAdd(&ng, 1u) >= max_groups) ovf = 1;
                     } else {
-                        const int r = insert_key(skey, tmask, (hash_key(k[u]) * 0x9E3779B1u) >> (32 - tbl_bits),
-                                                 k[u], tmask, &slot[u]);
+                        const int r = pgb_probe(skey, tmask, (hash_key(k[u]) * 0x9E3779B1u) >> (32 - tbl_bits),
+                                                k[u], &slot[u]);
                         if (r > 0) {
                             if (atomicAdd(&ng, 1u) >= max_groups) ovf = 1;
                         } else if (r < 0) {
