@@ -10,7 +10,6 @@
 #include "common.cuh"
 
 #define NIL16 0xffffu
-#define PHJ_ROWS 4
 #define NIL32 0xffffffffu
 
 // Emit the matches of one probe row, found by walking a chain twice (count, then write).
@@ -68,29 +67,16 @@ phj_match(const K* __restrict__ bk, const i64* __restrict__ boff, const K* __res
     }
     __syncthreads();
 
-    // PHJ_ROWS probe rows a thread per round, their keys loaded together (one row a round left
-    // each key load's latency exposed); each row still claims its output slots in its own
-    // block-wide step, so the output stays in probe order and its writes coalesced
-    for (i64 r0 = s0; r0 < s1; r0 += (i64)blockDim.x * PHJ_ROWS) {  // block-uniform: block_claim syncs
-        K keys[PHJ_ROWS];
-#pragma unroll
-        for (int u = 0; u < PHJ_ROWS; ++u) {
-            const i64 s = r0 + (i64)u * blockDim.x + threadIdx.x;
-            keys[u] = s < s1 ? pk[s] : (K)0;
-        }
-#pragma unroll
-        for (int u = 0; u < PHJ_ROWS; ++u) {
-            const i64 s = r0 + (i64)u * blockDim.x + threadIdx.x;
-            if (r0 + (i64)u * blockDim.x >= s1) break;  // block-uniform
-            const bool valid = s < s1;
-            const K k = keys[u];
-            const u32 h = valid ? head[(hash_key(k) >> radix_bits) & bmask] : NIL32;
+    for (i64 r0 = s0; r0 < s1; r0 += blockDim.x) {  // block-uniform: block_claim syncs the block
+        const i64 s = r0 + threadIdx.x;
+        const bool valid = s < s1;
+        K k = valid ? pk[s] : (K)0;
+        u32 h = head[(hash_key(k) >> radix_bits) & bmask];
 #define PHJ_WALK(ACTION)                                                              \
-            for (u32 j = h; j != NIL32; j = (next[j] == NIL16 ? NIL32 : (u32)next[j]))    \
-                if (skeys[j] == k) { const u64 bpos = (u64)(b0 + j); ACTION; }
-            EMIT_MATCHES(PHJ_WALK)
+        for (u32 j = h; j != NIL32; j = (next[j] == NIL16 ? NIL32 : (u32)next[j]))    \
+            if (skeys[j] == k) { const u64 bpos = (u64)(b0 + j); ACTION; }
+        EMIT_MATCHES(PHJ_WALK)
 #undef PHJ_WALK
-        }
     }
 }
 
