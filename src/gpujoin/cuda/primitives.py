@@ -18,10 +18,11 @@ from .kernels import scatter_name
 from .runtime import kernel, ptr
 
 #: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
-#: GPUJOIN_SCATTER_MINB overrides.
-#: On an H200 the capped build (4) partitioned 2^27 keys with values in 4.6 ms, the uncapped one
-#: (1) in 6.9 ms (scripts/profile_kernels.py).
-SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "4"))
+#: GPUJOIN_SCATTER_MINB overrides.  With one packed register an item (partition.cu) the uncapped
+#: build (1, 80 registers) partitions 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms
+#: capped (4), and the narrow PHJ-TR takes 10.06 against 10.36 ms (H200, scripts/profile_kernels.py);
+#: before that rewrite the cap paid (4.6 against 6.9 ms).
+SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
 
 #: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
 PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8

@@ -26,6 +26,7 @@ import numpy as np
 SKEW_SHARE = 0.02
 GROUP_BY_SKEW_SHARE = 0.2
 SAMPLE = 1 << 14
+SKEW_SAMPLE = 1 << 12
 BUILD_SAMPLE, PROBE_SAMPLE = 1 << 20, 1 << 16
 
 
@@ -93,13 +94,16 @@ class JoinEstimate:
 
 
 def top_share(keys) -> float:
-    """The most frequent key's share of a strided sample of ``keys`` (0 for no keys)."""
+    """The most frequent key's share of a strided sample of ``keys`` (0 for no keys).
+
+    The sample (SKEW_SAMPLE keys: a 20% share is then known to about 0.6%) is counted on the
+    host: CuPy's unique took about 1 ms of kernel launches and syncs for it on an H200.
+    """
     if keys.size == 0:
         return 0.0
-    xp = _xp(keys)
-    s = _sample(keys, SAMPLE)
-    _, counts = xp.unique(s, return_counts=True)
-    return float(_to_host(counts.max())) / s.size
+    s = _to_host(_sample(keys, SKEW_SAMPLE))
+    _, counts = np.unique(s, return_counts=True)
+    return float(counts.max()) / s.size
 
 
 def estimate_groups(keys) -> tuple[int, str]:
