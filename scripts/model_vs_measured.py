@@ -25,8 +25,11 @@ def load(paths):
 
 def main(cal_path, out, join_paths, gb_paths):
     cal = next(iter(json.load(open(cal_path)).values()))
-    dev = cost.DeviceModel(cal["name"], cal["b_g"], cal["ratio_random"], l2_bytes=cal["l2_bytes"],
-                           source="gpujoin calibrate, cache ratios of the paper")
+    measured_caches = "l1_bytes_per_s" in cal  # older files hold gather rates, not cache bandwidths
+    dev = cost.DeviceModel(cal["name"], cal["b_g"], cal["ratio_random"],
+                           cal["ratio_l1"] if measured_caches else cost.A100.ratio_l1,
+                           cal["ratio_l2"] if measured_caches else cost.A100.ratio_l2, l2_bytes=cal["l2_bytes"],
+                           source="gpujoin calibrate" + ("" if measured_caches else ", cache ratios of the paper"))
     # Fig. 10: PHJ-UR - PHJ-TR against match ratio (two 4-byte payloads a side, 2^27 x 2^27)
     fig10 = []
     for w, t in load(join_paths):

@@ -52,9 +52,11 @@ class DeviceModel:
 #: Paper 003's A100 (Table 1 and §3: B_G about 1.5 TB/s, B_G = 24 B_R, L1 12 B_G, L2 4.5 B_G).
 A100 = DeviceModel("NVIDIA A100 (paper 003)", 1.555e12)
 #: ANCHORS.md's H200: copy 4,064 GB/s; a random 4-byte gather at 38.8 G items/s, which under
-#: Table 1's model (8N/B_G + 4N/B_R) gives B_G / B_R = 24.2.  Cache ratios not measured: A100's.
-H200_ANCHORS = DeviceModel("NVIDIA H200 (ANCHORS.md)", 4.064e12, ratio_random=24.2, l1_bytes=256 * 1024,
-                           l2_bytes=50 * 2**20, source="ANCHORS.md")
+#: Table 1's model (8N/B_G + 4N/B_R) gives B_G / B_R = 24.2.  The cache ratios are
+#: `gpujoin calibrate`'s on an H200 (2026-11-22): L1 30,954 GB/s and L2 8,881 GB/s of coalesced
+#: reads against a 4,095 GB/s copy, 7.6 and 2.2 (the A100's: 12 and 4.5).
+H200_ANCHORS = DeviceModel("NVIDIA H200 (ANCHORS.md)", 4.064e12, ratio_random=24.2, ratio_l1=7.6, ratio_l2=2.2,
+                           l1_bytes=256 * 1024, l2_bytes=50 * 2**20, source="ANCHORS.md, gpujoin calibrate")
 
 
 def ratio_from_gather(b_g: float, items_per_s: float, width: int = 4) -> float:
