@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
-#                            groupby-sweeps|tpch-gb|gb-profile|gb-ncu|part-profile|cpu-joins|all]
+#                            groupby-sweeps|tpch-gb|tpch-gpu|gb-profile|gb-ncu|part-profile|cpu-joins|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -83,10 +83,12 @@ if [[ $stage == sweeps || $stage == all ]]; then
   f="$OUT/bench_join_sweeps.jsonl"
   gj bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 2 --sweep match_ratio=0.5,0.25,0.125 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 2 --sweep zipf=0.5,1.0,1.5,2.0 --runs 5 -o "$f" >/dev/null
-  gj bench join --device cuda --algorithm all,auto --log2-r 27 --sweep payloads=3,4,6 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --sweep payloads=3,4,5,6 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all,auto --log2-r 27 --key-bytes 8 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all,auto --log2-r 27 --key-bytes 4 --payload-bytes 8 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all,auto --log2-s 27 --payloads 2 --sweep log2_r=23,25 --runs 5 -o "$f" >/dev/null
+  # paper 003 Fig. 6: |S| = 2 |R|
+  gj bench join --device cuda --algorithm all,auto --log2-r 26 --log2-s 27 --payloads 2 --runs 5 -o "$f" >/dev/null
   gj bench join --device cuda --algorithm all,auto --log2-r 26 --payloads 2 --sweep distinct_keys=8388608,16777216,33554432 --runs 5 -o "$f" >/dev/null
 fi
 if [[ $stage == groupby || $stage == all ]]; then
@@ -108,6 +110,12 @@ if [[ $stage == tpch-gb || $stage == all ]]; then
   # TPC-H SF10 Q18 (its time is mostly GROUP BY l_orderkey over lineitem): group-by on the GPU
   # (after) and on the CPU engine (before), joins on the GPU in both, DuckDB alongside
   timeout ${TPCH_TIMEOUT:-400} python3 scripts/tpch_groupby.py 10 "$OUT/tpch_groupby.jsonl" 2>&1 | tail -20
+fi
+if [[ $stage == tpch-gpu || $stage == all ]]; then
+  # the TPC-H job at scale factor 10 with joins and group-bys on the GPU, every result validated
+  # against DuckDB on the machine's CPUs (issue 3)
+  timeout ${TPCH_TIMEOUT:-540} python3 -m gpujoin.cli tpch --sf 10 --device cuda --repeat 3 \
+    --json "$OUT/tpch_sf10_gpu.jsonl" 2>&1 | tail -20
 fi
 if [[ $stage == cpu-joins || $stage == all ]]; then
   # paper 002 on this host's cores: CPU joins against thread count, DuckDB, the GPU bitmap join
