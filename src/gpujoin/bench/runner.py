@@ -78,7 +78,8 @@ def _record(kind, workload, engine, algorithm, device, times, items, phases=None
         extra, algorithm = algorithm, algorithm["algorithm"]
     else:
         extra = {}
-    return {**extra, 
+    return {
+        **extra,
         "benchmark": kind, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": commit(), "device": device, "engine": engine, "algorithm": algorithm,
         "workload": workload, "runs": len(times), "median_s": med, "min_s": min(times), "max_s": max(times),
@@ -123,8 +124,8 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
 
         times, rows = _timed(ours, runs)
         st = _median_run(stats[1:], times)
-        records.append(_record("join", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev), times, items,
-                               st.phases, rows))
+        records.append(_record("join", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev), times,
+                               items, st.phases, rows))
     if peers:
         if dev == "cuda":  # the peers join the same workload from host memory
             r_host, s_host = make_join(w)
@@ -174,8 +175,8 @@ def bench_group_by(w: GroupByWorkload, device: str = "auto", algorithm: str | li
 
         times, rows = _timed(ours, runs)
         st = _median_run(stats[1:], times)
-        records.append(_record("group-by", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev), times,
-                               t.num_rows, st.phases, rows))
+        records.append(_record("group-by", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev),
+                               times, t.num_rows, st.phases, rows))
     if peers:
         host = pa.table(make_groupby(w)) if dev == "cuda" else t
         for peer in peers:

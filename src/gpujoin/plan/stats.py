@@ -7,9 +7,9 @@
   expectation).
 - skew: the top key's share of a sample; SKEW_SHARE or more counts as skewed for a join (Zipf
   z >= 1 over up to 2^27 distinct keys gives 5% or more, z = 0.5 over 2^10 keys 1.6%), and
-  GROUP_BY_SKEW_SHARE or more for a group-by, the crossover of PGB-TR and SGB-TR measured on an
-  H200 (2^28 rows, g = 2^16: PGB-TR ahead at a top share of 9%, Zipf 1: 19.6 against 22.7 ms;
-  behind at 39%, Zipf 1.5: 22.3 against 21.6 ms; docs/BENCHMARKS.md).
+  GROUP_BY_SKEW_SHARE or more for a group-by, between the top shares where PGB-TR and SGB-TR
+  were measured on an H200 (2^28 rows, g = 2^16): at 9% (Zipf 1) PGB-TR led by 15-19%; at 39%
+  (Zipf 1.5) the two were within 5% either way in two runs (docs/BENCHMARKS.md).
 
 Arrays are NumPy (host) or CuPy (device) int32/int64 keys; samples are strided, so they cost no
 random generator and the same input gives the same estimate.  Source: paper 003 §4 asks for
@@ -97,7 +97,7 @@ def top_share(keys) -> float:
     """The most frequent key's share of a strided sample of ``keys`` (0 for no keys).
 
     The sample (SKEW_SAMPLE keys: a 20% share is then known to about 0.6%) is counted on the
-    host: CuPy's unique took about 1 ms of kernel launches and syncs for it on an H200.
+    host, where a few thousand keys cost less than the kernel launches and syncs of a GPU unique.
     """
     if keys.size == 0:
         return 0.0

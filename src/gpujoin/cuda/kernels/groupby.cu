@@ -176,7 +176,8 @@ __device__ __forceinline__ bool narrow_acc(int type, int j) {
 // min/max of 4-byte values).  Branch-free: the per-row merges compute it for every accumulator.
 __device__ __forceinline__ u64 sacc_off(const Col& c, int j, u64 stride) {
     const u32 before = c.flags & ((1u << j) - 1u);
-    const u32 narrow_mask = (1u << A_COUNT) | ((c.type == T_I32 || c.type == T_F32) ? (1u << A_MIN) | (1u << A_MAX) : 0u);
+    const bool narrow_minmax = c.type == T_I32 || c.type == T_F32;
+    const u32 narrow_mask = (1u << A_COUNT) | (narrow_minmax ? (1u << A_MIN) | (1u << A_MAX) : 0u);
     return (u64)(8u * __popc(before) - 4u * __popc(before & narrow_mask)) * stride;
 }
 
@@ -741,10 +742,9 @@ __device__ __forceinline__ int pgb_probe(i64* table, u32 mask, u32 s, i64 k, u32
 // 2^tbl_bits holds the sentinel key's group; `sstride` = 2^tbl_bits + 2 slots per accumulator
 // array, set to identity before the pass).  The block then numbers the used slots by a block-wide
 // scan, claims that many output slots with one atomic and stores every group whole: no group
-// spans two partitions.  A partition with more than max_groups groups or
-// row_limit rows, or whose groups do not fit in the output's capacity, is listed in
-// spill_parts for the caller to aggregate another way (paper 003 §2.6 proposes hash or sort
-// group-by for such partitions).  Counting the groups in a pass of their own first (the
+// spans two partitions.  A partition with more than max_groups groups or row_limit rows, or
+// whose groups do not fit in the output's capacity, is listed in spill_parts for the caller to
+// aggregate another way (paper 003 §2.6 proposes hash or sort group-by for such partitions).  Counting the groups in a pass of their own first (the
 // paper's order) read every key twice; one pass measured faster on an H200.
 template <typename K, typename I>
 __global__ void __launch_bounds__(PGB_BLOCK, 2)
@@ -756,7 +756,6 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
     __shared__ u64 sdesc[SDESC * DESC];
     __shared__ u32 ng, sentinel_seen;  // sentinel_seen: EMPTY_ROW until a row has the sentinel key
     __shared__ int ovf;
-    __shared__ u64 s_base;
     const u32 TBL = 1u << tbl_bits, tmask = TBL - 1u;
     K* skey = (K*)smem;
     const K empty = sentinel<K>();
@@ -833,12 +832,10 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
         u32 used = 0;
         for (u32 s = s0; s < s1; ++s) used += s < TBL ? skey[s] != empty : sentinel_seen != EMPTY_ROW;
         u64 o = block_claim(group_counter, used);
-        if (threadIdx.x == 0) {
-            s_base = o;
-            if (o + ng > capacity) {  // groups [o, ...) stay unfilled
-                ovf = 1;
-                atomicMin(filled, o);
-            }
+        // thread 0's o is the block's first slot: past the capacity, groups [o, ...) stay unfilled
+        if (threadIdx.x == 0 && o + ng > capacity) {
+            ovf = 1;
+            atomicMin(filled, o);
         }
         __syncthreads();
         if (ovf) {
