@@ -76,6 +76,12 @@ def test_bench_and_plot(tmp_path):
     assert len(recs) == 2 and recs[0]["runs"] == 2 and recs[0]["throughput_g_per_s"] > 0
     assert set(recs[0]["phases_s"]) == {"transform", "match", "materialize"}
     main(["bench", "group-by", "--log2-rows", "10", "--log2-groups", "4", "--runs", "2", "-o", str(tmp_path / "g.jsonl")])
+    # "all,auto": every algorithm, then auto as a run of its own, its choice recorded beside it
+    main(["bench", "join", "--log2-r", "10", "--runs", "1", "--device", "cpu", "--algorithm", "all,auto", "-o",
+          str(tmp_path / "a.jsonl")])
+    recs = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    names = [r["algorithm"] for r in recs]
+    assert names[-1] == "auto" and recs[-1]["chosen"] in names[:-1] and len(set(names)) == len(names)
     pytest.importorskip("matplotlib")
     main(["bench", "plot", str(out), "-o", str(tmp_path / "b.png")])
     assert (tmp_path / "b.png").stat().st_size > 0

@@ -21,6 +21,10 @@ _ALGORITHMS = {
     },
 }
 
+#: The bitmap joins of paper 002 (CPU: hash, split, bucket; GPU: bitmap) answer semi and anti
+#: joins only.
+SEMI_ANTI_ONLY = frozenset({"hash", "split", "bucket", "bitmap"})
+
 
 def cuda_available() -> bool:
     """True when gpujoin's CUDA backend is present and a GPU with CuPy is usable."""

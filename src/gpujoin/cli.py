@@ -246,8 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpujoin", description="Relational joins and grouped aggregations on GPUs (and CPUs).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def common(sp, explain=False):
-        sp.add_argument("--algorithm", default="auto", help="'auto' or a standard name (see `gpujoin info`)")
+    def common(sp, explain=False, many=False):
+        sp.add_argument("--algorithm", default="auto", help=(
+            "comma-separated: 'auto', standard names (see `gpujoin info`), or 'all' for every algorithm "
+            "(all,auto also times the planner's choice)" if many else
+            "'auto' or a standard name (see `gpujoin info`)"))
         sp.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
         if explain:
             sp.add_argument("--explain", action="store_true",
@@ -289,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="what", required=True, parser_class=_Parser)
     for name in ("join", "group-by"):
         bb = bsub.add_parser(name)
-        common(bb)
+        common(bb, many=True)
         bb.add_argument("--runs", type=int, default=5)
         bb.add_argument("--peers", help="comma-separated: duckdb,polars")
         bb.add_argument("--zipf", type=float, default=0.0)
