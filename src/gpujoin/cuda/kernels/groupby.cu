@@ -390,6 +390,13 @@ __device__ __forceinline__ u32 slot_of(const K* __restrict__ table, u32 mask, K 
 
 #define HGB_ROWS 4
 
+// Rows i0 + u * S (u < HGB_ROWS) of column c as raw bits; ok[u] false past n or for a null.
+__device__ __forceinline__ void load_rows(const Col& c, i64 n, i64 i0, i64 S, u64 (&raw)[HGB_ROWS],
+                                          bool (&ok)[HGB_ROWS]) {
+#pragma unroll
+    for (int u = 0; u < HGB_ROWS; ++u) ok[u] = i0 + u * S < n && load_raw(c, (u64)(i0 + u * S), raw[u]);
+}
+
 // The dense group ids of rows i0 + u * S (u < HGB_ROWS; rows past n get sentinel_gid): their keys
 // and first probes are loaded together, so the loads overlap.
 template <typename K>
@@ -488,9 +495,7 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
             if (c >= ncols) break;
             u64 raw[HGB_ROWS];
             bool ok[HGB_ROWS];
-#pragma unroll
-            for (int u = 0; u < HGB_ROWS; ++u)
-                ok[u] = i0 + u * S < n && load_raw(cols[c], (u64)(i0 + u * S), raw[u]);
+            load_rows(cols[c], n, i0, S, raw, ok);
 #pragma unroll
             for (int u = 0; u < HGB_ROWS; ++u) {
                 if (!ok[u]) continue;
@@ -639,9 +644,7 @@ hgb_aggregate_cluster(const K* __restrict__ keys, i64 n, const K* __restrict__ t
             if (c >= ncols) break;
             u64 raw[HGB_ROWS];
             bool ok[HGB_ROWS];
-#pragma unroll
-            for (int u = 0; u < HGB_ROWS; ++u)
-                ok[u] = i0 + u * S < n && load_raw(cols[c], (u64)(i0 + u * S), raw[u]);
+            load_rows(cols[c], n, i0, S, raw, ok);
 #pragma unroll
             for (int u = 0; u < HGB_ROWS; ++u)
                 if (ok[u]) merge_raw_remote(owner[u] + cols[c].soff, sstride, local[u], cols[c], raw[u]);
