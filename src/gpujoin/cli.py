@@ -110,8 +110,12 @@ def cmd_tpch(a):
     device = resolve_device(a.device, "join")
     where = device if device == resolve_device(a.device, "group_by") else f"{device} (joins), cpu (group-by)"
     data = Path(a.data_dir) if a.data_dir else ensure_data(a.sf)
+    def progress(r):  # one line per query on stderr, so a cut-off run still shows what finished
+        print(f"Q{r.query}: {r.gpujoin_s * 1e3:.1f} ms, DuckDB {r.duckdb_s * 1e3:.1f} ms, "
+              f"{'validated' if r.validated else 'DIFFERS'}", file=sys.stderr, flush=True)
+
     results = run(data, queries, device=a.device if a.device == "auto" else device, repeat=a.repeat,
-                  threads=a.threads)
+                  threads=a.threads, on_result=progress)
     t = RichTable(title=f"TPC-H SF {a.sf:g} on {where} (median of {a.repeat}; DuckDB on the same CPUs)")
     for col in ("query", "result rows", "gpujoin ms", "DuckDB ms", "speedup", "validated"):
         t.add_column(col, justify="right")

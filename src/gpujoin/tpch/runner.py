@@ -40,10 +40,12 @@ def _checksum(con, column: pa.Table) -> pa.Table:
 
 
 def run(data_dir: Path, queries: list[str], device: str = "auto", repeat: int = 3,
-        threads: int | None = None, group_by_device: str | None = None) -> list[QueryResult]:
+        threads: int | None = None, group_by_device: str | None = None,
+        on_result=None) -> list[QueryResult]:
     """Run ``queries`` on the Parquet files in ``data_dir``; the median of ``repeat`` runs of each side.
 
     Joins run on ``device``, group-bys on ``group_by_device`` (default: the same).
+    ``on_result(QueryResult)``, if given, is called as each query finishes (progress for long runs).
 
     Both engines read from memory: the tables are loaded once (into Arrow for gpujoin, into
     DuckDB's own tables for DuckDB) before any timing.
@@ -80,5 +82,7 @@ def run(data_dir: Path, queries: list[str], device: str = "auto", repeat: int = 
         diff = first_difference(ours, expected, check_names=False, rel=1e-9)
         results.append(QueryResult(name, rows, statistics.median(g_times), statistics.median(d_times),
                                    diff is None, diff))
+        if on_result:
+            on_result(results[-1])
     con.close()
     return results
