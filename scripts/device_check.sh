@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
-#                            groupby-sweeps|tpch-gb|tpch-gpu|gb-profile|gb-ncu|part-profile|cpu-joins|all]
+#                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -116,6 +116,17 @@ if [[ $stage == tpch-gpu || $stage == all ]]; then
   # against DuckDB on the machine's CPUs (issue 3)
   timeout ${TPCH_TIMEOUT:-540} python3 -m gpujoin.cli tpch --sf 10 --device cuda --repeat 3 \
     --json "$OUT/tpch_sf10_gpu.jsonl" 2>&1 | tail -20
+fi
+if [[ $stage == tpch-profile ]]; then
+  # where each query's time goes on the GPU (cProfile, own time first)
+  timeout ${TPCH_TIMEOUT:-300} python3 scripts/profile_tpch.py ${SF:-10} cuda 2>&1 | grep -v "^$" \
+    | grep -E "===|^ +[0-9]" | cut -c1-150 | tee "$OUT/profile_tpch.txt" | tail -${PROFILE_LINES:-90}
+fi
+if [[ $stage == fig6 ]]; then
+  # paper 003 Fig. 6 only: |S| = 2 |R|, and 5 payload columns
+  f="$OUT/bench_join_fig6.jsonl"
+  gj bench join --device cuda --algorithm all,auto --log2-r 26 --log2-s 27 --payloads 2 --runs 5 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 5 --runs 5 -o "$f" >/dev/null
 fi
 if [[ $stage == cpu-joins || $stage == all ]]; then
   # paper 002 on this host's cores: CPU joins against thread count, DuckDB, the GPU bitmap join

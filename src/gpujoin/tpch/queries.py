@@ -35,6 +35,12 @@ def _revenue(t: pa.Table) -> pa.ChunkedArray:
     return pc.multiply(t["l_extendedprice"], pc.subtract(_dec(disc, 1), disc))
 
 
+def _where(t: pa.Table, mask, columns: list[str]) -> pa.Table:
+    """``columns`` of ``t``'s rows where ``mask`` holds: projected before filtering, so the filter
+    copies only the columns the query reads (DuckDB pushes projections down the same way)."""
+    return t.select(columns).filter(mask)
+
+
 def _sort_limit(t: pa.Table, keys: list[tuple[str, str]], limit: int | None = None) -> pa.Table:
     t = t.sort_by(keys)
     return t.slice(0, limit) if limit is not None else t
@@ -56,13 +62,13 @@ class Query:
 
 
 def q3(T: Tables, q: Query) -> pa.Table:
-    c = T["customer"].filter(pc.equal(T["customer"]["c_mktsegment"], "BUILDING")).select(["c_custkey"])
+    c = _where(T["customer"], pc.equal(T["customer"]["c_mktsegment"], "BUILDING"), ["c_custkey"])
     o = T["orders"]
-    o = o.filter(pc.less(o["o_orderdate"], _date("1995-03-15"))).select(
-        ["o_orderkey", "o_custkey", "o_orderdate", "o_shippriority"])
+    o = _where(o, pc.less(o["o_orderdate"], _date("1995-03-15")),
+               ["o_orderkey", "o_custkey", "o_orderdate", "o_shippriority"])
     li = T["lineitem"]
-    li = li.filter(pc.greater(li["l_shipdate"], _date("1995-03-15"))).select(
-        ["l_orderkey", "l_extendedprice", "l_discount"])
+    li = _where(li, pc.greater(li["l_shipdate"], _date("1995-03-15")),
+                ["l_orderkey", "l_extendedprice", "l_discount"])
     o = q.j(o, c, "o_custkey", "c_custkey", how="semi")
     lo = q.j(li, o, "l_orderkey", "o_orderkey")
     lo = lo.append_column("volume", _revenue(lo))
@@ -72,13 +78,13 @@ def q3(T: Tables, q: Query) -> pa.Table:
 
 
 def q5(T: Tables, q: Query) -> pa.Table:
-    r = T["region"].filter(pc.equal(T["region"]["r_name"], "ASIA")).select(["r_regionkey"])
+    r = _where(T["region"], pc.equal(T["region"]["r_name"], "ASIA"), ["r_regionkey"])
     n = q.j(T["nation"].select(["n_nationkey", "n_name", "n_regionkey"]), r, "n_regionkey", "r_regionkey", "semi")
     s = q.j(T["supplier"].select(["s_suppkey", "s_nationkey"]), n.select(["n_nationkey", "n_name"]),
             "s_nationkey", "n_nationkey")
     o = T["orders"]
-    o = o.filter(pc.and_(pc.greater_equal(o["o_orderdate"], _date("1994-01-01")),
-                         pc.less(o["o_orderdate"], _date("1995-01-01")))).select(["o_orderkey", "o_custkey"])
+    o = _where(o, pc.and_(pc.greater_equal(o["o_orderdate"], _date("1994-01-01")),
+                          pc.less(o["o_orderdate"], _date("1995-01-01"))), ["o_orderkey", "o_custkey"])
     oc = q.j(o, T["customer"].select(["c_custkey", "c_nationkey"]), "o_custkey", "c_custkey")
     li = T["lineitem"].select(["l_orderkey", "l_suppkey", "l_extendedprice", "l_discount"])
     lo = q.j(li, oc.select(["o_orderkey", "c_nationkey"]), "l_orderkey", "o_orderkey")
@@ -90,15 +96,15 @@ def q5(T: Tables, q: Query) -> pa.Table:
 
 def q7(T: Tables, q: Query) -> pa.Table:
     nat = T["nation"]
-    n = nat.filter(pc.is_in(nat["n_name"], pa.array(["FRANCE", "GERMANY"]))).select(["n_nationkey", "n_name"])
+    n = _where(nat, pc.is_in(nat["n_name"], pa.array(["FRANCE", "GERMANY"])), ["n_nationkey", "n_name"])
     s = q.j(T["supplier"].select(["s_suppkey", "s_nationkey"]), n, "s_nationkey", "n_nationkey")
     s = s.rename_columns(["s_suppkey", "s_nationkey", "supp_nation"])
     c = q.j(T["customer"].select(["c_custkey", "c_nationkey"]), n, "c_nationkey", "n_nationkey")
     c = c.rename_columns(["c_custkey", "c_nationkey", "cust_nation"])
     li = T["lineitem"]
-    li = li.filter(pc.and_(pc.greater_equal(li["l_shipdate"], _date("1995-01-01")),
-                           pc.less_equal(li["l_shipdate"], _date("1996-12-31")))).select(
-        ["l_orderkey", "l_suppkey", "l_extendedprice", "l_discount", "l_shipdate"])
+    li = _where(li, pc.and_(pc.greater_equal(li["l_shipdate"], _date("1995-01-01")),
+                            pc.less_equal(li["l_shipdate"], _date("1996-12-31"))),
+                ["l_orderkey", "l_suppkey", "l_extendedprice", "l_discount", "l_shipdate"])
     ls = q.j(li, s.select(["s_suppkey", "supp_nation"]), "l_suppkey", "s_suppkey")
     lso = q.j(ls, T["orders"].select(["o_orderkey", "o_custkey"]), "l_orderkey", "o_orderkey")
     t = q.j(lso, c.select(["c_custkey", "cust_nation"]), "o_custkey", "c_custkey")
@@ -112,10 +118,10 @@ def q7(T: Tables, q: Query) -> pa.Table:
 
 def q10(T: Tables, q: Query) -> pa.Table:
     o = T["orders"]
-    o = o.filter(pc.and_(pc.greater_equal(o["o_orderdate"], _date("1993-10-01")),
-                         pc.less(o["o_orderdate"], _date("1994-01-01")))).select(["o_orderkey", "o_custkey"])
+    o = _where(o, pc.and_(pc.greater_equal(o["o_orderdate"], _date("1993-10-01")),
+                          pc.less(o["o_orderdate"], _date("1994-01-01"))), ["o_orderkey", "o_custkey"])
     li = T["lineitem"]
-    li = li.filter(pc.equal(li["l_returnflag"], "R")).select(["l_orderkey", "l_extendedprice", "l_discount"])
+    li = _where(li, pc.equal(li["l_returnflag"], "R"), ["l_orderkey", "l_extendedprice", "l_discount"])
     cn = q.j(T["customer"].select(["c_custkey", "c_name", "c_acctbal", "c_phone", "c_address", "c_comment",
                                    "c_nationkey"]),
              T["nation"].select(["n_nationkey", "n_name"]), "c_nationkey", "n_nationkey")
@@ -135,7 +141,7 @@ def q12(T: Tables, q: Query) -> pa.Table:
                    pc.and_(pc.less(li["l_shipdate"], li["l_commitdate"]),
                            pc.and_(pc.greater_equal(li["l_receiptdate"], _date("1994-01-01")),
                                    pc.less(li["l_receiptdate"], _date("1995-01-01")))))
-    li = li.filter(mask).select(["l_orderkey", "l_shipmode"])
+    li = _where(li, mask, ["l_orderkey", "l_shipmode"])
     t = q.j(li, T["orders"].select(["o_orderkey", "o_orderpriority"]), "l_orderkey", "o_orderkey")
     high = pc.is_in(t["o_orderpriority"], pa.array(["1-URGENT", "2-HIGH"])).cast(pa.int64())
     t = t.append_column("high", high).append_column("low", pc.subtract(1, high))
@@ -161,14 +167,14 @@ def q18(T: Tables, q: Query) -> pa.Table:
 def q19(T: Tables, q: Query) -> pa.Table:
     li = T["lineitem"]
     qty = li["l_quantity"]
-    li = li.filter(pc.and_(pc.and_(pc.is_in(li["l_shipmode"], pa.array(["AIR", "AIR REG"])),
-                                   pc.equal(li["l_shipinstruct"], "DELIVER IN PERSON")),
-                           pc.and_(pc.greater_equal(qty, _dec(qty, 1)), pc.less_equal(qty, _dec(qty, 30))))
-                   ).select(["l_partkey", "l_quantity", "l_extendedprice", "l_discount"])
+    li = _where(li, pc.and_(pc.and_(pc.is_in(li["l_shipmode"], pa.array(["AIR", "AIR REG"])),
+                                    pc.equal(li["l_shipinstruct"], "DELIVER IN PERSON")),
+                            pc.and_(pc.greater_equal(qty, _dec(qty, 1)), pc.less_equal(qty, _dec(qty, 30)))),
+                ["l_partkey", "l_quantity", "l_extendedprice", "l_discount"])
     p = T["part"]
-    p = p.filter(pc.and_(pc.is_in(p["p_brand"], pa.array(["Brand#12", "Brand#23", "Brand#34"])),
-                         pc.and_(pc.greater_equal(p["p_size"], 1), pc.less_equal(p["p_size"], 15)))
-                 ).select(["p_partkey", "p_brand", "p_container", "p_size"])
+    p = _where(p, pc.and_(pc.is_in(p["p_brand"], pa.array(["Brand#12", "Brand#23", "Brand#34"])),
+                          pc.and_(pc.greater_equal(p["p_size"], 1), pc.less_equal(p["p_size"], 15))),
+               ["p_partkey", "p_brand", "p_container", "p_size"])
     t = q.j(li, p, "l_partkey", "p_partkey")
     qty = t["l_quantity"]
 
