@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import ColumnNotFoundError, InvalidOperationError
 
@@ -272,7 +273,35 @@ def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=table.schema)
 
 
-__all__ = ["Table", "Column", "check_columns", "combined", "to_arrow_table", "take"]
+def decimal_to_int64(arr: pa.Array) -> np.ndarray:
+    """The unscaled values of a decimal128 array of precision <= 18 as int64 (n,); nulls read 0.
+
+    Raises TypeError for wider decimals, whose values need not fit 64 bits.
+    """
+    t = arr.type
+    if not pa.types.is_decimal128(t) or t.precision > 18:
+        raise TypeError(f"expected decimal128 with precision <= 18 (fits int64), got {t}")
+    words = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + len(arr)))
+    out = words[2 * arr.offset::2].copy()  # little-endian: the low word holds the whole value
+    if arr.null_count:
+        out[~np.asarray(arr.is_valid())] = 0
+    return out
+
+
+def int64_to_decimal(values: np.ndarray, t: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
+    """int64 unscaled values (n,) as a decimal128 array of type ``t`` (the inverse of
+    :func:`decimal_to_int64`); ``valid`` (bool (n,)) marks the present values."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    words = np.empty((values.size, 2), np.int64)
+    words[:, 0], words[:, 1] = values, values >> 63  # the high word sign-extends
+    arr = pa.Array.from_buffers(t, values.size, [None, pa.py_buffer(words)])
+    if valid is not None and not valid.all():
+        arr = pc.if_else(pa.array(valid), arr, pa.scalar(None, t))
+    return arr
+
+
+__all__ = ["Table", "Column", "check_columns", "combined", "to_arrow_table", "take", "decimal_to_int64",
+           "int64_to_decimal"]
 
 
 def on_device(x) -> bool:

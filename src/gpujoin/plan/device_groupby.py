@@ -1,7 +1,8 @@
 """Group-bys of device-resident tables: input and output stay in GPU memory.
 
-The planner's part for DeviceTables (or dicts of CuPy arrays): one integer key column without
-nulls (composite, string and nullable keys go through Arrow tables, which also run on the GPU),
+The planner's part for DeviceTables (or dicts of CuPy arrays): integer (also date and
+dictionary-coded string) key columns without nulls, several packed into one int64 key
+(nullable keys and wider composite keys go through Arrow tables, which also run on the GPU),
 value columns of any integer, bool or float type with validity masks; each aggregate becomes
 the accumulators it needs, and the results get SQL semantics: sums of integers are int64
 (an overflow is an error), of floats float64; mean float64; count and size int64; min and max
@@ -13,6 +14,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pyarrow as pa
 
 from ..backend import resolve_device
 from ..errors import ComputeError, InvalidOperationError, SchemaError
@@ -58,9 +60,10 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     Raises
     ------
     ValueError
-        More than one key column, or a key column with nulls.
+        A key column with nulls, or composite keys whose value ranges span more than 63 bits
+        (composite keys are packed into one int64 key: :mod:`gpujoin.plan.pack_keys`).
     SchemaError
-        A key column that is not an integer.
+        A key column that is not an integer, date or string.
     InvalidOperationError, ComputeError
         As for host tables.
     MemoryError
@@ -71,19 +74,22 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     from ..cuda.groupby import AggInput, run
     from ..cuda.table import DeviceTable
 
-    if len(by) != 1:
-        raise ValueError(f"device-resident group-bys take one key column, got {by}; pass an Arrow table for "
-                         f"composite keys")
-    kname = by[0]
-    if kname in table.validity:
-        raise ValueError(f"the key column {kname!r} has a validity mask; device-resident group-by keys cannot be "
-                         f"null: pass an Arrow table")
-    kcol = table[kname]
-    if kcol.dtype.kind not in "iub":
-        raise SchemaError(f"group-by key {kname!r} has dtype {kcol.dtype}; device-resident keys must be integers "
-                          f"(pass an Arrow table for other key types)")
-    _, kdt = _key_dtype(kname, kcol.dtype, kname, kcol.dtype)
-    keys = to_key(kcol, kdt)
+    for kname in by:
+        if kname in table.validity:
+            raise ValueError(f"the key column {kname!r} has a validity mask; device-resident group-by keys cannot "
+                             f"be null: pass an Arrow table")
+        if table[kname].dtype.kind not in "iub":
+            raise SchemaError(f"group-by key {kname!r} has dtype {table[kname].dtype}; device-resident keys must be "
+                              f"integers, dates or strings (pass an Arrow table for other key types)")
+    packing = None
+    if len(by) == 1:
+        kcol = table[by[0]]
+        _, kdt = _key_dtype(by[0], kcol.dtype, by[0], kcol.dtype)
+        keys = to_key(kcol, kdt)
+    else:  # composite keys: one exact int64 key when their ranges fit 63 bits together
+        from .pack_keys import pack_keys
+
+        (keys,), packing = pack_keys([[table[k] for k in by]], by)
     stats = GroupByStats(algorithm, resolve_device("cuda", "group_by"), table.num_rows)
     t0 = time.perf_counter()
 
@@ -122,7 +128,12 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     sizes = out.columns[0]["count"] if need_sizes else None
     res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}
 
-    columns, validity, types = {kname: from_key(out.keys, kcol.dtype)}, {}, {kname: table.types.get(kname)}
+    key_columns = packing.unpack(out.keys) if packing else [from_key(out.keys, kcol.dtype)]
+    columns, validity, types, dicts = dict(zip(by, key_columns)), {}, {}, {}
+    for kname in by:
+        t, d = table.meta(kname)
+        types.update(t)
+        dicts.update(d)
     for name, col, fn in specs:
         if fn == "size" or (fn == "count" and col not in table.validity):
             columns[name] = sizes
@@ -135,17 +146,22 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         floating = src.dtype.kind == "f"
         if fn in ("min", "max"):
             columns[name] = from_key(r[fn], src.dtype)  # uint64: the int64 bits back
-            types[name] = table.types.get(col)
+            t, d = table.meta(col, name)
+            types.update(t)
+            dicts.update(d)
         elif fn == "sum":  # 8-byte integers come as exact halves; floats and 4-byte integers whole
             columns[name] = r["sum"] if "sum_lo" not in r else _sum_int64(
                 col, r["sum"], r["sum_lo"], present if present is not None else slice(None))
+            t = table.types.get(col)
+            if t is not None and pa.types.is_decimal128(t):  # SQL: sum(decimal(p, s)) is decimal(38, s)
+                types[name] = pa.decimal128(38, t.scale)
         else:  # mean
             total = r["sum"].astype(cp.float64) if floating or "sum_lo" not in r else \
                 r["sum"].astype(cp.float64) * 2.0**32 + r["sum_lo"].astype(cp.float64)
             columns[name] = total / cp.maximum(r["count"], 1)
         if present is not None:
             validity[name] = present.astype(cp.uint8)
-    result = DeviceTable(columns, validity, types)
+    result = DeviceTable(columns, validity, types, dicts)
     cp.cuda.Device().synchronize()
     stats.phases = dict(out.phases)
     stats.phases["total"] = time.perf_counter() - t0

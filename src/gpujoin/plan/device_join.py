@@ -3,9 +3,10 @@
 The planner's part for DeviceTables (or dicts of CuPy arrays): check the key columns, promote
 their types, choose the build side and the join mode, hand every output column's source to the
 GPU algorithm as a payload (validity masks travel as payloads too), and lay the output out as
-``polars.DataFrame.join`` would.  Keys here are one integer (or date/time) column a side without
-nulls; composite, string and nullable keys go through Arrow tables (``gpujoin.join`` on host
-tables, which also runs on the GPU).
+``polars.DataFrame.join`` would.  Keys here are integer (date/time, or dictionary-coded string
+over one shared dictionary) columns without nulls; several a side are packed into one int64 key
+(:mod:`gpujoin.plan.pack_keys`); nullable keys and wider composite keys go through Arrow tables
+(``gpujoin.join`` on host tables, which also runs on the GPU).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     Raises
     ------
     ColumnNotFoundError, SchemaError, ValueError
-        As for host tables; also for composite keys or keys with nulls (use Arrow tables).
+        As for host tables; also for keys with nulls, composite keys whose ranges span more than
+        63 bits, and string keys over different dictionaries (use Arrow tables).
     RuntimeError
         device="cpu" with device-resident inputs.
     MemoryError
@@ -82,20 +84,35 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
                 for side, name, out, _ in layout}
         valid = {out: (lt if side == "l" else rt).validity[name][lidx if side == "l" else ridx]
                  for side, name, out, _ in layout if name in (lt if side == "l" else rt).validity}
-        result = DeviceTable(cols, valid, {o: (lt if s == "l" else rt).types.get(n) for s, n, o, _ in layout})
+        types, dicts = {}, {}
+        for s, n, o, _ in layout:
+            t, d = (lt if s == "l" else rt).meta(n, o)
+            types.update(t)
+            dicts.update(d)
+        result = DeviceTable(cols, valid, types, dicts)
         stats.output_rows = result.num_rows
         stats.phases = {"transform": 0.0, "match": time.perf_counter() - t0, "materialize": 0.0}
         return result, stats
-    if len(lk) != 1:
-        raise ValueError(f"device-resident joins take one key column a side, got {lk} and {rk}; "
-                         f"pass Arrow tables for composite keys")
-    ln, rn = lk[0], rk[0]
-    for t, name, side in ((lt, ln, "left"), (rt, rn, "right")):
-        if name in t.validity:
-            raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
-                             f"cannot be null: drop those rows or pass Arrow tables")
-    out_dt, join_dt = _key_dtype(ln, lt[ln].dtype, rn, rt[rn].dtype)
-    lkey, rkey = to_key(lt[ln], join_dt), to_key(rt[rn], join_dt)
+    for a, b in zip(lk, rk):
+        for t, name, side in ((lt, a, "left"), (rt, b, "right")):
+            if name in t.validity:
+                raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
+                                 f"cannot be null: drop those rows or pass Arrow tables")
+        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
+        if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
+            raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one dictionary "
+                              f"(encode both tables' strings together, or pass Arrow tables)")
+    packing = None
+    if len(lk) == 1:
+        ln, rn = lk[0], rk[0]
+        out_dt, join_dt = _key_dtype(ln, lt[ln].dtype, rn, rt[rn].dtype)
+        lkey, rkey = to_key(lt[ln], join_dt), to_key(rt[rn], join_dt)
+    else:  # composite keys: one exact int64 key when their ranges fit 63 bits together
+        from .pack_keys import pack_keys
+
+        for a, b in zip(lk, rk):
+            _key_dtype(a, lt[a].dtype, b, rt[b].dtype)  # integers only, as for one key
+        (lkey, rkey), packing = pack_keys([[lt[a] for a in lk], [rt[b] for b in rk]], lk)
     for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")), (rkey, "right", validate in ("1:1", "m:1"))):
         if check and cp.unique(keys).size != keys.size:
             raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
@@ -131,13 +148,18 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     stats.phases.update(res.phases)
     stats.params.update(res.params)
     t1 = time.perf_counter()
-    cols, valid, types = {}, {}, {}
+    cols, valid, types, dicts, unpacked = {}, {}, {}, {}, None
     for side, name, out, key in layout:
         src = lt if side == "l" else rt
+        t, d = src.meta(name, out)
+        types.update(t)
+        dicts.update(d)
         if key:
-            k = res.key_column()
-            cols[out] = from_key(k, out_dt)
-            types[out] = src.types.get(name)
+            if packing is None:
+                cols[out] = from_key(res.key_column(), out_dt)
+            else:
+                unpacked = unpacked if unpacked is not None else packing.unpack(res.key_column())
+                cols[out] = unpacked[(lk if side == "l" else rk).index(name)]
             continue
         column = res.build_column if side == bside else res.probe_column
         values, present = column(index[(side, name)])
@@ -147,8 +169,7 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
         cols[out] = values
         if present is not None:
             valid[out] = present
-        types[out] = src.types.get(name)
-    result = DeviceTable(cols, valid, types)
+    result = DeviceTable(cols, valid, types, dicts)
     cp.cuda.Device().synchronize()
     stats.phases["materialize"] = time.perf_counter() - t1
     stats.output_rows = result.num_rows

@@ -1,0 +1,122 @@
+"""Device-resident tables: decimal and string columns in GPU memory, composite keys packed into
+one GPU key for joins and group-bys, and the TPC-H job run wholly on the GPU.  Marker ``gpu``."""
+
+import datetime as dt
+import shutil
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import gpujoin
+from gpujoin.testing import assert_tables_equal
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+if not gpujoin.backend.cuda_available():
+    pytest.skip("no usable GPU", allow_module_level=True)
+
+from gpujoin.cuda.table import DeviceTable  # noqa: E402
+
+HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+
+
+def _table(rng, n, domain):
+    """Composite keys (a int64 with negatives, b int32, d date32), a decimal, a string with nulls."""
+    words = np.array(["", "x", "GERMANY", "FRANCE", "ünï", "a" * 40])
+    s = pa.array(words[rng.integers(0, words.size, n)], mask=rng.random(n) < 0.1)
+    return pa.table({
+        "a": pa.array(rng.integers(-domain, domain, n), pa.int64()),
+        "b": pa.array(rng.integers(0, 3, n).astype(np.int32)),
+        "d": pa.array(rng.integers(8000, 8003, n).astype(np.int32)).view(pa.date32()),
+        "m": pa.array([Decimal(int(v)).scaleb(-2) for v in rng.integers(-10**6, 10**6, n)], pa.decimal128(15, 2)),
+        "s": s,
+    })
+
+
+def test_from_arrow_round_trip():
+    rng = np.random.default_rng(1)
+    t = _table(rng, 1000, 50)
+    t = t.append_column("dec_null", pa.array([None if i % 7 == 0 else Decimal(i) / 100 for i in range(1000)],
+                                             pa.decimal128(18, 2)))
+    t = t.append_column("dict", pa.array(["p", "q", None, "p"] * 250).dictionary_encode())
+    d = DeviceTable.from_arrow(t)
+    assert d["s"].dtype == cp.int32 and d["m"].dtype == cp.int64
+    back = d.to_arrow()
+    assert back.column("dict").type == pa.string()
+    assert_tables_equal(back, t.set_column(6, "dict", t["dict"].cast(pa.string())), check_row_order=True)
+    coded = d.to_arrow(decode_strings=False)
+    assert pa.types.is_dictionary(coded.column("s").type)
+    assert coded.column("s").cast(pa.string()).equals(t.column("s"))
+    with pytest.raises(TypeError, match="'w'.*decimal128"):
+        DeviceTable.from_arrow(pa.table({"w": pa.array([Decimal(1)], pa.decimal128(38, 2))}))
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("algorithm", ["phj-tr", "smj-tr", "nphj"])
+def test_composite_keys_join_matches_cpu_engine(how, algorithm):
+    rng = np.random.default_rng(len(how))
+    left, right = _table(rng, 3000, 40), _table(rng, 2000, 40).rename_columns(["a", "b", "d", "m2", "s2"])
+    on = ["a", "b", "d"]
+    want = gpujoin.join(left, right, on, how=how, device="cpu")
+    got = gpujoin.join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how,
+                       algorithm=algorithm)
+    assert isinstance(got, DeviceTable)
+    assert_tables_equal(got.to_arrow(), want)
+
+
+def test_composite_keys_group_by_matches_cpu_engine():
+    rng = np.random.default_rng(7)
+    t = _table(rng, 20_000, 1000)
+    t = t.set_column(4, "s", t["s"].fill_null("null"))  # device keys cannot be null
+    aggs = dict(total=("m", "sum"), lo=("m", "min"), n=("a", "count"), rows=("a", "size"))
+    for by in (["a", "b", "d"], ["s", "b"], ["d", "s", "a"]):
+        want = gpujoin.group_by(t, by, device="cpu").agg(**aggs)
+        got = gpujoin.group_by(DeviceTable.from_arrow(t), by).agg(**aggs)
+        out = got.to_arrow()
+        assert out.schema.field("total").type == pa.decimal128(38, 2)
+        assert_tables_equal(out, want)
+
+
+def test_device_key_errors_are_clear():
+    wide = {"x": cp.asarray([-2**62, 2**62]), "y": cp.asarray([0, 5])}
+    with pytest.raises(ValueError, match="63 bits"):
+        gpujoin.group_by(wide, ["x", "y"]).agg(n=("x", "count"))
+    with pytest.raises(ValueError, match="63 bits"):
+        gpujoin.join(wide, wide, ["x", "y"])
+    a = DeviceTable.from_arrow(pa.table({"k": ["p", "q"]}))
+    b = DeviceTable.from_arrow(pa.table({"k": ["q", "p"]}))
+    with pytest.raises(gpujoin.SchemaError, match="share one dictionary"):
+        gpujoin.join(a, b, "k")
+    assert_tables_equal(gpujoin.join(a, a, "k").to_arrow(), pa.table({"k": ["p", "q"]}))
+
+
+def test_tpch_on_the_gpu_validates():
+    """Every query of the TPC-H job in GPU memory (DeviceQuery) at SF 0.01, against DuckDB."""
+    pytest.importorskip("duckdb")
+    if not (Path(sys.executable).with_name("tpchgen-cli").exists() or shutil.which("tpchgen-cli")):
+        pytest.skip("tpchgen-cli is not installed")
+    from gpujoin.tpch.data import ensure_data
+    from gpujoin.tpch.queries import QUERIES
+    from gpujoin.tpch.runner import run
+
+    data = ensure_data(0.01, progress=False)
+    results = run(data, list(QUERIES), device="cuda", repeat=1)
+    bad = [(r.query, r.difference) for r in results if not r.validated]
+    assert not bad, bad
+
+
+def test_device_query_year_and_top():
+    from gpujoin.tpch.ops import DeviceQuery
+
+    days = [dt.date(y, m, d) for y, m, d in [(1970, 1, 1), (1969, 12, 31), (2000, 2, 29), (2000, 3, 1),
+                                            (1996, 12, 31), (1600, 1, 1), (2400, 12, 31)]]
+    t = DeviceTable.from_arrow(pa.table({"d": pa.array(days, pa.date32()), "v": list(range(7))}))
+    q = DeviceQuery()
+    years, typ = q.year(t, "d")
+    assert cp.asnumpy(years).tolist() == [d.year for d in days] and typ == pa.int64()
+    top = q.result(t, [("d", "descending")], 2)
+    assert top.column("v").to_pylist() == [6, 3]
