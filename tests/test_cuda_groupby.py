@@ -112,11 +112,17 @@ def test_the_empty_slot_key_is_a_group_like_any_other(algorithm, dtype):
     assert_tables_equal(out.to_arrow(), expected)
 
 
-@pytest.mark.parametrize("log2_groups", [12, 13, 14, 15])
-def test_hgb_shared_cluster_and_global_paths(log2_groups):
-    """Every accumulator and value type through HGB's one-block, cluster (2-8 blocks of
-    distributed shared memory) and global aggregation, as the groups grow."""
+@pytest.mark.parametrize("sliced", [True, False])
+@pytest.mark.parametrize("log2_groups", [11, 12, 13, 14, 15])
+def test_hgb_shared_sliced_cluster_and_global_paths(log2_groups, sliced, monkeypatch):
+    """Every accumulator and value type through HGB's one-block, sliced (a pass per slice of the
+    groups), cluster (2-8 blocks of distributed shared memory) and global aggregation, as the
+    groups grow; the sliced passes with and without looked-up group ids."""
+    from gpujoin.cuda.groupby import hgb as module
     from gpujoin.cuda.groupby.hgb import hgb
+
+    monkeypatch.setattr(module, "HGB_MAX_SLICES", 4 if sliced else 0)
+    monkeypatch.setattr(module, "HGB_SLICE_GIDS", log2_groups % 2 == 0)
 
     g, n = 1 << log2_groups, 1 << 19
     rng = cp.random.default_rng(log2_groups)

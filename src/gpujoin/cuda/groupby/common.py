@@ -8,6 +8,8 @@ encodings); :func:`decode` turns them back into typed arrays.
 
 from __future__ import annotations
 
+import os
+
 import math
 from dataclasses import dataclass, field
 
@@ -61,6 +63,24 @@ class AggInput:
     @property
     def flags(self) -> int:
         return sum(_FLAG[a] for a in self.accumulators)
+
+
+#: GPUJOIN_GROUPBY_GENERIC=1: only the generic kernels (to measure what specialization gains)
+GENERIC_ONLY = os.environ.get("GPUJOIN_GROUPBY_GENERIC") == "1"
+
+
+def column_spec(inputs: list[AggInput]) -> int:
+    """The compile-time column specialization of the group-by kernels for ``inputs``
+    (kernels.GROUPBY_SPECS: type | flags << 8 when every input has values of one type, the same
+    accumulators and no validity, and that combination has kernels; else -1, the generic ones)."""
+    from ..kernels import GROUPBY_SPECS
+
+    if GENERIC_ONLY:
+        return -1
+    specs = {inp.type_code | inp.flags << 8 if inp.values is not None and inp.valid is None else -1
+             for inp in inputs}
+    spec = specs.pop() if len(specs) == 1 else -1
+    return spec if spec in GROUPBY_SPECS else -1
 
 
 @dataclass

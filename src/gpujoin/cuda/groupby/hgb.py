@@ -26,8 +26,8 @@ import numpy as np
 from ..kernels import CLUSTER_SIZES
 from ..primitives import key_type
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
-from .common import (MAXC, AggInput, GroupByOutput, allocate, decode, descriptors, estimate_groups, global_bytes,
-                     smem_bytes)
+from .common import (MAXC, AggInput, GroupByOutput, allocate, column_spec, decode, descriptors, estimate_groups,
+                     global_bytes, smem_bytes)
 
 BLOCK = 256
 #: Shared memory per block (bytes) for the groups' slots: at most SMEM_BLOCK_BUDGET (two blocks
@@ -40,6 +40,15 @@ CLUSTER_BLOCK = 512
 #: 11.4 ms in clusters of 2 and 15.7 ms in global memory; 2^16 groups 24.5 ms in clusters of 8
 #: and 18.9 ms in global memory (remote shared-memory atomics are no faster than L2 ones).
 HGB_CLUSTERS = tuple(int(c) for c in os.environ.get("GPUJOIN_HGB_CLUSTERS", "2").split(",") if c)
+#: Sliced shared-memory aggregation: when the groups' accumulators need at most HGB_MAX_SLICES
+#: blocks' shared memory (SLICE_BUDGET bytes each, one SLICE_BLOCK-thread block an SM), each
+#: pass over the rows aggregates one slice of the group ids, instead of remote (cluster) or
+#: global atomics; HGB_SLICE_GIDS: look each row's group id up once (4 bytes a row written, read
+#: by every pass) instead of probing the table in every pass.
+HGB_MAX_SLICES = int(os.environ.get("GPUJOIN_HGB_MAX_SLICES", "2"))
+SLICE_BUDGET = int(os.environ.get("GPUJOIN_HGB_SLICE_KB", "220")) * 1024
+SLICE_BLOCK = 1024
+HGB_SLICE_GIDS = os.environ.get("GPUJOIN_HGB_SLICE_GIDS", "1") == "1"
 
 
 def _pow2(x: int) -> int:
@@ -110,6 +119,14 @@ class HashTable:
         return codes
 
 
+def slices_needed(inputs: list[AggInput], groups: int, smem_optin: int) -> int:
+    """How many passes of one block's shared memory (SLICE_BUDGET, at most ``smem_optin`` bytes)
+    hold the groups' accumulators (MAXC columns at a time)."""
+    budget = min(SLICE_BUDGET, smem_optin)
+    return max(-(-smem_bytes(inputs[lo:lo + MAXC], groups) // budget) for lo in range(0, max(len(inputs), 1), MAXC)) \
+        if inputs else 1
+
+
 def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> list[cp.ndarray]:
     """Stage 2 over every input (rows of ``keys``, the keys the table was built from): each
     input's (accumulators, g) u64 slots."""
@@ -120,17 +137,24 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
         return accs
     props = device_properties(cp.cuda.Device().id)
     kt = key_type(keys)
+    gids = None  # each row's group id, looked up once when the sliced passes would probe again
     for lo in range(0, len(inputs), MAXC):
         part, part_accs = inputs[lo:lo + MAXC], accs[lo:lo + MAXC]
-        args = (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid), np.uint32(table.mask))
+        block, slice_, grid_y = BLOCK, 0, 1
+        budget = min(SLICE_BUDGET, props["smem_optin"])
         if smem_bytes(part, g) <= SMEM_BLOCK_BUDGET:  # every group in one block's shared memory
             copies = 1
             while copies < 8 and smem_bytes(part, 2 * copies * g) <= SMEM_COPIES_BUDGET:
                 copies *= 2
             sstride = (g * copies + 1) & ~1
             smem = smem_bytes(part, g * copies)
-            fn = kernel("groupby.cu", f"hgb_aggregate<{kt}>")
             use_smem = 1
+        elif -(-smem_bytes(part, g) // budget) <= HGB_MAX_SLICES:  # a few passes, a slice of groups each
+            grid_y = -(-smem_bytes(part, g) // budget)
+            slice_ = -(-g // grid_y)
+            copies, sstride, smem, use_smem, block = 1, (slice_ + 1) & ~1, smem_bytes(part, slice_), 1, SLICE_BLOCK
+            if grid_y > 1 and gids is None and HGB_SLICE_GIDS:
+                gids = table.lookup(keys)
         else:
             cl = next((c for c in HGB_CLUSTERS if c in CLUSTER_SIZES
                        and smem_bytes(part, -(-g // c)) <= SMEM_BLOCK_BUDGET), None)
@@ -144,18 +168,22 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
                 per_sm = max(1, min(2, props["smem_optin"] // smem))
                 grid = max(cl, props["sms"] * per_sm // cl * cl)
                 desc = descriptors(part, part_accs, smem_slots=sstride)
+                args = (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
+                        np.uint32(table.mask))
                 fn((grid,), (CLUSTER_BLOCK,), (*args, desc, np.int32(len(part)), np.uint64(g), np.uint64(slice_),
                                                np.uint64(sstride)), shared_mem=smem)
                 continue
             copies, sstride, smem, use_smem = 1, 0, 0, 0
-            fn = kernel("groupby.cu", f"hgb_aggregate<{kt}>")
+        fn = kernel("groupby.cu", f"hgb_aggregate<{kt}, {column_spec(part)}>")
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
-        per_sm = max(1, min(8, (props["smem_optin"] // smem) if smem else 8))
-        grid = max(1, min((n + BLOCK - 1) // BLOCK, props["sms"] * per_sm))
+        per_sm = max(1, min(8 * BLOCK // block, (props["smem_optin"] // smem) if smem else 8))
+        grid = max(1, min((n + block - 1) // block, props["sms"] * per_sm))
         desc = descriptors(part, part_accs, smem_slots=sstride)
-        fn((grid,), (BLOCK,), (*args, desc, np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies),
-                               np.uint64(sstride)), shared_mem=smem)
+        fn((grid, grid_y), (block,), (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
+                                      np.uint32(table.mask), ptr(gids if grid_y > 1 else None), desc,
+                                      np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies),
+                                      np.uint64(sstride), np.uint64(slice_)), shared_mem=smem)
     return accs
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..primitives import Digits, hash_partition_bits, key_type, radix_partition
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
-from .common import (AggInput, GroupByOutput, allocate, concat_outputs, decode, descriptors, empty_output,
+from .common import (AggInput, GroupByOutput, allocate, column_spec, concat_outputs, decode, descriptors, empty_output,
                      estimate_groups, global_bytes, slot_bytes, smem_bytes)
 from .hgb import check_rows, hgb
 
@@ -116,7 +116,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     # accumulator arrays that follow 4-byte ones stay 8-byte aligned
     sstride = (1 << tbl_bits) + 2
     smem = acc_base + smem_bytes(inputs, sstride)
-    fn = kernel("groupby.cu", f"pgb_aggregate<{key_type(keys)}, i32>")
+    fn = kernel("groupby.cu", f"pgb_aggregate<{key_type(keys)}, i32, {column_spec(part_inputs)}>")
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     # a partition far above the average size (a heavy key) goes to HGB, not to one block

@@ -15,6 +15,12 @@ _INDEX = ("i32", "i64", "u32", "u64")
 #: Thread block cluster sizes of the distributed-shared-memory HGB aggregation.
 CLUSTER_SIZES = (2, 4, 8)
 
+#: Column specializations of the group-by kernels (groupby.cu: spec_col), type | flags << 8 with
+#: types i32 0, i64 1, f32 2, f64 3 and flags count 1, sum 2, sum_lo 4, min 8, max 16; -1 reads
+#: them from each column's descriptor.  The specialized ones: min, max, or both of 4-byte
+#: integers, max of 4-byte floats, and sums of 8-byte integers (decimals).
+GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 << 8)
+
 #: Register budgets the radix scatter is built for (minimum resident blocks per SM).
 SCATTER_MINB = (1, 4)
 
@@ -43,10 +49,11 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
     ),
     "bitmap.cu": ["bitmap_build", "bitmap_probe<u32>", "bitmap_probe<u64>"],
     "groupby.cu": (
-        [f"{name}<{k}>" for name, k in product(("hll_sketch", "hgb_build", "hgb_lookup", "hgb_aggregate"), _KEYS)]
+        [f"{name}<{k}>" for name, k in product(("hll_sketch", "hgb_build", "hgb_lookup"), _KEYS)]
+        + [f"hgb_aggregate<{k}, {s}>" for k, s in product(_KEYS, GROUPBY_SPECS)]
         + [f"hgb_aggregate_cluster<{k}, {c}>" for k, c in product(_KEYS, CLUSTER_SIZES)]
         + [f"sorted_reduce<{i}>" for i in ("i32", "i64")]
-        + [f"pgb_aggregate<{k}, {i}>" for k, i in product(_KEYS, ("i32", "i64"))]
+        + [f"pgb_aggregate<{k}, i32, {s}>" for k, s in product(_KEYS, GROUPBY_SPECS)]
     ),
     "bandwidth.cu": ["read_l1", "read_l2"],
     "gather.cu": (

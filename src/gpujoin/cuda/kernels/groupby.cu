@@ -42,6 +42,21 @@ __device__ __forceinline__ Col load_col(const u64* __restrict__ d, int c) {
     return col;
 }
 
+// Column specialization of the per-row kernels: SPEC = -1 reads every column's type and
+// accumulator flags from its descriptor; SPEC = type | flags << 8 fixes them at compile time for
+// every column, which then has no validity, so that each row's load and merges fold to the few
+// instructions its type and accumulators need (groupby/common.py: COLUMN_SPECS).
+template <int SPEC>
+__device__ __forceinline__ Col spec_col(const u64* __restrict__ d, int c) {
+    Col col = load_col(d, c);
+    if (SPEC >= 0) {
+        col.type = SPEC & 0xff;
+        col.flags = (u32)(SPEC >> 8);
+        col.valid = nullptr;
+    }
+    return col;
+}
+
 // Row of accumulator j among a column's flagged ones.
 __device__ __forceinline__ u64 acc_row(u32 flags, int j) { return (u64)__popc(flags & ((1u << j) - 1u)); }
 
@@ -390,11 +405,13 @@ __device__ __forceinline__ u32 slot_of(const K* __restrict__ table, u32 mask, K 
 
 #define HGB_ROWS 4
 
-// Rows i0 + u * S (u < HGB_ROWS) of column c as raw bits; ok[u] false past n or for a null.
-__device__ __forceinline__ void load_rows(const Col& c, i64 n, i64 i0, i64 S, u64 (&raw)[HGB_ROWS],
-                                          bool (&ok)[HGB_ROWS]) {
+// Rows i0 + u * S (u < HGB_ROWS) of column c as raw bits, those `want`ed; ok[u] false for the
+// others, past n, or for a null.
+__device__ __forceinline__ void load_rows(const Col& c, i64 n, i64 i0, i64 S, const bool (&want)[HGB_ROWS],
+                                          u64 (&raw)[HGB_ROWS], bool (&ok)[HGB_ROWS]) {
 #pragma unroll
-    for (int u = 0; u < HGB_ROWS; ++u) ok[u] = i0 + u * S < n && load_raw(c, (u64)(i0 + u * S), raw[u]);
+    for (int u = 0; u < HGB_ROWS; ++u)
+        ok[u] = want[u] && i0 + u * S < n && load_raw(c, (u64)(i0 + u * S), raw[u]);
 }
 
 // The dense group ids of rows i0 + u * S (u < HGB_ROWS; rows past n get sentinel_gid): their keys
@@ -463,22 +480,29 @@ hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const
 }
 
 // HGB stage 2: every row finds its dense group id (slot_gid of its slot; sentinel_gid for the
-// sentinel key) and updates each column's accumulators: in shared memory when `use_smem` (all
-// groups' slots fit, `copies` copies of them so that the warps of a block contend less at
-// small g; `sstride` slots per accumulator array), flushed to global memory with one atomic per
-// touched slot; else straight into global memory.  Each thread takes HGB_ROWS rows at a time and
-// loads all their keys, slots and values before its atomics, so the loads overlap.
-template <typename K>
-__global__ void __launch_bounds__(256, 4)
+// sentinel key), or reads it from `gids` when given, and updates each column's accumulators: in
+// shared memory when `use_smem` (the groups' slots fit, `copies` copies of them so that the warps
+// of a block contend less at small g; `sstride` slots per accumulator array), flushed to global
+// memory with one atomic per touched slot; else straight into global memory.  With `slice` > 0
+// the groups are cut in slices of `slice` ids, block (x, y) keeps slice y in shared memory and
+// skips the rows of other slices: gridDim.y passes over the rows instead of global atomics,
+// for groups that fit a few blocks' shared memory.  Each thread takes HGB_ROWS rows at a time
+// and loads all their keys, slots and values before its atomics, so the loads overlap.
+// (1024, 1): the register cap of (256, 4), and room for one 1024-thread block an SM when a
+// slice takes most of the SM's shared memory.
+template <typename K, int SPEC>
+__global__ void __launch_bounds__(1024, 1)
 hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const i32* __restrict__ slot_gid,
-              i32 sentinel_gid, u32 mask, const u64* __restrict__ desc, int ncols, u64 groups, int use_smem,
-              int copies, u64 sstride) {
+              i32 sentinel_gid, u32 mask, const i32* __restrict__ gids, const u64* __restrict__ desc, int ncols,
+              u64 groups, int use_smem, int copies, u64 sstride, u64 slice) {
     extern __shared__ __align__(16) unsigned char smem[];
     Col cols[MAXC];
 #pragma unroll
     for (int c = 0; c < MAXC; ++c)
-        if (c < ncols) cols[c] = load_col(desc, c);
-    const u64 slots = groups * (u64)copies;
+        if (c < ncols) cols[c] = spec_col<SPEC>(desc, c);
+    const u64 lo = slice ? (u64)blockIdx.y * slice : 0;
+    const u64 in_slice = slice ? min(slice, groups - lo) : groups;
+    const u64 slots = in_slice * (u64)copies;
     if (use_smem) {
 #pragma unroll
         for (int c = 0; c < MAXC; ++c)
@@ -489,13 +513,24 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
     const i64 S = (i64)gridDim.x * blockDim.x;
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HGB_ROWS) {
         u64 g[HGB_ROWS];
-        group_ids(keys, n, i0, S, table, slot_gid, sentinel_gid, mask, g);
+        if (gids) {
+#pragma unroll
+            for (int u = 0; u < HGB_ROWS; ++u) g[u] = i0 + u * S < n ? (u64)(i64)gids[i0 + u * S] : 0;
+        } else {
+            group_ids(keys, n, i0, S, table, slot_gid, sentinel_gid, mask, g);
+        }
+        bool want[HGB_ROWS];
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) {
+            g[u] -= lo;  // unsigned: ids below the slice wrap past in_slice
+            want[u] = g[u] < in_slice;
+        }
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
             if (c >= ncols) break;
             u64 raw[HGB_ROWS];
             bool ok[HGB_ROWS];
-            load_rows(cols[c], n, i0, S, raw, ok);
+            load_rows(cols[c], n, i0, S, want, raw, ok);
 #pragma unroll
             for (int u = 0; u < HGB_ROWS; ++u) {
                 if (!ok[u]) continue;
@@ -512,7 +547,7 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
             if (c >= ncols) break;
             Run r;
             s_load(r, smem + cols[c].soff, sstride, s, cols[c]);
-            if (!run_empty(r, cols[c])) g_merge(cols[c].acc + s / copies, groups, cols[c], r);
+            if (!run_empty(r, cols[c])) g_merge(cols[c].acc + lo + s / copies, groups, cols[c], r);
         }
     }
 }
@@ -631,6 +666,9 @@ hgb_aggregate_cluster(const K* __restrict__ keys, i64 n, const K* __restrict__ t
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HGB_ROWS) {
         u64 g[HGB_ROWS];
         group_ids(keys, n, i0, S, table, slot_gid, sentinel_gid, mask, g);
+        bool want[HGB_ROWS];
+#pragma unroll
+        for (int u = 0; u < HGB_ROWS; ++u) want[u] = true;
         u32 owner[HGB_ROWS];
         u64 local[HGB_ROWS];
 #pragma unroll
@@ -644,7 +682,7 @@ hgb_aggregate_cluster(const K* __restrict__ keys, i64 n, const K* __restrict__ t
             if (c >= ncols) break;
             u64 raw[HGB_ROWS];
             bool ok[HGB_ROWS];
-            load_rows(cols[c], n, i0, S, raw, ok);
+            load_rows(cols[c], n, i0, S, want, raw, ok);
 #pragma unroll
             for (int u = 0; u < HGB_ROWS; ++u)
                 if (ok[u]) merge_raw_remote(owner[u] + cols[c].soff, sstride, local[u], cols[c], raw[u]);
@@ -749,7 +787,7 @@ __device__ __forceinline__ int pgb_probe(i64* table, u32 mask, u32 s, i64 k, u32
 // whose groups do not fit in the output's capacity, is listed in spill_parts for the caller to
 // aggregate another way (paper 003 §2.6 proposes hash or sort group-by for such partitions).  Counting the groups in a pass of their own first (the
 // paper's order) read every key twice; one pass measured faster on an H200.
-template <typename K, typename I>
+template <typename K, typename I, int SPEC>
 __global__ void __launch_bounds__(PGB_BLOCK, 2)
 pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P, const I* __restrict__ index,
               const u64* __restrict__ desc, int ncols, int tbl_bits, u32 max_groups, u64 sstride, i64 row_limit,
@@ -773,7 +811,7 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
         __syncthreads();  // the previous partition's last reads of the table and ng are done
         for (u32 s = threadIdx.x; s < TBL; s += PGB_BLOCK) skey[s] = empty;
         for (int ci = 0; ci < ncols; ++ci) {
-            const Col c = load_col(d, ci);
+            const Col c = spec_col<SPEC>(d, ci);
             s_init(smem + c.soff, sstride, TBL + 1, c);
         }
         if (threadIdx.x == 0) { ng = 0; ovf = 0; sentinel_seen = EMPTY_ROW; }
@@ -810,7 +848,7 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
                 __syncwarp();
             }
             for (int ci = 0; ci < ncols; ++ci) {
-                const Col c = load_col(d, ci);
+                const Col c = spec_col<SPEC>(d, ci);
                 u64 raw[PGB_ROWS];
                 bool ok[PGB_ROWS];
 #pragma unroll
@@ -849,7 +887,7 @@ pgb_aggregate(const K* __restrict__ keys, const i64* __restrict__ offsets, int P
             if (!(s < TBL ? skey[s] != empty : sentinel_seen != EMPTY_ROW)) continue;
             out_keys[o] = s < TBL ? skey[s] : empty;
             for (int ci = 0; ci < ncols; ++ci) {
-                const Col c = load_col(d, ci);
+                const Col c = spec_col<SPEC>(d, ci);
                 Run t;
                 s_load(t, smem + c.soff, sstride, s, c);
                 g_store(c.acc + o, capacity, c, t);
