@@ -8,9 +8,8 @@ encodings); :func:`decode` turns them back into typed arrays.
 
 from __future__ import annotations
 
-import os
-
 import math
+import os
 from dataclasses import dataclass, field
 
 import cupy as cp
