@@ -68,7 +68,7 @@ def test_group_by_rule_follows_figure_21():
     dev = cost.H200_ANCHORS
     est = lambda g, share=0.0, slot=8: stats.GroupByEstimate(2**28, g, 4, [4, 4], slot, share)  # noqa: E731
     assert auto.choose_group_by(est(16), dev).algorithm == "hgb"
-    assert auto.choose_group_by(est(2**14), dev).algorithm == "hgb"  # fits a cluster of two
+    assert auto.choose_group_by(est(2**14), dev).algorithm == "hgb"  # fits one 1024-thread block
     assert auto.choose_group_by(est(20174, 0.4), dev).algorithm == "hgb"  # Zipf 2 over 2^16: few groups drawn
     assert auto.choose_group_by(est(2**16), dev).algorithm == "pgb-tr"
     assert auto.choose_group_by(est(2**24), dev).algorithm == "pgb-tr"

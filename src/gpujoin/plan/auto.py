@@ -3,8 +3,8 @@
 Group-by, the decision tree of paper 003 Fig. 21 with this GPU's limits:
 1. an ordered output is required: SGB-DE-TR where Table 2 (plus one column, measured) says
    encoding pays, else SGB-TR;
-2. the groups' accumulators fit in the shared memory of one block or a cluster of two
-   (cuda/groupby/hgb.py): HGB;
+2. the groups' accumulators fit in the shared memory of one block (up to 220 KiB: one
+   1024-thread block an SM, cuda/groupby/hgb.py): HGB;
 3. no heavy skew: PGB-TR; heavy skew: the sort-based branch of 1.
 On an H200 (docs/BENCHMARKS.md) HGB was fastest up to 2^14 groups and PGB-TR from 2^16 for two
 4-byte MAX columns, so "fits in shared memory" is the measured crossover as well as the tree's
@@ -35,7 +35,7 @@ class Choice:
 
 def fits_shared(est: GroupByEstimate, dev: cost.DeviceModel) -> bool:
     """Fig. 21's first test, at the measured crossover: the groups' accumulators fit in the shared
-    memory of a cluster of two blocks (HGB's fast paths)."""
+    memory of one 1024-thread block an SM (2 x smem_block_bytes: HGB's shared-memory paths)."""
     return max(est.groups, 1) * est.slot_bytes <= 2 * dev.smem_block_bytes
 
 
@@ -60,7 +60,7 @@ def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool =
         return sort_based("the output must be ordered by key")
     if fits_shared(est, dev):
         return Choice("hgb", f"{g:,} groups x {est.slot_bytes} B of accumulators fit in shared memory "
-                             f"({2 * dev.smem_block_bytes // 1024} KiB over a cluster of two blocks)", predicted,
+                             f"({2 * dev.smem_block_bytes // 1024} KiB of one block)", predicted,
                       phases)
     if not est.skewed:
         return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory and the keys are not skewed "

@@ -128,9 +128,9 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
                            np.int64(row_limit), out_keys, np.uint64(capacity), counter, filled, spill_parts,
                            spill_count),
        shared_mem=smem)
-    g = int(min(int(counter[0]), int(filled[0])))
+    counts = cp.asnumpy(cp.stack([counter[0], filled[0], spill_count[0].astype(cp.uint64)]))  # one sync
+    g, spilled = int(min(counts[0], counts[1])), int(counts[2])
     parts = [GroupByOutput(out_keys[:g], [decode(i, a[:, :g]) for i, a in zip(inputs, accs)])]
-    spilled = int(spill_count[0])
     if spilled:  # partitions with too many groups or rows for one block: HGB over their rows
         off = cp.asnumpy(offsets)
         pos = cp.concatenate([cp.arange(off[p], off[p + 1], dtype=cp.int64)
