@@ -55,6 +55,8 @@ HGB_CLUSTERS = tuple(int(c) for c in os.environ.get("GPUJOIN_HGB_CLUSTERS", "2")
 HGB_MAX_SLICES = int(os.environ.get("GPUJOIN_HGB_MAX_SLICES", "2"))
 SLICE_BUDGET = int(os.environ.get("GPUJOIN_HGB_SLICE_KB", "220")) * 1024
 SLICE_BLOCK = 1024
+#: Resident 256-thread blocks an SM at most (GPUJOIN_HGB_BLOCKS_PER_SM)
+HGB_BLOCKS_PER_SM = int(os.environ.get("GPUJOIN_HGB_BLOCKS_PER_SM", "8"))
 HGB_SLICE_GIDS = os.environ.get("GPUJOIN_HGB_SLICE_GIDS", "1") == "1"
 
 
@@ -184,7 +186,7 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
         fn = kernel("groupby.cu", f"hgb_aggregate<{kt}, {column_spec(part)}>")
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
-        per_sm = max(1, min(8 * BLOCK // block, (props["smem_optin"] // smem) if smem else 8))
+        per_sm = max(1, min(HGB_BLOCKS_PER_SM * BLOCK // block, (props["smem_optin"] // smem) if smem else 8))
         grid = max(1, min((n + block - 1) // block, props["sms"] * per_sm))
         desc = descriptors(part, part_accs, smem_slots=sstride)
         fn((grid, grid_y), (block,), (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
