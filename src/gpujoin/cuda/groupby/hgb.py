@@ -131,14 +131,6 @@ class HashTable:
         return codes
 
 
-def slices_needed(inputs: list[AggInput], groups: int, smem_optin: int) -> int:
-    """How many passes of one block's shared memory (SLICE_BUDGET, at most ``smem_optin`` bytes)
-    hold the groups' accumulators (MAXC columns at a time)."""
-    budget = min(SLICE_BUDGET, smem_optin)
-    return max(-(-smem_bytes(inputs[lo:lo + MAXC], groups) // budget) for lo in range(0, max(len(inputs), 1), MAXC)) \
-        if inputs else 1
-
-
 def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> list[cp.ndarray]:
     """Stage 2 over every input (rows of ``keys``, the keys the table was built from): each
     input's (accumulators, g) u64 slots."""

@@ -45,7 +45,8 @@ __device__ __forceinline__ Col load_col(const u64* __restrict__ d, int c) {
 // Column specialization of the per-row kernels: SPEC = -1 reads every column's type and
 // accumulator flags from its descriptor; SPEC = type | flags << 8 fixes them at compile time for
 // every column, which then has no validity, so that each row's load and merges fold to the few
-// instructions its type and accumulators need (groupby/common.py: COLUMN_SPECS).
+// instructions its type and accumulators need (kernels/__init__.py: GROUPBY_SPECS; chosen by
+// groupby/common.py: column_spec).
 template <int SPEC>
 __device__ __forceinline__ Col spec_col(const u64* __restrict__ d, int c) {
     Col col = load_col(d, c);
@@ -501,7 +502,7 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
     for (int c = 0; c < MAXC; ++c)
         if (c < ncols) cols[c] = spec_col<SPEC>(desc, c);
     const u64 lo = slice ? (u64)blockIdx.y * slice : 0;
-    const u64 in_slice = slice ? min(slice, groups - lo) : groups;
+    const u64 in_slice = slice ? (lo < groups ? min(slice, groups - lo) : 0) : groups;
     const u64 slots = in_slice * (u64)copies;
     if (use_smem) {
 #pragma unroll
