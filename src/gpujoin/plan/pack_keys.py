@@ -25,26 +25,35 @@ class PackedKeys:
     dtypes: list[np.dtype]
 
     def unpack(self, packed) -> list:
-        """The key columns (CuPy arrays of their dtypes) from packed int64 keys (n,)."""
-        import cupy as cp
-
+        """The key columns (arrays of their dtypes, of packed's array module) from packed int64 keys (n,)."""
+        xp = _module(packed)
         out = []
         for lo, shift, bits, dt in zip(self.lows, self.shifts, self.bits, self.dtypes):
-            part = (packed >> shift) & cp.int64((1 << bits) - 1) if bits else cp.zeros_like(packed)
-            out.append((part + cp.int64(lo)).astype(dt, copy=False))
+            part = (packed >> shift) & xp.int64((1 << bits) - 1) if bits else xp.zeros_like(packed)
+            out.append((part + xp.int64(lo)).astype(dt, copy=False))
         return out
 
 
+def _module(a):
+    """NumPy or CuPy: the array module of ``a`` (CuPy is imported only for its arrays)."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
 def pack_keys(sides: list[list], names: list[str]) -> tuple[list, PackedKeys]:
-    """Pack each side's key columns (``sides[s][i]``: CuPy integer arrays (n_s,), no nulls, column
-    i named ``names[i]``) into one int64 array per side.
+    """Pack each side's key columns (``sides[s][i]``: CuPy (or NumPy) integer arrays (n_s,), no
+    nulls, column i named ``names[i]``) into one int64 array per side.
 
     Raises
     ------
     ValueError
-        The value ranges need more than 63 bits together; the message gives each column's bits.
+        The value ranges need more than 63 bits together (the message gives each column's
+        bits), or a column holds values above 2**63 - 1.
     """
-    import cupy as cp
+    xp = _module(sides[0][0])
 
     lows, highs = [], []  # exact integer ends (one host read each: a few columns)
     for i in range(len(names)):
@@ -67,9 +76,9 @@ def pack_keys(sides: list[list], names: list[str]) -> tuple[list, PackedKeys]:
     packed = []
     for side in sides:
         n = side[0].size
-        acc = cp.zeros(n, cp.int64)
+        acc = xp.zeros(n, xp.int64)
         for c, lo, shift in zip(side, lows, shifts):
-            acc |= (c.astype(cp.int64) - cp.int64(lo)) << shift
+            acc |= (c.astype(xp.int64) - xp.int64(lo)) << shift
         packed.append(acc)
     dtypes = [np.result_type(*[side[i].dtype for side in sides]) for i in range(len(names))]
     dtypes = [dt if dt.kind in "iub" else np.dtype(np.int64) for dt in dtypes]  # (uint64, int64) -> int64
