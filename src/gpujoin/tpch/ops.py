@@ -9,7 +9,8 @@ against these methods.
 
 Literals are Python values: ``str`` for strings, ``datetime.date`` for dates, ``Decimal``
 for decimals, ``int``; ``Col("name")`` compares with another column.  Null values compare
-false, as in SQL.
+false, as in SQL.  In GPU memory strings are dictionary codes, so they compare by = and IN
+only (a TypeError says so otherwise).
 """
 
 from __future__ import annotations
@@ -179,18 +180,31 @@ class DeviceQuery(Query):
         return m if v is None else m & v.astype(bool)
 
     def eq(self, t, name, value):
+        if isinstance(value, Col) and (name in t.dictionaries or value in t.dictionaries):
+            raise TypeError(f"comparing string columns {name!r} and {value!r} in GPU memory: their codes come "
+                            f"from different dictionaries; compare with a literal")
         return self._cmp(lambda a, b: a == b, t, name, value)
 
+    def _ordered(self, t, *names):
+        for n in names:
+            if n in t.dictionaries:
+                raise TypeError(f"column {n!r} holds dictionary codes in GPU memory, which are not in string "
+                                f"order: only = and IN compare strings here")
+
     def lt(self, t, name, value):
+        self._ordered(t, name, *([value] if isinstance(value, Col) else []))
         return self._cmp(lambda a, b: a < b, t, name, value)
 
     def le(self, t, name, value):
+        self._ordered(t, name, *([value] if isinstance(value, Col) else []))
         return self._cmp(lambda a, b: a <= b, t, name, value)
 
     def gt(self, t, name, value):
+        self._ordered(t, name, *([value] if isinstance(value, Col) else []))
         return self._cmp(lambda a, b: a > b, t, name, value)
 
     def ge(self, t, name, value):
+        self._ordered(t, name, *([value] if isinstance(value, Col) else []))
         return self._cmp(lambda a, b: a >= b, t, name, value)
 
     def isin(self, t, name, values):
