@@ -53,8 +53,9 @@ class Query:
     def g(self, table, by, **aggs):
         return group_by(table, by, device=self.group_by_device).agg(**aggs)
 
-    def where(self, t: pa.Table, mask, columns: list[str] | None = None) -> pa.Table:
-        """Rows where ``mask`` holds; projected first, so the filter copies only ``columns``."""
+    def where(self, t, mask, columns: list[str] | None = None):
+        """Rows where ``mask`` holds; projected first, so the filter copies only ``columns``
+        (Arrow tables and DeviceTables alike)."""
         return (t if columns is None else t.select(columns)).filter(mask)
 
     def select(self, t, columns):
@@ -142,12 +143,6 @@ class DeviceQuery(Query):
 
     def __init__(self):
         super().__init__("cuda")
-
-    def where(self, t, mask, columns=None):
-        return (t if columns is None else t.select(columns)).filter(mask)
-
-    def select(self, t, columns):
-        return t.select(columns)
 
     def rename(self, t, mapping):
         return t.rename(mapping)

@@ -145,7 +145,7 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
     for lo in range(0, len(inputs), MAXC):
         part, part_accs = inputs[lo:lo + MAXC], accs[lo:lo + MAXC]
         block, slice_, grid_y = BLOCK, 0, 1
-        budget = min(SLICE_BUDGET, props["smem_optin"])
+        passes = -(-smem_bytes(part, g) // min(SLICE_BUDGET, props["smem_optin"]))  # one slice a pass
         if smem_bytes(part, g) <= SMEM_BLOCK_BUDGET:  # every group in one block's shared memory
             copies = 1
             while copies < 8 and smem_bytes(part, 2 * copies * g) <= SMEM_COPIES_BUDGET:
@@ -153,8 +153,8 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
             sstride = (g * copies + 1) & ~1
             smem = smem_bytes(part, g * copies)
             use_smem = 1
-        elif -(-smem_bytes(part, g) // budget) <= HGB_MAX_SLICES:  # a few passes, a slice of groups each
-            grid_y = -(-smem_bytes(part, g) // budget)
+        elif passes <= HGB_MAX_SLICES:  # a few passes, a slice of groups each
+            grid_y = passes
             slice_ = -(-g // grid_y)
             copies, sstride, smem, use_smem, block = 1, (slice_ + 1) & ~1, smem_bytes(part, slice_), 1, SLICE_BLOCK
             if grid_y > 1 and gids is None and HGB_SLICE_GIDS:
