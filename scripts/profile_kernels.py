@@ -7,6 +7,7 @@ import numpy as np
 
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.join.phj import phj
+from gpujoin.cuda.kernels import SCATTER_VARIANTS, scatter_name
 from gpujoin.cuda.runtime import event_time, kernel
 
 
@@ -28,18 +29,20 @@ offs = cp.cumsum(counts, dtype=cp.int64) - counts
 kout, vout = cp.empty_like(keys), cp.empty_like(vals)
 vin_p = cp.asarray([vals.data.ptr], dtype=cp.uint64)
 vout_p = cp.asarray([vout.data.ptr], dtype=cp.uint64)
-sc = kernel("partition.cu", "radix_scatter<i32, u32, u32, 1>")
+sc = kernel("partition.cu", scatter_name("i32", "u32", prim.SCATTER_VARIANT))
 sargs = (keys, kout, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), offs, np.int32(nblocks),
          vin_p, vout_p, np.int32(1), np.int32(1))
-timed("scatter key+1 value (8 bits)", lambda: sc((nblocks,), (256,), sargs))
+smem = prim.PART_TILE * (4 + prim.SCATTER_VARIANT[0] * 4 + 1)
+sc.max_dynamic_shared_size_bytes = smem
+timed("scatter key+1 value (8 bits)", lambda: sc((nblocks,), (256,), sargs, shared_mem=smem))
 sargs0 = sargs[:-2] + (np.int32(0), np.int32(1))
-timed("scatter key only (8 bits)", lambda: sc((nblocks,), (256,), sargs0))
+timed("scatter key only (8 bits)", lambda: sc((nblocks,), (256,), sargs0, shared_mem=smem))
 timed("copy key+value (floor)", lambda: (kout.__setitem__(slice(None), keys), vout.__setitem__(slice(None), vals)))
 d16 = prim.Digits(bits=16)
 best = {}
-for minb in (1, 4):
-    prim.SCATTER_MINB = minb
-    timed(f"radix_partition 16 bits key+value, minb {minb}", lambda: prim.radix_partition(keys, [vals], d16))
+for var in SCATTER_VARIANTS:
+    prim.SCATTER_VARIANT = var
+    timed(f"radix_partition 16 bits key+value, {var}", lambda: prim.radix_partition(keys, [vals], d16))
     start, end = cp.cuda.Event(), cp.cuda.Event()
     phj(keys, keys, [vals], [vals], emit_keys=True)
     start.record()
@@ -47,11 +50,11 @@ for minb in (1, 4):
         phj(keys, keys, [vals], [vals], emit_keys=True)
     end.record()
     end.synchronize()
-    best[minb] = cp.cuda.get_elapsed_time(start, end) / 5
-    print(f"{'phj-tr narrow 2^27 x 2^27, minb ' + str(minb):44} {best[minb]:8.3f} ms")
+    best[var] = cp.cuda.get_elapsed_time(start, end) / 5
+    print(f"{'phj-tr narrow 2^27 x 2^27, ' + str(var):44} {best[var]:8.3f} ms")
 k2, _, _ = prim.radix_partition(keys, [vals], d16)
 timed("partition_offsets 16 bits", lambda: prim.partition_offsets(k2, d16))
 choice = min(best, key=best.get)
-print(f"best scatter register budget: minb {choice}")
+print(f"fastest scatter variant (nv, pf, minb): {choice}")
 if len(sys.argv) > 1:
-    open(sys.argv[1], "w").write(str(choice))
+    open(sys.argv[1], "w").write(",".join(map(str, choice)))

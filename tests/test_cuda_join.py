@@ -18,6 +18,7 @@ if not gpujoin.backend.cuda_available():
 
 from gpujoin.cuda import primitives as prim  # noqa: E402
 from gpujoin.cuda.join import ALGORITHMS as ALL_ALGORITHMS  # noqa: E402
+from gpujoin.cuda.kernels import SCATTER_VARIANTS  # noqa: E402
 from gpujoin.cuda.table import DeviceTable  # noqa: E402
 
 HOWS = ["inner", "left", "right", "full", "semi", "anti"]
@@ -33,6 +34,17 @@ def fmix32(k):
     h *= np.uint32(0xC2B2AE35)
     h ^= h >> np.uint32(16)
     return h
+
+
+def fmix64_low(k):
+    """common.cuh's hash_key of 8-byte keys: murmur3's 64-bit finalizer, low 32 bits."""
+    h = k.astype(np.uint64)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xC4CEB9FE1A85EC53)
+    h ^= h >> np.uint64(33)
+    return h.astype(np.uint32)
 
 
 # ---------------------------------------------------------------- primitives
@@ -54,6 +66,23 @@ def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits):
     np.testing.assert_array_equal(cp.asnumpy(s), small[order])
     expected = np.searchsorted(digit[order], np.arange((1 << bits) + 1))
     np.testing.assert_array_equal(cp.asnumpy(off), expected)
+
+
+@pytest.mark.parametrize("variant", SCATTER_VARIANTS)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_radix_partition_scatter_variants(variant, dtype, monkeypatch):
+    # three 4-byte columns (staged two at a time, then one) and an 8-byte one, every variant
+    monkeypatch.setattr(prim, "SCATTER_VARIANT", variant)
+    rng = np.random.default_rng(7)
+    n = 3 * 4096 + 17
+    keys = rng.integers(-5000, 5000, n).astype(dtype)
+    cols = [rng.integers(0, 1 << 31, n).astype(np.uint32) for _ in range(3)] + [np.arange(n, dtype=np.int64)]
+    k, moved, off = prim.radix_partition(cp.asarray(keys), [cp.asarray(c) for c in cols], prim.Digits(bits=8))
+    h = fmix32(keys) if dtype == np.int32 else fmix64_low(keys)
+    order = np.argsort(h & np.uint32(255), kind="stable")
+    np.testing.assert_array_equal(cp.asnumpy(k), keys[order])
+    for got, c in zip(moved, cols):
+        np.testing.assert_array_equal(cp.asnumpy(got), c[order])
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])

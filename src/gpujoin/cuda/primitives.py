@@ -17,12 +17,12 @@ import numpy as np
 from .kernels import scatter_name
 from .runtime import kernel, ptr
 
-#: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
-#: GPUJOIN_SCATTER_MINB overrides.  With one packed register an item (partition.cu) the uncapped
-#: build (1, 80 registers) partitions 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms
-#: capped (4), and the narrow PHJ-TR takes 10.06 against 10.36 ms (H200, scripts/profile_kernels.py);
-#: before that rewrite the cap paid (4.6 against 6.9 ms).
-SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
+#: The radix scatter's variant (kernels.SCATTER_VARIANTS: value columns staged together, value
+#: loads before the ranking, blocks per SM asked of the register allocator); GPUJOIN_SCATTER
+#: ("nv,pf,minb") overrides.  The register cap applies to 4-byte keys only (8-byte keys spill
+#: under it).  Before: with one packed register an item (partition.cu) the uncapped build
+#: partitioned 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms capped (H200).
+SCATTER_VARIANT = tuple(int(x) for x in os.environ.get("GPUJOIN_SCATTER", "1,1,1").split(","))
 
 #: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
 PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8
@@ -122,13 +122,15 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
         for g, (width, idx) in enumerate(launches):
             vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
-            # a register cap pays for 4-byte keys; 8-byte keys would spill under it
-            minb = SCATTER_MINB if kt == "i32" else 1
-            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], minb))
+            nv, pf, minb = SCATTER_VARIANT
+            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], (nv, pf, minb if kt == "i32" else 1)))
+            smem = PART_TILE * (keys.dtype.itemsize + nv * width + 1)
+            if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
+                scatter.max_dynamic_shared_size_bytes = smem
             scatter((nblocks,), (PART_BLOCK,), (src_k, dst_k, np.int64(n), np.int32(digits.use_hash),
                                                 np.int64(digits.base), np.int32(shift), np.int32(bits),
                                                 offs, np.int32(nblocks), vin, vout, np.int32(len(idx)),
-                                                np.int32(g == 0)))
+                                                np.int32(g == 0)), shared_mem=smem)
         src_k, src_v = dst_k, dst_v
     if bounds and len(passes) == 1:
         # one pass: its scan already holds where each digit starts (tile 0's offset of it),

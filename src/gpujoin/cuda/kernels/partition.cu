@@ -54,15 +54,16 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 }
 
 // Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
-// S: the staging word (4 bytes when keys and values fit, halving shared memory); MINB: minimum
-// resident blocks per SM asked of the register allocator.
+// NV: value columns staged together (one barrier round and one write loop for the key and NV
+// columns, at NV tiles of shared memory); PF: the first NV columns' loads are issued with the
+// keys', before the ranking, at NV * PART_ITEMS registers; MINB: minimum resident blocks per SM
+// asked of the register allocator.  Shared memory: PART_TILE * (sizeof(K) + NV * sizeof(V) + 1)
+// bytes, dynamic.
 //
 // Registers hold one packed word per item (rank in the tile | digit << 16), not the keys: an H200
 // profile of the version that kept key, digit and rank arrays showed 524,288 local-memory spill
 // requests per 2^27-row pass under the 64-register cap.  Keys are re-read (L1 hits) when staged.
-// Each value column's loads are issued before the previous column's write-out (the first with
-// the keys), so their latency overlaps the ranking and the stores instead of following a barrier.
-template <typename K, typename V, typename S, int MINB>
+template <typename K, typename V, int NV, int PF, int MINB>
 __global__ void __launch_bounds__(PART_BLOCK, MINB)
 radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
               int shift, int bits, const i64* __restrict__ offsets, int nblocks,
@@ -72,8 +73,10 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
     __shared__ u32 local_start[RADIX];
     __shared__ i64 gbase[RADIX];
     __shared__ u32 wsum[PART_WARPS];
-    __shared__ S stage[PART_TILE];
-    __shared__ u8 stage_digit[PART_TILE];
+    extern __shared__ __align__(16) unsigned char dyn[];
+    K* skey = reinterpret_cast<K*>(dyn);
+    V* sval = reinterpret_cast<V*>(dyn + PART_TILE * sizeof(K));  // NV tiles
+    u8* stage_digit = dyn + PART_TILE * (sizeof(K) + NV * sizeof(V));
 
     const u32 mask = (1u << bits) - 1u;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -86,14 +89,16 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
     // this tile's output offset of digit threadIdx.x: a strided read of the digit-major scan,
     // issued first so that its latency hides behind the tile's loads
     const i64 my_offset = threadIdx.x <= mask ? offsets[(i64)threadIdx.x * nblocks + blockIdx.x] : 0;
-    u32 packed[PART_ITEMS];  // digit << 16 | rank, or NO_DIGIT past the end
-    V val[PART_ITEMS];
-    const V* __restrict__ vin = nvals ? reinterpret_cast<const V*>(vin_ptrs[0]) : nullptr;
+    u32 packed[PART_ITEMS];  // digit << 16 | rank, then the tile position; NO_DIGIT past the end
+    V val[PF ? NV : 1][PART_ITEMS];
 #pragma unroll
     for (int i = 0; i < PART_ITEMS; ++i) {
         i64 idx = w0 + 32 * i + lane;
         packed[i] = idx < n ? digit_of(kin[idx], use_hash, base, shift, mask) : NO_DIGIT;
-        if (vin && idx < n) val[i] = vin[idx];
+        if (PF)
+#pragma unroll
+            for (int c = 0; c < NV; ++c)
+                if (c < nvals && idx < n) val[c][i] = reinterpret_cast<const V*>(vin_ptrs[c])[idx];
     }
     __syncthreads();
     u32* my = whist + warp * RADIX;
@@ -130,8 +135,7 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
         gbase[d] = my_offset - (i64)start;
     }
     __syncthreads();
-    // final tile position of each item; keys staged from a re-read of the (cached) tile
-    K* skey = reinterpret_cast<K*>(stage);
+    // final tile position of each item
 #pragma unroll
     for (int i = 0; i < PART_ITEMS; ++i) {
         const u32 p = packed[i];
@@ -140,30 +144,38 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
             const u32 pos = (p & 0xffffu) + local_start[d] + my[d];
             packed[i] = pos;
             stage_digit[pos] = (u8)d;
-            if (write_keys) skey[pos] = kin[w0 + 32 * i + lane];
         }
     }
-    __syncthreads();
     const int tile_n = (int)min((i64)PART_TILE, n - tile0);
-    if (write_keys)
-        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) kout[gbase[stage_digit[j]] + j] = skey[j];
-    V* sval = reinterpret_cast<V*>(stage);
-    for (int v = 0; v < nvals; ++v) {
-        V* __restrict__ vout = reinterpret_cast<V*>(vout_ptrs[v]);
-        __syncthreads();  // the stage is free again
+    // the key and columns [c0, c0 + NV) per round: stage them, then write them out digit run by
+    // digit run (coalesced); keys are staged from a re-read of the (cached) tile
+    for (int c0 = 0; c0 < nvals || (c0 == 0 && write_keys); c0 += NV) {
+        const bool keys_now = c0 == 0 && write_keys;
+        if (c0 > 0) __syncthreads();  // the stage is free again
 #pragma unroll
-        for (int i = 0; i < PART_ITEMS; ++i)
-            if (packed[i] != NO_DIGIT) sval[packed[i]] = val[i];
-        if (v + 1 < nvals) {  // the next column's loads fly during the barrier and the stores
-            const V* __restrict__ vnext = reinterpret_cast<const V*>(vin_ptrs[v + 1]);
+        for (int c = 0; c < NV; ++c) {
+            if (c0 + c >= nvals) break;
+            const V* __restrict__ vin = reinterpret_cast<const V*>(vin_ptrs[c0 + c]);
 #pragma unroll
-            for (int i = 0; i < PART_ITEMS; ++i) {
-                i64 idx = w0 + 32 * i + lane;
-                if (idx < n) val[i] = vnext[idx];
-            }
+            for (int i = 0; i < PART_ITEMS; ++i)
+                if (packed[i] != NO_DIGIT)
+                    sval[c * PART_TILE + packed[i]] = (PF && c0 == 0) ? val[PF ? c : 0][i] : vin[w0 + 32 * i + lane];
         }
+        if (keys_now)
+#pragma unroll
+            for (int i = 0; i < PART_ITEMS; ++i)
+                if (packed[i] != NO_DIGIT) skey[packed[i]] = kin[w0 + 32 * i + lane];
         __syncthreads();
-        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) vout[gbase[stage_digit[j]] + j] = sval[j];
+        V* vout[NV];
+#pragma unroll
+        for (int c = 0; c < NV; ++c) vout[c] = c0 + c < nvals ? reinterpret_cast<V*>(vout_ptrs[c0 + c]) : nullptr;
+        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) {
+            const i64 o = gbase[stage_digit[j]] + j;
+            if (keys_now) kout[o] = skey[j];
+#pragma unroll
+            for (int c = 0; c < NV; ++c)
+                if (vout[c]) vout[c][o] = sval[c * PART_TILE + j];
+        }
     }
 }
 

@@ -1,0 +1,37 @@
+"""Compare the radix scatter's variants (kernels.SCATTER_VARIANTS) on the workloads that use it:
+8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values, a 16-bit partition, PGB-TR
+at g = 2^16 (MAX of two int32 columns) and the narrow PHJ-TR; CUDA events, median of 5
+(device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [nv,pf,minb ...]."""
+
+import sys
+
+import cupy as cp
+
+from gpujoin.cuda import primitives as prim
+from gpujoin.cuda.groupby import AggInput, run
+from gpujoin.cuda.join.phj import phj
+from gpujoin.cuda.kernels import SCATTER_VARIANTS
+from gpujoin.cuda.runtime import event_time
+
+log2n = int(sys.argv[1]) if len(sys.argv) > 1 else 28
+variants = [tuple(int(x) for x in a.split(",")) for a in sys.argv[2:]] or list(SCATTER_VARIANTS)
+n = 1 << log2n
+rng = cp.random.default_rng(0)
+keys = cp.random.permutation(n).astype(cp.int32)
+vals = cp.arange(n, dtype=cp.int32)
+gkeys = rng.integers(0, 1 << 16, n, dtype=cp.int32)
+inputs = [AggInput(rng.integers(0, 1 << 30, n, dtype=cp.int32), None, ("max",)) for _ in range(2)]
+half = 1 << (log2n - 1)
+steps = {
+    "8 bits key+value": lambda: prim.radix_partition(keys, [vals], prim.Digits(bits=8), bounds=False),
+    "8 bits key+2 values": lambda: prim.radix_partition(keys, [vals, vals], prim.Digits(bits=8), bounds=False),
+    "16 bits key+value (2^27)": lambda: prim.radix_partition(keys[:half], [vals[:half]], prim.Digits(bits=16),
+                                                             bounds=False),
+    "pgb-tr g=2^16": lambda: run("pgb-tr", gkeys, inputs),
+    "phj-tr narrow 2^27": lambda: phj(keys[:half], keys[half:], [vals[:half]], [vals[half:]], emit_keys=True),
+}
+print(f"{'variant (nv,pf,minb)':22}" + "".join(f"{k:>26}" for k in steps))
+for v in variants:
+    prim.SCATTER_VARIANT = v
+    row = [event_time(fn, 5) * 1e3 for fn in steps.values()]
+    print(f"{str(v):22}" + "".join(f"{t:23.3f} ms" for t in row), flush=True)
