@@ -21,7 +21,7 @@ keys = rng.permutation(n).astype(cp.int32) if hasattr(rng, "permutation") else c
 vals = rng.integers(0, 1 << 30, n, dtype=cp.int32)
 nblocks = (n + prim.PART_TILE - 1) // prim.PART_TILE
 counts = cp.empty(256 * nblocks, cp.int32)
-hist = kernel("partition.cu", "radix_histogram<i32>")
+hist = kernel("partition.cu", "radix_histogram<i32, 16>")
 args = (keys, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), counts, np.int32(nblocks))
 timed("histogram (8 bits)", lambda: hist((nblocks,), (256,), args))
 timed("cumsum int32->int64 of counts", lambda: cp.cumsum(counts, dtype=cp.int64))

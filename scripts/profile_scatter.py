@@ -1,7 +1,7 @@
 """Compare the radix scatter's variants (kernels.SCATTER_VARIANTS) on the workloads that use it:
 8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values, a 16-bit partition, PGB-TR
 at g = 2^16 (MAX of two int32 columns) and the narrow PHJ-TR; CUDA events, median of 5
-(device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [nv,pf,minb ...]."""
+(device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [nv,pf,minb | async[,items] ...]."""
 
 import sys
 
@@ -14,7 +14,8 @@ from gpujoin.cuda.kernels import SCATTER_VARIANTS
 from gpujoin.cuda.runtime import event_time
 
 log2n = int(sys.argv[1]) if len(sys.argv) > 1 else 28
-variants = [tuple(int(x) for x in a.split(",")) for a in sys.argv[2:]] or list(SCATTER_VARIANTS)
+variants = ([tuple(x if x == "async" else int(x) for x in a.split(",")) for a in sys.argv[2:]]
+            or [*SCATTER_VARIANTS, ("async",)])
 n = 1 << log2n
 rng = cp.random.default_rng(0)
 keys = cp.random.permutation(n).astype(cp.int32)

@@ -68,10 +68,11 @@ def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits):
     np.testing.assert_array_equal(cp.asnumpy(off), expected)
 
 
-@pytest.mark.parametrize("variant", SCATTER_VARIANTS)
+@pytest.mark.parametrize("variant", [*SCATTER_VARIANTS, ("async",), ("async", 8), ("async", 12)])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_radix_partition_scatter_variants(variant, dtype, monkeypatch):
-    # three 4-byte columns (staged two at a time, then one) and an 8-byte one, every variant
+    # three 4-byte columns (staged two at a time, then one) and an 8-byte one, every variant;
+    # n is not a multiple of any tile, nor of 16 bytes of a column
     monkeypatch.setattr(prim, "SCATTER_VARIANT", variant)
     rng = np.random.default_rng(7)
     n = 3 * 4096 + 17

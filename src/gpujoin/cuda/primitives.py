@@ -15,17 +15,21 @@ import cupy as cp
 import numpy as np
 
 from .kernels import scatter_name
-from .runtime import kernel, ptr
+from .runtime import device_properties, kernel, ptr
 
 #: The radix scatter's variant (kernels.SCATTER_VARIANTS: value columns staged together, value
 #: loads before the ranking, blocks per SM asked of the register allocator); GPUJOIN_SCATTER
 #: ("nv,pf,minb") overrides.  The register cap applies to 4-byte keys only (8-byte keys spill
 #: under it).  Before: with one packed register an item (partition.cu) the uncapped build
 #: partitioned 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms capped (H200).
-SCATTER_VARIANT = tuple(int(x) for x in os.environ.get("GPUJOIN_SCATTER", "1,1,1").split(","))
+SCATTER_VARIANT = tuple(x if x == "async" else int(x) for x in os.environ.get("GPUJOIN_SCATTER", "1,1,1").split(","))
 
 #: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
-PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8
+PART_BLOCK, PART_ITEMS, MAX_PASS_BITS = 256, 16, 8
+PART_TILE = PART_BLOCK * PART_ITEMS
+#: partition.cu: columns a radix_scatter_async launch moves, and its static shared memory (bytes,
+#: with the 1 KiB the driver reserves a block).
+ASYNC_MAX_COLS, ASYNC_STATIC_SMEM = 8, 12 * 1024
 COMPACT_BLOCK, COMPACT_TILE = 256, 4096
 _KEY = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 _WORD = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
@@ -71,6 +75,38 @@ class Digits:
     base: int = 0
 
 
+def _scatter_plan(keys: cp.ndarray, values: list[cp.ndarray], groups: dict[int, list[int]]):
+    """(items a thread, launches) of one radix pass: each launch (kernel name, dynamic shared
+    bytes, grid limit, value width, value column indices); the first also writes the keys.
+
+    radix_scatter_async (SCATTER_VARIANT "async") needs every column 16-byte aligned and moves at
+    most ASYNC_MAX_COLS columns a launch; its tile is the largest of 4096, 3072 and 2048 rows
+    whose two buffers let two blocks share an SM, and its blocks loop over the tiles.
+    """
+    kt, kb = key_type(keys), keys.dtype.itemsize
+    widths = list(groups.items()) or [(4, [])]
+    variant = SCATTER_VARIANT
+    aligned = all(a.data.ptr % 16 == 0 for a in [keys, *values])
+    if variant[0] == "async" and aligned:
+        chunks = [(w, idx[i:i + ASYNC_MAX_COLS]) for w, idx in widths for i in range(0, max(1, len(idx)), ASYNC_MAX_COLS)]
+        widest = max(kb + w * len(idx) for w, idx in chunks)
+        props = device_properties(cp.cuda.Device().id)
+        per_sm = props["smem_per_sm"]
+
+        def smem_of(items):
+            return PART_BLOCK * items * (2 * widest + 3)
+
+        items = variant[1] if len(variant) > 1 else next(
+            (i for i in (16, 12, 8) if 2 * (smem_of(i) + ASYNC_STATIC_SMEM) <= per_sm), 8)
+        blocks = max(1, per_sm // (smem_of(items) + ASYNC_STATIC_SMEM))
+        return items, [(f"radix_scatter_async<{kt}, {_WORD[w]}, {items}>",
+                        PART_BLOCK * items * (2 * (kb + w * len(idx)) + 3), props["sms"] * blocks, w, idx)
+                       for w, idx in chunks]
+    nv, pf, minb = variant if variant[0] != "async" else (1, 1, 1)
+    return PART_ITEMS, [(scatter_name(kt, _WORD[w], (nv, pf, minb if kt == "i32" else 1)),
+                         PART_TILE * (kb + nv * w + 1), 1 << 62, w, idx) for w, idx in widths]
+
+
 def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
                     bounds: bool = True) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
     """Stable radix partition of ``keys`` and every column of ``values`` on ``digits``.
@@ -104,8 +140,13 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
         if bounds and not passes:
             offsets[1] = n
         return keys.copy(), [v.copy() for v in values], offsets
-    nblocks = (n + PART_TILE - 1) // PART_TILE
-    hist = kernel("partition.cu", f"radix_histogram<{kt}>")
+    groups: dict[int, list[int]] = {}
+    for i, v in enumerate(src_v):
+        groups.setdefault(v.dtype.itemsize, []).append(i)
+    items, launches = _scatter_plan(keys, values, groups)
+    tile = PART_BLOCK * items
+    nblocks = (n + tile - 1) // tile
+    hist = kernel("partition.cu", f"radix_histogram<{kt}, {items}>")
     counts = cp.empty(256 * nblocks, cp.int32)
     for shift, bits in passes:
         hist((nblocks,), (PART_BLOCK,), (src_k, np.int64(n), np.int32(digits.use_hash),
@@ -115,22 +156,16 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
         offs -= counts
         dst_k = cp.empty_like(src_k)
         dst_v = [cp.empty_like(v) for v in src_v]
-        groups: dict[int, list[int]] = {}
-        for i, v in enumerate(src_v):
-            groups.setdefault(v.dtype.itemsize, []).append(i)
-        launches = list(groups.items()) or [(4, [])]
-        for g, (width, idx) in enumerate(launches):
+        for g, (name, smem, grid, width, idx) in enumerate(launches):
             vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
-            nv, pf, minb = SCATTER_VARIANT
-            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], (nv, pf, minb if kt == "i32" else 1)))
-            smem = PART_TILE * (keys.dtype.itemsize + nv * width + 1)
+            scatter = kernel("partition.cu", name)
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
-            scatter((nblocks,), (PART_BLOCK,), (src_k, dst_k, np.int64(n), np.int32(digits.use_hash),
-                                                np.int64(digits.base), np.int32(shift), np.int32(bits),
-                                                offs, np.int32(nblocks), vin, vout, np.int32(len(idx)),
-                                                np.int32(g == 0)), shared_mem=smem)
+            scatter((min(grid, nblocks),), (PART_BLOCK,),
+                    (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
+                     np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0)),
+                    shared_mem=smem)
         src_k, src_v = dst_k, dst_v
     if bounds and len(passes) == 1:
         # one pass: its scan already holds where each digit starts (tile 0's offset of it),

@@ -24,6 +24,8 @@ GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 <<
 #: Variants the radix scatter is built for: (value columns staged together, value loads issued
 #: before the ranking (0/1), minimum resident blocks per SM).
 SCATTER_VARIANTS = tuple(product((1, 2), (0, 1), (1, 4)))
+#: Rows a thread of radix_scatter_async's tiles (and of the histogram's, 16 for radix_scatter).
+ASYNC_ITEMS = (16, 12, 8)
 
 
 def scatter_name(key: str, value: str, variant: tuple[int, int, int]) -> str:
@@ -35,8 +37,9 @@ def scatter_name(key: str, value: str, variant: tuple[int, int, int]) -> str:
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
-        [f"radix_histogram<{k}>" for k in _KEYS]
+        [f"radix_histogram<{k}, {i}>" for k, i in product(_KEYS, ASYNC_ITEMS)]
         + [scatter_name(k, v, var) for k, v, var in product(_KEYS, _VALUES, SCATTER_VARIANTS)]
+        + [f"radix_scatter_async<{k}, {v}, {i}>" for k, v, i in product(_KEYS, _VALUES, ASYNC_ITEMS)]
         + [f"partition_bounds<{k}>" for k in _KEYS]
     ),
     "hashjoin.cu": (
