@@ -52,7 +52,9 @@ def fmix64_low(k):
 
 @pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 100_003])
 @pytest.mark.parametrize("bits", [3, 8, 11, 16])
-def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits):
+@pytest.mark.parametrize("variant", [(1, 1, 1), ("async",)])
+def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits, variant, monkeypatch):
+    monkeypatch.setattr(prim, "SCATTER_VARIANT", variant)
     rng = np.random.default_rng(n + bits)
     keys = rng.integers(-1000, 1000, n).astype(np.int32)
     vals = np.arange(n, dtype=np.int64)
@@ -84,6 +86,11 @@ def test_radix_partition_scatter_variants(variant, dtype, monkeypatch):
     np.testing.assert_array_equal(cp.asnumpy(k), keys[order])
     for got, c in zip(moved, cols):
         np.testing.assert_array_equal(cp.asnumpy(got), c[order])
+    # columns off 16-byte alignment take radix_scatter
+    k, (v,), _ = prim.radix_partition(cp.asarray(keys)[1:], [cp.asarray(cols[0])[1:]], prim.Digits(bits=8))
+    order = np.argsort(h[1:] & np.uint32(255), kind="stable")
+    np.testing.assert_array_equal(cp.asnumpy(k), keys[1:][order])
+    np.testing.assert_array_equal(cp.asnumpy(v), cols[0][1:][order])
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
