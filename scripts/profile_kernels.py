@@ -8,7 +8,8 @@ import numpy as np
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.join.phj import phj
 from gpujoin.cuda.kernels import SCATTER_VARIANTS, scatter_name
-from gpujoin.cuda.runtime import event_time, kernel
+from gpujoin.cuda.groupby.common import estimate_groups
+from gpujoin.cuda.runtime import device_properties, event_time, kernel
 
 
 def timed(label, fn, reps=5):
@@ -22,8 +23,12 @@ vals = rng.integers(0, 1 << 30, n, dtype=cp.int32)
 nblocks = (n + prim.PART_TILE - 1) // prim.PART_TILE
 counts = cp.empty(256 * nblocks, cp.int32)
 hist = kernel("partition.cu", "radix_histogram<i32, 16>")
-args = (keys, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), counts, np.int32(nblocks))
-timed("histogram (8 bits)", lambda: hist((nblocks,), (256,), args))
+args = (keys, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), counts, np.int32(nblocks), np.uint64(0))
+hgrid = min(nblocks, device_properties(0)["sms"] * 8)
+timed("histogram (8 bits)", lambda: hist((hgrid,), (256,), args))
+sketch = cp.zeros(4096, cp.uint32)
+timed("histogram (8 bits) + HyperLogLog sketch", lambda: hist((hgrid,), (256,), args[:-1] + (sketch,), shared_mem=16384))
+timed("HyperLogLog alone (estimate_groups)", lambda: estimate_groups(keys))
 timed("cumsum int32->int64 of counts", lambda: cp.cumsum(counts, dtype=cp.int64))
 offs = cp.cumsum(counts, dtype=cp.int64) - counts
 kout, vout = cp.empty_like(keys), cp.empty_like(vals)

@@ -231,6 +231,23 @@ def test_hyperloglog_estimate(dtype):
     assert abs(estimate_groups(keys) - (1 << 26)) <= 0.05 * (1 << 26)
 
 
+@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
+def test_radix_histogram_sketch_is_the_hyperloglog_sketch(dtype):
+    # PGB's estimate from the partition's histogram read is estimate_groups' own, register for register
+    from gpujoin.cuda import primitives as prim
+    from gpujoin.cuda.groupby.common import HLL_BITS, hll_estimate
+
+    rng = cp.random.default_rng(5)
+    keys = rng.integers(-(1 << 40), 1 << 40, 3_000_017).astype(dtype) % 70_001
+    sketch = cp.zeros(1 << HLL_BITS, cp.uint32)
+    counts = prim.radix_histogram(keys, [keys], prim.Digits(bits=8), sketch)
+    assert hll_estimate(sketch, keys.dtype.itemsize, keys.size) == estimate_groups(keys)
+    assert int(counts.sum()) == keys.size
+    k, (v,), off = prim.radix_partition(keys, [keys], prim.Digits(bits=11), counts=counts)
+    k2, (v2,), off2 = prim.radix_partition(keys, [keys], prim.Digits(bits=11))
+    assert bool((k == k2).all()) and bool((v == v2).all()) and bool((off == off2).all())
+
+
 def test_device_group_by_errors_are_clear():
     t = {"k": cp.asarray([1, 2]), "v": cp.asarray([1.0, 2.0])}
     with pytest.raises(gpujoin.SchemaError, match="integers"):

@@ -107,8 +107,46 @@ def _scatter_plan(keys: cp.ndarray, values: list[cp.ndarray], groups: dict[int, 
                          PART_TILE * (kb + nv * w + 1), 1 << 62, w, idx) for w, idx in widths]
 
 
-def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
-                    bounds: bool = True) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
+def _passes(digits: Digits) -> list[tuple[int, int]]:
+    """(shift, bits) of each LSD pass of at most MAX_PASS_BITS bits."""
+    return [(s, min(MAX_PASS_BITS, digits.shift + digits.bits - s))
+            for s in range(digits.shift, digits.shift + digits.bits, MAX_PASS_BITS)]
+
+
+def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault(v.dtype.itemsize, []).append(i)
+    return groups
+
+
+def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, items: int, counts: cp.ndarray,
+               sketch: cp.ndarray | None) -> None:
+    n, nblocks = keys.size, counts.size // 256
+    grid = min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
+    kernel("partition.cu", f"radix_histogram<{key_type(keys)}, {items}>")(
+        (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
+                                 np.int32(shift), np.int32(bits), counts, np.int32(nblocks), ptr(sketch)),
+        shared_mem=0 if sketch is None else sketch.nbytes)
+
+
+def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
+                    sketch: cp.ndarray | None = None) -> cp.ndarray:
+    """The per-tile digit counts of the first pass of ``radix_partition(keys, values, digits)``
+    (int32, digit-major), to hand to it as ``counts``; ``sketch`` (uint32 (2**12,), zeroed, the
+    HyperLogLog registers of groupby.common.estimate_groups) is filled from the same read of the
+    keys.  Raises ValueError for empty keys or no digits."""
+    if keys.size == 0 or digits.bits == 0:
+        raise ValueError("radix_histogram needs keys and at least one digit bit")
+    shift, bits = _passes(digits)[0]
+    items, _ = _scatter_plan(keys, values, _width_groups(values))
+    counts = cp.empty(256 * -(-keys.size // (PART_BLOCK * items)), cp.int32)
+    _histogram(keys, digits, shift, bits, items, counts, sketch)
+    return counts
+
+
+def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, bounds: bool = True,
+                    counts: cp.ndarray | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
     """Stable radix partition of ``keys`` and every column of ``values`` on ``digits``.
 
     LSD passes of at most 8 bits (histogram, scan, shared-memory staged scatter), so the output
@@ -121,6 +159,8 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
     values : list of (n,) arrays of 1, 2, 4 or 8-byte items
     digits : Digits
     bounds : also return the partition offsets
+    counts : the first pass's histogram, from ``radix_histogram(keys, values, digits)`` (its
+        buffer is reused by later passes)
 
     Returns
     -------
@@ -131,27 +171,22 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
     256 int32 + 256 int64 counters per 4096-row tile.
     """
     n = keys.size
-    kt = key_type(keys)
-    passes = [(s, min(MAX_PASS_BITS, digits.shift + digits.bits - s))
-              for s in range(digits.shift, digits.shift + digits.bits, MAX_PASS_BITS)]
+    passes = _passes(digits)
     src_k, src_v = keys, list(values)
     if n == 0 or not passes:
         offsets = cp.zeros((1 << digits.bits) + 1, cp.int64) if bounds else None
         if bounds and not passes:
             offsets[1] = n
         return keys.copy(), [v.copy() for v in values], offsets
-    groups: dict[int, list[int]] = {}
-    for i, v in enumerate(src_v):
-        groups.setdefault(v.dtype.itemsize, []).append(i)
-    items, launches = _scatter_plan(keys, values, groups)
-    tile = PART_BLOCK * items
-    nblocks = (n + tile - 1) // tile
-    hist = kernel("partition.cu", f"radix_histogram<{kt}, {items}>")
-    counts = cp.empty(256 * nblocks, cp.int32)
-    for shift, bits in passes:
-        hist((nblocks,), (PART_BLOCK,), (src_k, np.int64(n), np.int32(digits.use_hash),
-                                         np.int64(digits.base), np.int32(shift), np.int32(bits),
-                                         counts, np.int32(nblocks)))
+    items, launches = _scatter_plan(keys, values, _width_groups(values))
+    nblocks = -(-n // (PART_BLOCK * items))
+    if counts is not None and counts.size != 256 * nblocks:
+        raise ValueError("counts are not radix_histogram's of these keys, values and digits")
+    first_given = counts is not None
+    counts = counts if first_given else cp.empty(256 * nblocks, cp.int32)
+    for p, (shift, bits) in enumerate(passes):
+        if p > 0 or not first_given:
+            _histogram(src_k, digits, shift, bits, items, counts, None)
         offs = cp.cumsum(counts, dtype=cp.int64)
         offs -= counts
         dst_k = cp.empty_like(src_k)

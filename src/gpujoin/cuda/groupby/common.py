@@ -196,17 +196,23 @@ def estimate_groups(keys: cp.ndarray) -> int:
     n = keys.size
     if n == 0:
         return 0
-    m = 1 << HLL_BITS
-    regs = cp.zeros(m, cp.uint32)
+    regs = cp.zeros(1 << HLL_BITS, cp.uint32)
     sms = device_properties(cp.cuda.Device().id)["sms"]
     grid = max(1, min((n + 255) // 256, sms * 8))
     kernel("groupby.cu", f"hll_sketch<{key_type(keys)}>")((grid,), (256,), (keys, np.int64(n), regs))
+    return hll_estimate(regs, keys.dtype.itemsize, n)
+
+
+def hll_estimate(regs: cp.ndarray, key_bytes: int, n: int) -> int:
+    """The distinct keys that HyperLogLog registers (uint32 (2**HLL_BITS,), filled by hll_sketch
+    or radix_histogram from ``n`` keys of ``key_bytes`` bytes) estimate; one device sync."""
+    m = 1 << HLL_BITS
     r = cp.asnumpy(regs).astype(np.float64)
     alpha = 0.7213 / (1 + 1.079 / m)
     est = alpha * m * m / np.sum(2.0 ** -r)
     zeros = int(np.count_nonzero(r == 0))
     if est <= 2.5 * m and zeros:
         est = m * math.log(m / zeros)
-    elif keys.dtype.itemsize == 4 and est > 2.0**32 / 30:  # a 32-bit hash: the large-range correction
+    elif key_bytes == 4 and est > 2.0**32 / 30:  # a 32-bit hash: the large-range correction
         est = -(2.0**32) * math.log(max(1e-12, 1 - est / 2.0**32))
     return max(1, min(n, int(round(est))))

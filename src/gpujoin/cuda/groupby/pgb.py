@@ -2,7 +2,7 @@
 
 1. Transform: radix-partition on the murmur3 hash of the key (so skew in the key bits does not
    matter) into 2^bits partitions of about FILL * max_groups groups each, by a HyperLogLog
-   estimate of g.  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR
+   estimate of g (taken in the first radix pass's histogram read when the planner has none).  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR
    moves (key, row id) and later reads the values through the row ids (GFUR).
 2. One thread block per partition (``pgb_aggregate``), in one pass over its rows, inserts
    each key into a shared-memory table and merges the row into the accumulators of its table
@@ -22,10 +22,10 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from ..primitives import Digits, hash_partition_bits, key_type, radix_partition
+from ..primitives import Digits, hash_partition_bits, key_type, radix_histogram, radix_partition
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
-from .common import (AggInput, GroupByOutput, allocate, column_spec, concat_outputs, decode, descriptors, empty_output,
-                     estimate_groups, global_bytes, slot_bytes, smem_bytes)
+from .common import (HLL_BITS, AggInput, GroupByOutput, allocate, column_spec, concat_outputs, decode, descriptors,
+                     empty_output, global_bytes, hll_estimate, slot_bytes, smem_bytes)
 from .hgb import check_rows, hgb
 
 BLOCK = 512  # groupby.cu: PGB_BLOCK
@@ -76,30 +76,41 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     timer = PhaseTimer()
     if n == 0:
         return empty_output(keys, inputs, timer.phases)
-    est = groups_estimate if groups_estimate is not None else estimate_groups(keys)
     props = device_properties(cp.cuda.Device().id)
     # half an SM's shared memory: two blocks of 512 threads per SM
     budget = (props["smem_optin"] + 1024) // 2 - 2200
     layout = _layout(keys.dtype.itemsize, inputs, budget)
     if layout is None:  # too many accumulators for a shared-memory table of useful size
-        out = hgb(keys, inputs)
+        out = hgb(keys, inputs, groups_estimate)
         out.params["fallback"] = "hgb: the aggregates do not fit in shared memory"
         return out
     tbl_bits, max_groups, acc_base = layout
+    carried = [c for i in inputs if i.values is not None for c in (i.values, i.valid) if c is not None]
+    moved = carried if method == "tr" else [cp.arange(n, dtype=cp.int32)]
+    counts = None
+    if groups_estimate is None:
+        # the first radix pass's histogram (8 bits from bit 0, whatever the bits) and the
+        # HyperLogLog sketch of g in one read of the keys
+        sketch = cp.zeros(1 << HLL_BITS, cp.uint32)
+        counts = radix_histogram(keys, moved, Digits(bits=PARALLEL_BITS), sketch)
+        est = hll_estimate(sketch, keys.dtype.itemsize, n)
+    else:
+        est = groups_estimate
     # partitions of about FILL * max_groups groups: an average one fills the table to FILL^2
     # and at least 2^PARALLEL_BITS of them, so that every SM gets partitions when g is small
     bits = radix_bits if radix_bits is not None else max(PARALLEL_BITS, hash_partition_bits(est, int(max_groups * FILL)))
-    carried = [c for i in inputs if i.values is not None for c in (i.values, i.valid) if c is not None]
-    width = keys.dtype.itemsize + (4 if method == "ur" else sum(c.dtype.itemsize for c in carried))
+    if bits < PARALLEL_BITS:
+        counts = None  # a first pass of other bits
+    width = keys.dtype.itemsize + sum(c.dtype.itemsize for c in moved)
     check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")
+    pkeys, moved, offsets = radix_partition(keys, moved, Digits(bits=bits), counts=counts)
     if method == "tr":
-        pkeys, moved, offsets = radix_partition(keys, carried, Digits(bits=bits))
         it = iter(moved)
         part_inputs = [AggInput(next(it), next(it) if i.valid is not None else None, i.ops)
                        if i.values is not None else i for i in inputs]
         index = None
     else:
-        pkeys, (index,), offsets = radix_partition(keys, [cp.arange(n, dtype=cp.int32)], Digits(bits=bits))
+        (index,) = moved
         part_inputs = inputs
     timer.mark("transform")
 

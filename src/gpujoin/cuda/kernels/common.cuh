@@ -23,6 +23,28 @@ __device__ __forceinline__ u32 hash_key(i64 k) {
     return (u32)h;
 }
 
+// HyperLogLog (groupby.cu's hll_sketch, partition.cu's radix_histogram): 2^HLL_BITS registers.
+#define HLL_BITS 12
+
+__device__ __forceinline__ u64 mix64(u64 h) {
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
+    return h;
+}
+
+// A key's HyperLogLog register and rank.  4-byte keys take the bijective 32-bit murmur3
+// finalizer (one 32-bit multiply chain; the host applies the 32-bit large-range correction),
+// 8-byte keys a 64-bit mix.
+__device__ __forceinline__ void hll_update(i32 k, u32& b, u32& rho) {
+    const u32 h = hash_key(k);
+    b = h >> (32 - HLL_BITS);
+    rho = __clz((h << HLL_BITS) | (1u << (HLL_BITS - 1))) + 1;
+}
+__device__ __forceinline__ void hll_update(i64 k, u32& b, u32& rho) {
+    const u64 h = mix64((u64)k);
+    b = (u32)(h >> (64 - HLL_BITS));
+    rho = __clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1;
+}
+
 __device__ __forceinline__ u32 lanemask_lt() {
     u32 m; asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m)); return m;
 }

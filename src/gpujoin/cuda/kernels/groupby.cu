@@ -315,27 +315,6 @@ __device__ __forceinline__ const u64* stage_desc(const u64* __restrict__ desc, i
 
 // ---------------------------------------------------------------- HyperLogLog
 
-#define HLL_BITS 12
-
-__device__ __forceinline__ u64 mix64(u64 h) {
-    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
-    return h;
-}
-
-// A key's HyperLogLog register and rank.  4-byte keys take the bijective 32-bit murmur3
-// finalizer (one 32-bit multiply chain; the host applies the 32-bit large-range correction),
-// 8-byte keys a 64-bit mix.
-__device__ __forceinline__ void hll_update(i32 k, u32& b, u32& rho) {
-    const u32 h = hash_key(k);
-    b = h >> (32 - HLL_BITS);
-    rho = __clz((h << HLL_BITS) | (1u << (HLL_BITS - 1))) + 1;
-}
-__device__ __forceinline__ void hll_update(i64 k, u32& b, u32& rho) {
-    const u64 h = mix64((u64)k);
-    b = (u32)(h >> (64 - HLL_BITS));
-    rho = __clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1;
-}
-
 // regs[b] = max over keys hashing to register b of (leading zeros of the rest of the hash) + 1.
 // HLL_ITEMS keys in flight per thread: one at a time, the sketch read 1 GB of keys at about
 // 1.3 TB/s on an H200 (latency-bound).

@@ -25,33 +25,51 @@ __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, 
 
 // counts[d * nblocks + b] = number of keys of tile b (PART_BLOCK * ITEMS keys) whose digit is d
 // (d < 256).  Each warp counts into its own shared counters (contention stays within a warp even
-// for all-equal keys).
+// for all-equal keys); blocks loop over the tiles.  With `sketch` (2^HLL_BITS registers, zeroed)
+// the same read of the keys also feeds a HyperLogLog sketch of them (hll_sketch's), so that
+// PGB learns the number of groups without a pass of its own.
 template <typename K, int ITEMS>
 __global__ void __launch_bounds__(PART_BLOCK)
 radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits,
-                i32* __restrict__ counts, int nblocks) {
+                i32* __restrict__ counts, int nblocks, u32* __restrict__ sketch) {
     __shared__ u32 hist[PART_WARPS * RADIX];
+    extern __shared__ u32 regs[];  // 2^HLL_BITS with a sketch, else none
     const u32 mask = (1u << bits) - 1u;
-    for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) hist[j] = 0;
-    __syncthreads();
-    const i64 tile0 = (i64)blockIdx.x * PART_BLOCK * ITEMS;
+    if (sketch)
+        for (int j = threadIdx.x; j < (1 << HLL_BITS); j += PART_BLOCK) regs[j] = 0;
     u32* my = hist + (threadIdx.x >> 5) * RADIX;
-    K key[ITEMS];
+    for (int b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) hist[j] = 0;
+        __syncthreads();
+        const i64 tile0 = (i64)b * PART_BLOCK * ITEMS;
+        K key[ITEMS];
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
-        key[i] = idx < n ? keys[idx] : (K)0;
+        for (int i = 0; i < ITEMS; ++i) {
+            i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
+            key[i] = idx < n ? keys[idx] : (K)0;
+        }
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
+            if (idx < n) {
+                atomicAdd(&my[digit_of(key[i], use_hash, base, shift, mask)], 1u);
+                if (sketch) {
+                    u32 r, rho;
+                    hll_update(key[i], r, rho);
+                    if (regs[r] < rho) atomicMax(&regs[r], rho);
+                }
+            }
+        }
+        __syncthreads();
+        u32 total = 0;
+#pragma unroll
+        for (int w = 0; w < PART_WARPS; ++w) total += hist[w * RADIX + threadIdx.x];
+        counts[(i64)threadIdx.x * nblocks + b] = (i32)total;
+        __syncthreads();  // hist is zeroed again for the next tile
     }
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
-        if (idx < n) atomicAdd(&my[digit_of(key[i], use_hash, base, shift, mask)], 1u);
-    }
-    __syncthreads();
-    u32 total = 0;
-#pragma unroll
-    for (int w = 0; w < PART_WARPS; ++w) total += hist[w * RADIX + threadIdx.x];
-    counts[(i64)threadIdx.x * nblocks + blockIdx.x] = (i32)total;
+    if (sketch)
+        for (int j = threadIdx.x; j < (1 << HLL_BITS); j += PART_BLOCK)
+            if (regs[j]) atomicMax(&sketch[j], regs[j]);
 }
 
 // Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
