@@ -7,8 +7,8 @@ import numpy as np
 
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.join.phj import phj
-from gpujoin.cuda.kernels import SCATTER_VARIANTS, scatter_name
 from gpujoin.cuda.groupby.common import estimate_groups
+from gpujoin.cuda.kernels import scatter_name
 from gpujoin.cuda.runtime import device_properties, event_time, kernel
 
 
@@ -22,7 +22,7 @@ keys = rng.permutation(n).astype(cp.int32) if hasattr(rng, "permutation") else c
 vals = rng.integers(0, 1 << 30, n, dtype=cp.int32)
 nblocks = (n + prim.PART_TILE - 1) // prim.PART_TILE
 counts = cp.empty(256 * nblocks, cp.int32)
-hist = kernel("partition.cu", "radix_histogram<i32, 16>")
+hist = kernel("partition.cu", "radix_histogram<i32>")
 args = (keys, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), counts, np.int32(nblocks), np.uint64(0))
 hgrid = min(nblocks, device_properties(0)["sms"] * 8)
 timed("histogram (8 bits)", lambda: hist((hgrid,), (256,), args))
@@ -34,20 +34,20 @@ offs = cp.cumsum(counts, dtype=cp.int64) - counts
 kout, vout = cp.empty_like(keys), cp.empty_like(vals)
 vin_p = cp.asarray([vals.data.ptr], dtype=cp.uint64)
 vout_p = cp.asarray([vout.data.ptr], dtype=cp.uint64)
-sc = kernel("partition.cu", scatter_name("i32", "u32", prim.SCATTER_VARIANT))
+smem = prim.PART_TILE * 9
 sargs = (keys, kout, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), offs, np.int32(nblocks),
          vin_p, vout_p, np.int32(1), np.int32(1))
-smem = prim.PART_TILE * (4 + prim.SCATTER_VARIANT[0] * 4 + 1)
-sc.max_dynamic_shared_size_bytes = smem
-timed("scatter key+1 value (8 bits)", lambda: sc((nblocks,), (256,), sargs, shared_mem=smem))
 sargs0 = sargs[:-2] + (np.int32(0), np.int32(1))
-timed("scatter key only (8 bits)", lambda: sc((nblocks,), (256,), sargs0, shared_mem=smem))
+for stable in (True, False):
+    sc = kernel("partition.cu", scatter_name("i32", "u32", stable, 1))
+    timed(f"scatter key+1 value (8 bits), stable {stable}", lambda: sc((nblocks,), (256,), sargs, shared_mem=smem))
+    timed(f"scatter key only (8 bits), stable {stable}", lambda: sc((nblocks,), (256,), sargs0, shared_mem=smem))
 timed("copy key+value (floor)", lambda: (kout.__setitem__(slice(None), keys), vout.__setitem__(slice(None), vals)))
 d16 = prim.Digits(bits=16)
 best = {}
-for var in SCATTER_VARIANTS:
-    prim.SCATTER_VARIANT = var
-    timed(f"radix_partition 16 bits key+value, {var}", lambda: prim.radix_partition(keys, [vals], d16))
+for minb in (1, 4):
+    prim.SCATTER_MINB = minb
+    timed(f"radix_partition 16 bits key+value, minb {minb}", lambda: prim.radix_partition(keys, [vals], d16))
     start, end = cp.cuda.Event(), cp.cuda.Event()
     phj(keys, keys, [vals], [vals], emit_keys=True)
     start.record()
@@ -55,11 +55,11 @@ for var in SCATTER_VARIANTS:
         phj(keys, keys, [vals], [vals], emit_keys=True)
     end.record()
     end.synchronize()
-    best[var] = cp.cuda.get_elapsed_time(start, end) / 5
-    print(f"{'phj-tr narrow 2^27 x 2^27, ' + str(var):44} {best[var]:8.3f} ms")
+    best[minb] = cp.cuda.get_elapsed_time(start, end) / 5
+    print(f"{'phj-tr narrow 2^27 x 2^27, minb ' + str(minb):44} {best[minb]:8.3f} ms")
 k2, _, _ = prim.radix_partition(keys, [vals], d16)
 timed("partition_offsets 16 bits", lambda: prim.partition_offsets(k2, d16))
 choice = min(best, key=best.get)
-print(f"fastest scatter variant (nv, pf, minb): {choice}")
+print(f"fastest scatter register budget: minb {choice}")
 if len(sys.argv) > 1:
-    open(sys.argv[1], "w").write(",".join(map(str, choice)))
+    open(sys.argv[1], "w").write(str(choice))

@@ -10,12 +10,12 @@ import cupy as cp
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.groupby import AggInput, run
 from gpujoin.cuda.join.phj import phj
-from gpujoin.cuda.kernels import SCATTER_VARIANTS
+from gpujoin.cuda.kernels import SCATTER_MINB
 from gpujoin.cuda.runtime import event_time
 
 log2n = int(sys.argv[1]) if len(sys.argv) > 1 else 28
-variants = ([tuple(x if x == "async" else int(x) for x in a.split(",")) for a in sys.argv[2:]]
-            or [*SCATTER_VARIANTS, ("async",)])
+variants = ([tuple(int(x) for x in a.split(",")) for a in sys.argv[2:]]
+            or [(st, m) for st in (1, 0) for m in SCATTER_MINB])
 n = 1 << log2n
 rng = cp.random.default_rng(0)
 keys = cp.random.permutation(n).astype(cp.int32)
@@ -24,15 +24,18 @@ gkeys = rng.integers(0, 1 << 16, n, dtype=cp.int32)
 inputs = [AggInput(rng.integers(0, 1 << 30, n, dtype=cp.int32), None, ("max",)) for _ in range(2)]
 half = 1 << (log2n - 1)
 steps = {
-    "8 bits key+value": lambda: prim.radix_partition(keys, [vals], prim.Digits(bits=8), bounds=False),
-    "8 bits key+2 values": lambda: prim.radix_partition(keys, [vals, vals], prim.Digits(bits=8), bounds=False),
+    "8 bits key+value": lambda: prim.radix_partition(keys, [vals], prim.Digits(bits=8), bounds=False,
+                                                     stable=False),
+    "8 bits key+2 values": lambda: prim.radix_partition(keys, [vals, vals], prim.Digits(bits=8), bounds=False,
+                                                        stable=False),
     "16 bits key+value (2^27)": lambda: prim.radix_partition(keys[:half], [vals[:half]], prim.Digits(bits=16),
-                                                             bounds=False),
+                                                             bounds=False, stable=False),
     "pgb-tr g=2^16": lambda: run("pgb-tr", gkeys, inputs),
     "phj-tr narrow 2^27": lambda: phj(keys[:half], keys[half:], [vals[:half]], [vals[half:]], emit_keys=True),
 }
-print(f"{'variant (nv,pf,minb)':22}" + "".join(f"{k:>26}" for k in steps))
+print(f"{'stable, minb':22}" + "".join(f"{k:>26}" for k in steps))
 for v in variants:
-    prim.SCATTER_VARIANT = v
+    prim.SCATTER_MINB = v[1]
+    prim.FORCE_STABLE = bool(v[0])
     row = [event_time(fn, 5) * 1e3 for fn in steps.values()]
     print(f"{str(v):22}" + "".join(f"{t:23.3f} ms" for t in row), flush=True)

@@ -18,7 +18,6 @@ if not gpujoin.backend.cuda_available():
 
 from gpujoin.cuda import primitives as prim  # noqa: E402
 from gpujoin.cuda.join import ALGORITHMS as ALL_ALGORITHMS  # noqa: E402
-from gpujoin.cuda.kernels import SCATTER_VARIANTS  # noqa: E402
 from gpujoin.cuda.table import DeviceTable  # noqa: E402
 
 HOWS = ["inner", "left", "right", "full", "semi", "anti"]
@@ -52,9 +51,7 @@ def fmix64_low(k):
 
 @pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 100_003])
 @pytest.mark.parametrize("bits", [3, 8, 11, 16])
-@pytest.mark.parametrize("variant", [(1, 1, 1), ("async",)])
-def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits, variant, monkeypatch):
-    monkeypatch.setattr(prim, "SCATTER_VARIANT", variant)
+def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits):
     rng = np.random.default_rng(n + bits)
     keys = rng.integers(-1000, 1000, n).astype(np.int32)
     vals = np.arange(n, dtype=np.int64)
@@ -70,27 +67,31 @@ def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits, variant, mo
     np.testing.assert_array_equal(cp.asnumpy(off), expected)
 
 
-@pytest.mark.parametrize("variant", [*SCATTER_VARIANTS, ("async",), ("async", 8), ("async", 12)])
+@pytest.mark.parametrize("minb", [1, 4])
+@pytest.mark.parametrize("bits", [5, 8, 16])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_radix_partition_scatter_variants(variant, dtype, monkeypatch):
-    # three 4-byte columns (staged two at a time, then one) and an 8-byte one, every variant;
-    # n is not a multiple of any tile, nor of 16 bytes of a column
-    monkeypatch.setattr(prim, "SCATTER_VARIANT", variant)
+def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, minb, monkeypatch):
+    # stable=False: every row (key and all columns) lands whole in its partition, in any order
+    # within it; with columns of one width (one launch) the first pass ranks by atomics, with
+    # two widths stably.  Skewed keys: warps whose lanes share a digit.
+    monkeypatch.setattr(prim, "SCATTER_MINB", minb)
     rng = np.random.default_rng(7)
     n = 3 * 4096 + 17
-    keys = rng.integers(-5000, 5000, n).astype(dtype)
-    cols = [rng.integers(0, 1 << 31, n).astype(np.uint32) for _ in range(3)] + [np.arange(n, dtype=np.int64)]
-    k, moved, off = prim.radix_partition(cp.asarray(keys), [cp.asarray(c) for c in cols], prim.Digits(bits=8))
-    h = fmix32(keys) if dtype == np.int32 else fmix64_low(keys)
-    order = np.argsort(h & np.uint32(255), kind="stable")
-    np.testing.assert_array_equal(cp.asnumpy(k), keys[order])
-    for got, c in zip(moved, cols):
-        np.testing.assert_array_equal(cp.asnumpy(got), c[order])
-    # columns off 16-byte alignment take radix_scatter
-    k, (v,), _ = prim.radix_partition(cp.asarray(keys)[1:], [cp.asarray(cols[0])[1:]], prim.Digits(bits=8))
-    order = np.argsort(h[1:] & np.uint32(255), kind="stable")
-    np.testing.assert_array_equal(cp.asnumpy(k), keys[1:][order])
-    np.testing.assert_array_equal(cp.asnumpy(v), cols[0][1:][order])
+    keys = np.where(rng.random(n) < 0.5, 42, rng.integers(-5000, 5000, n)).astype(dtype)
+    ids = np.arange(n, dtype=np.uint32)
+    cols = [ids, rng.integers(0, 1 << 31, n).astype(np.uint32)]
+    h = (fmix32(keys) if dtype == np.int32 else fmix64_low(keys)) & np.uint32((1 << bits) - 1)
+    for extra in ([], [np.arange(n, dtype=np.int64)]):
+        k, moved, off = prim.radix_partition(cp.asarray(keys), [cp.asarray(c) for c in cols + extra],
+                                             prim.Digits(bits=bits), stable=False)
+        got_ids = cp.asnumpy(moved[0])
+        np.testing.assert_array_equal(np.sort(got_ids), ids)
+        np.testing.assert_array_equal(cp.asnumpy(k), keys[got_ids])
+        for got, c in zip(moved[1:], cols[1:] + extra):
+            np.testing.assert_array_equal(cp.asnumpy(got), c[got_ids])
+        digit = h[got_ids]
+        assert (np.diff(digit.astype(np.int64)) >= 0).all()
+        np.testing.assert_array_equal(cp.asnumpy(off), np.searchsorted(digit, np.arange((1 << bits) + 1)))
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])

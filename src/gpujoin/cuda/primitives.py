@@ -17,19 +17,16 @@ import numpy as np
 from .kernels import scatter_name
 from .runtime import device_properties, kernel, ptr
 
-#: The radix scatter's variant (kernels.SCATTER_VARIANTS: value columns staged together, value
-#: loads before the ranking, blocks per SM asked of the register allocator); GPUJOIN_SCATTER
-#: ("nv,pf,minb") overrides.  The register cap applies to 4-byte keys only (8-byte keys spill
-#: under it).  Before: with one packed register an item (partition.cu) the uncapped build
-#: partitioned 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms capped (H200).
-SCATTER_VARIANT = tuple(x if x == "async" else int(x) for x in os.environ.get("GPUJOIN_SCATTER", "1,1,1").split(","))
+#: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
+#: GPUJOIN_SCATTER_MINB overrides.  With one packed register an item (partition.cu) the uncapped
+#: build partitions 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms capped (4), and
+#: the narrow PHJ-TR takes 10.06 against 10.36 ms (H200); 8-byte keys would spill under the cap.
+SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
+#: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
+FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
 
 #: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
-PART_BLOCK, PART_ITEMS, MAX_PASS_BITS = 256, 16, 8
-PART_TILE = PART_BLOCK * PART_ITEMS
-#: partition.cu: columns a radix_scatter_async launch moves, and its static shared memory (bytes,
-#: with the 1 KiB the driver reserves a block).
-ASYNC_MAX_COLS, ASYNC_STATIC_SMEM = 8, 12 * 1024
+PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8
 COMPACT_BLOCK, COMPACT_TILE = 256, 4096
 _KEY = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 _WORD = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
@@ -75,38 +72,6 @@ class Digits:
     base: int = 0
 
 
-def _scatter_plan(keys: cp.ndarray, values: list[cp.ndarray], groups: dict[int, list[int]]):
-    """(items a thread, launches) of one radix pass: each launch (kernel name, dynamic shared
-    bytes, grid limit, value width, value column indices); the first also writes the keys.
-
-    radix_scatter_async (SCATTER_VARIANT "async") needs every column 16-byte aligned and moves at
-    most ASYNC_MAX_COLS columns a launch; its tile is the largest of 4096, 3072 and 2048 rows
-    whose two buffers let two blocks share an SM, and its blocks loop over the tiles.
-    """
-    kt, kb = key_type(keys), keys.dtype.itemsize
-    widths = list(groups.items()) or [(4, [])]
-    variant = SCATTER_VARIANT
-    aligned = all(a.data.ptr % 16 == 0 for a in [keys, *values])
-    if variant[0] == "async" and aligned:
-        chunks = [(w, idx[i:i + ASYNC_MAX_COLS]) for w, idx in widths for i in range(0, max(1, len(idx)), ASYNC_MAX_COLS)]
-        widest = max(kb + w * len(idx) for w, idx in chunks)
-        props = device_properties(cp.cuda.Device().id)
-        per_sm = props["smem_per_sm"]
-
-        def smem_of(items):
-            return PART_BLOCK * items * (2 * widest + 3)
-
-        items = variant[1] if len(variant) > 1 else next(
-            (i for i in (16, 12, 8) if 2 * (smem_of(i) + ASYNC_STATIC_SMEM) <= per_sm), 8)
-        blocks = max(1, per_sm // (smem_of(items) + ASYNC_STATIC_SMEM))
-        return items, [(f"radix_scatter_async<{kt}, {_WORD[w]}, {items}>",
-                        PART_BLOCK * items * (2 * (kb + w * len(idx)) + 3), props["sms"] * blocks, w, idx)
-                       for w, idx in chunks]
-    nv, pf, minb = variant if variant[0] != "async" else (1, 1, 1)
-    return PART_ITEMS, [(scatter_name(kt, _WORD[w], (nv, pf, minb if kt == "i32" else 1)),
-                         PART_TILE * (kb + nv * w + 1), 1 << 62, w, idx) for w, idx in widths]
-
-
 def _passes(digits: Digits) -> list[tuple[int, int]]:
     """(shift, bits) of each LSD pass of at most MAX_PASS_BITS bits."""
     return [(s, min(MAX_PASS_BITS, digits.shift + digits.bits - s))
@@ -120,38 +85,39 @@ def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
     return groups
 
 
-def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, items: int, counts: cp.ndarray,
+def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, counts: cp.ndarray,
                sketch: cp.ndarray | None) -> None:
     n, nblocks = keys.size, counts.size // 256
     grid = min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
-    kernel("partition.cu", f"radix_histogram<{key_type(keys)}, {items}>")(
+    kernel("partition.cu", f"radix_histogram<{key_type(keys)}>")(
         (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
                                  np.int32(shift), np.int32(bits), counts, np.int32(nblocks), ptr(sketch)),
         shared_mem=0 if sketch is None else sketch.nbytes)
 
 
-def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits,
-                    sketch: cp.ndarray | None = None) -> cp.ndarray:
-    """The per-tile digit counts of the first pass of ``radix_partition(keys, values, digits)``
-    (int32, digit-major), to hand to it as ``counts``; ``sketch`` (uint32 (2**12,), zeroed, the
-    HyperLogLog registers of groupby.common.estimate_groups) is filled from the same read of the
-    keys.  Raises ValueError for empty keys or no digits."""
+def radix_histogram(keys: cp.ndarray, digits: Digits, sketch: cp.ndarray | None = None) -> cp.ndarray:
+    """The per-tile digit counts of the first pass of ``radix_partition(keys, ..., digits)``
+    (int32 (256 * tiles,), digit-major), to hand to it as ``counts``; ``sketch`` (uint32
+    (2**12,), zeroed: the HyperLogLog registers of groupby.common.estimate_groups) is filled from
+    the same read of the keys.  Raises ValueError for empty keys or no digits."""
     if keys.size == 0 or digits.bits == 0:
         raise ValueError("radix_histogram needs keys and at least one digit bit")
     shift, bits = _passes(digits)[0]
-    items, _ = _scatter_plan(keys, values, _width_groups(values))
-    counts = cp.empty(256 * -(-keys.size // (PART_BLOCK * items)), cp.int32)
-    _histogram(keys, digits, shift, bits, items, counts, sketch)
+    counts = cp.empty(256 * -(-keys.size // PART_TILE), cp.int32)
+    _histogram(keys, digits, shift, bits, counts, sketch)
     return counts
 
 
 def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, bounds: bool = True,
-                    counts: cp.ndarray | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
-    """Stable radix partition of ``keys`` and every column of ``values`` on ``digits``.
+                    counts: cp.ndarray | None = None,
+                    stable: bool = True) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
+    """Radix partition of ``keys`` and every column of ``values`` on ``digits``.
 
     LSD passes of at most 8 bits (histogram, scan, shared-memory staged scatter), so the output
-    is ordered by the digit and, within a partition, by input position; every value column lands
-    at the same positions as its key (GFTR, paper 003 §1.4).
+    is ordered by the digit and, if ``stable``, within a partition by input position; every value
+    column lands at the same positions as its key (GFTR, paper 003 §1.4).  Unstable, the first
+    pass ranks a tile by shared atomics instead of warp ballots when every column has one width
+    (faster; later passes stay stable, as LSD needs).
 
     Parameters
     ----------
@@ -159,8 +125,9 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     values : list of (n,) arrays of 1, 2, 4 or 8-byte items
     digits : Digits
     bounds : also return the partition offsets
-    counts : the first pass's histogram, from ``radix_histogram(keys, values, digits)`` (its
-        buffer is reused by later passes)
+    counts : the first pass's histogram, from ``radix_histogram(keys, digits)`` (its buffer is
+        reused by later passes)
+    stable : keep input order within each partition
 
     Returns
     -------
@@ -178,26 +145,33 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         if bounds and not passes:
             offsets[1] = n
         return keys.copy(), [v.copy() for v in values], offsets
-    items, launches = _scatter_plan(keys, values, _width_groups(values))
-    nblocks = -(-n // (PART_BLOCK * items))
+    nblocks = -(-n // PART_TILE)
+    kt, kb = key_type(keys), keys.dtype.itemsize
+    # a register cap pays for 4-byte keys; 8-byte keys would spill under it
+    minb = SCATTER_MINB if kt == "i32" else 1
+    launches = list(_width_groups(values).items()) or [(4, [])]
     if counts is not None and counts.size != 256 * nblocks:
-        raise ValueError("counts are not radix_histogram's of these keys, values and digits")
+        raise ValueError("counts are not radix_histogram's of these keys and digits")
     first_given = counts is not None
     counts = counts if first_given else cp.empty(256 * nblocks, cp.int32)
     for p, (shift, bits) in enumerate(passes):
         if p > 0 or not first_given:
-            _histogram(src_k, digits, shift, bits, items, counts, None)
+            _histogram(src_k, digits, shift, bits, counts, None)
         offs = cp.cumsum(counts, dtype=cp.int64)
         offs -= counts
         dst_k = cp.empty_like(src_k)
         dst_v = [cp.empty_like(v) for v in src_v]
-        for g, (name, smem, grid, width, idx) in enumerate(launches):
+        for g, (width, idx) in enumerate(launches):
             vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
-            scatter = kernel("partition.cu", name)
+            # unstable ranking (shared atomics) may order a tile differently in each launch, so
+            # it is taken only when one launch moves every column
+            ranked_stable = stable or FORCE_STABLE or p > 0 or len(launches) > 1
+            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable, minb))
+            smem = PART_TILE * (kb + width + 1)
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
-            scatter((min(grid, nblocks),), (PART_BLOCK,),
+            scatter((nblocks,), (PART_BLOCK,),
                     (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
                      np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0)),
                     shared_mem=smem)

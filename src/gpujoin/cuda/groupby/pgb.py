@@ -92,7 +92,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
         # the first radix pass's histogram (8 bits from bit 0, whatever the bits) and the
         # HyperLogLog sketch of g in one read of the keys
         sketch = cp.zeros(1 << HLL_BITS, cp.uint32)
-        counts = radix_histogram(keys, moved, Digits(bits=PARALLEL_BITS), sketch)
+        counts = radix_histogram(keys, Digits(bits=PARALLEL_BITS), sketch)
         est = hll_estimate(sketch, keys.dtype.itemsize, n)
     else:
         est = groups_estimate
@@ -103,7 +103,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
         counts = None  # a first pass of other bits
     width = keys.dtype.itemsize + sum(c.dtype.itemsize for c in moved)
     check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")
-    pkeys, moved, offsets = radix_partition(keys, moved, Digits(bits=bits), counts=counts)
+    pkeys, moved, offsets = radix_partition(keys, moved, Digits(bits=bits), counts=counts, stable=False)
     if method == "tr":
         it = iter(moved)
         part_inputs = [AggInput(next(it), next(it) if i.valid is not None else None, i.ops)

@@ -21,25 +21,20 @@ CLUSTER_SIZES = (2, 4, 8)
 #: integers, max of 4-byte floats, and sums of 8-byte integers (decimals).
 GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 << 8)
 
-#: Variants the radix scatter is built for: (value columns staged together, value loads issued
-#: before the ranking (0/1), minimum resident blocks per SM).
-SCATTER_VARIANTS = tuple(product((1, 2), (0, 1), (1, 4)))
-#: Rows a thread of radix_scatter_async's tiles (and of the histogram's, 16 for radix_scatter).
-ASYNC_ITEMS = (16, 12, 8)
+#: Register budgets the radix scatter is built for (minimum resident blocks per SM).
+SCATTER_MINB = (1, 4)
 
 
-def scatter_name(key: str, value: str, variant: tuple[int, int, int]) -> str:
-    """The radix_scatter instance for key and value types and a SCATTER_VARIANTS entry."""
-    nv, pf, minb = variant
-    return f"radix_scatter<{key}, {value}, {nv}, {pf}, {minb}>"
+def scatter_name(key: str, value: str, stable: bool, minb: int) -> str:
+    """The radix_scatter instance for key and value types, ranking and register budget."""
+    return f"radix_scatter<{key}, {value}, {int(stable)}, {minb}>"
 
 
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
-        [f"radix_histogram<{k}, {i}>" for k, i in product(_KEYS, ASYNC_ITEMS)]
-        + [scatter_name(k, v, var) for k, v, var in product(_KEYS, _VALUES, SCATTER_VARIANTS)]
-        + [f"radix_scatter_async<{k}, {v}, {i}>" for k, v, i in product(_KEYS, _VALUES, ASYNC_ITEMS)]
+        [f"radix_histogram<{k}>" for k in _KEYS]
+        + [scatter_name(k, v, st, m) for k, v, st, m in product(_KEYS, _VALUES, (True, False), SCATTER_MINB)]
         + [f"partition_bounds<{k}>" for k in _KEYS]
     ),
     "hashjoin.cu": (
