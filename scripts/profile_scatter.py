@@ -1,7 +1,7 @@
 """Compare the radix scatter's variants (kernels.SCATTER_VARIANTS) on the workloads that use it:
 8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values, a 16-bit partition, PGB-TR
 at g = 2^16 (MAX of two int32 columns) and the narrow PHJ-TR; CUDA events, median of 5
-(device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [nv,pf,minb | async[,items] ...]."""
+(device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [stable,maxreg ...]."""
 
 import sys
 
@@ -10,12 +10,12 @@ import cupy as cp
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.groupby import AggInput, run
 from gpujoin.cuda.join.phj import phj
-from gpujoin.cuda.kernels import SCATTER_MINB
+from gpujoin.cuda.kernels import SCATTER_MAXREG
 from gpujoin.cuda.runtime import event_time
 
 log2n = int(sys.argv[1]) if len(sys.argv) > 1 else 28
 variants = ([tuple(int(x) for x in a.split(",")) for a in sys.argv[2:]]
-            or [(st, m) for st in (1, 0) for m in SCATTER_MINB])
+            or [(st, m) for st in (1, 0) for m in SCATTER_MAXREG[1:]])
 n = 1 << log2n
 rng = cp.random.default_rng(0)
 keys = cp.random.permutation(n).astype(cp.int32)
@@ -33,9 +33,9 @@ steps = {
     "pgb-tr g=2^16": lambda: run("pgb-tr", gkeys, inputs),
     "phj-tr narrow 2^27": lambda: phj(keys[:half], keys[half:], [vals[:half]], [vals[half:]], emit_keys=True),
 }
-print(f"{'stable, minb':22}" + "".join(f"{k:>26}" for k in steps))
+print(f"{'stable, maxreg':22}" + "".join(f"{k:>26}" for k in steps))
 for v in variants:
-    prim.SCATTER_MINB = v[1]
+    prim.SCATTER_MAXREG = v[1]
     prim.FORCE_STABLE = bool(v[0])
     row = [event_time(fn, 5) * 1e3 for fn in steps.values()]
     print(f"{str(v):22}" + "".join(f"{t:23.3f} ms" for t in row), flush=True)

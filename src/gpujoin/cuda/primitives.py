@@ -17,11 +17,10 @@ import numpy as np
 from .kernels import scatter_name
 from .runtime import device_properties, kernel, ptr
 
-#: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
-#: GPUJOIN_SCATTER_MINB overrides.  With one packed register an item (partition.cu) the uncapped
-#: build partitions 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms capped (4), and
-#: the narrow PHJ-TR takes 10.06 against 10.36 ms (H200); 8-byte keys would spill under the cap.
-SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
+#: Registers a thread of the radix scatter for 4-byte keys (kernels.SCATTER_MAXREG; 80: three
+#: blocks of 256 threads an SM); GPUJOIN_SCATTER_MAXREG overrides.  8-byte keys take 96 (they
+#: spill under 80).
+SCATTER_MAXREG = int(os.environ.get("GPUJOIN_SCATTER_MAXREG", "80"))
 #: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
 FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
 
@@ -147,8 +146,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         return keys.copy(), [v.copy() for v in values], offsets
     nblocks = -(-n // PART_TILE)
     kt, kb = key_type(keys), keys.dtype.itemsize
-    # a register cap pays for 4-byte keys; 8-byte keys would spill under it
-    minb = SCATTER_MINB if kt == "i32" else 1
+    maxreg = SCATTER_MAXREG if kt == "i32" else 96
     launches = list(_width_groups(values).items()) or [(4, [])]
     if counts is not None and counts.size != 256 * nblocks:
         raise ValueError("counts are not radix_histogram's of these keys and digits")
@@ -167,7 +165,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             # unstable ranking (shared atomics) may order a tile differently in each launch, so
             # it is taken only when one launch moves every column
             ranked_stable = stable or FORCE_STABLE or p > 0 or len(launches) > 1
-            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable, minb))
+            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable, maxreg))
             smem = PART_TILE * (kb + width + 1)
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem

@@ -21,20 +21,20 @@ CLUSTER_SIZES = (2, 4, 8)
 #: integers, max of 4-byte floats, and sums of 8-byte integers (decimals).
 GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 << 8)
 
-#: Register budgets the radix scatter is built for (minimum resident blocks per SM).
-SCATTER_MINB = (1, 4)
+#: Register budgets (registers a thread) the radix scatter is built for.
+SCATTER_MAXREG = (96, 80, 64)
 
 
-def scatter_name(key: str, value: str, stable: bool, minb: int) -> str:
+def scatter_name(key: str, value: str, stable: bool, maxreg: int) -> str:
     """The radix_scatter instance for key and value types, ranking and register budget."""
-    return f"radix_scatter<{key}, {value}, {int(stable)}, {minb}>"
+    return f"radix_scatter<{key}, {value}, {int(stable)}, {maxreg}>"
 
 
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
         [f"radix_histogram<{k}>" for k in _KEYS]
-        + [scatter_name(k, v, st, m) for k, v, st, m in product(_KEYS, _VALUES, (True, False), SCATTER_MINB)]
+        + [scatter_name(k, v, st, m) for k, v, st, m in product(_KEYS, _VALUES, (True, False), SCATTER_MAXREG)]
         + [f"partition_bounds<{k}>" for k in _KEYS]
     ),
     "hashjoin.cu": (

@@ -77,7 +77,7 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 // else by shared atomics on per-warp counters, in whatever order they land: an H200 profile had
 // the ballots' ranking at most of a pass's time (the key-only scatter of 2^27 rows took 1.40 ms
 // against 1.66 with a value column), and only an LSD pass after the first needs memory order.
-// MINB: minimum resident blocks per SM asked of the register allocator.  Shared memory (dynamic):
+// MAXREG: registers a thread (80: three blocks an SM, 64: four).  Shared memory (dynamic):
 // PART_TILE * (sizeof(K) + sizeof(V) + 1) bytes.
 //
 // Registers hold one packed word per item (rank in the tile | digit << 16), not the keys: an H200
@@ -86,8 +86,8 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 // The first value column's loads are issued with the keys', before the ranking, and each later
 // column's before the write-out of the one before (a version that loaded them after the ranking,
 // and one that staged two columns at a time, measured 10-25% slower on an H200).
-template <typename K, typename V, int STABLE, int MINB>
-__global__ void __launch_bounds__(PART_BLOCK, MINB)
+template <typename K, typename V, int STABLE, int MAXREG>
+__global__ void __launch_bounds__(PART_BLOCK) __maxnreg__(MAXREG)
 radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
               int shift, int bits, const i64* __restrict__ offsets, int nblocks,
               const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
