@@ -1,6 +1,7 @@
-"""Compare the radix scatter's variants (kernels.SCATTER_VARIANTS) on the workloads that use it:
-8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values, a 16-bit partition, PGB-TR
-at g = 2^16 (MAX of two int32 columns) and the narrow PHJ-TR; CUDA events, median of 5
+"""Compare the radix scatter's stable and unstable rankings and register budgets on the workloads
+that use it: 8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values, a 16-bit
+partition, PGB-TR at g = 2^16 (MAX of two int32 columns) and the narrow PHJ-TR (PGB and PHJ ask
+for an unstable first pass; stable=1 here forces every pass stable); CUDA events, median of 5
 (device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [stable,maxreg ...]."""
 
 import sys
