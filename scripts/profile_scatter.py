@@ -34,9 +34,14 @@ steps = {
     "pgb-tr g=2^16": lambda: run("pgb-tr", gkeys, inputs),
     "phj-tr narrow 2^27": lambda: phj(keys[:half], keys[half:], [vals[:half]], [vals[half:]], emit_keys=True),
 }
-print(f"{'stable, maxreg':22}" + "".join(f"{k:>26}" for k in steps))
+ROUNDS = 3  # the variants take turns, so that a drift of the clocks does not favour one
+times = {v: {k: [] for k in steps} for v in variants}
+for _ in range(ROUNDS):
+    for v in variants:
+        prim.FORCE_STABLE = bool(v[0])
+        prim.SCATTER_MAXREG = v[1]
+        for k, fn in steps.items():
+            times[v][k].append(event_time(fn, 5) * 1e3)
+print(f"{'stable, maxreg':22}" + "".join(f"{k:>26}" for k in steps) + f"   (median of {ROUNDS} rounds of medians of 5)")
 for v in variants:
-    prim.SCATTER_MAXREG = v[1]
-    prim.FORCE_STABLE = bool(v[0])
-    row = [event_time(fn, 5) * 1e3 for fn in steps.values()]
-    print(f"{str(v):22}" + "".join(f"{t:23.3f} ms" for t in row), flush=True)
+    print(f"{str(v):22}" + "".join(f"{sorted(t)[len(t) // 2]:23.3f} ms" for t in times[v].values()), flush=True)

@@ -240,7 +240,7 @@ def test_radix_histogram_sketch_is_the_hyperloglog_sketch(dtype):
     rng = cp.random.default_rng(5)
     keys = rng.integers(-(1 << 40), 1 << 40, 3_000_017).astype(dtype) % 70_001
     sketch = cp.zeros(1 << HLL_BITS, cp.uint32)
-    counts = prim.radix_histogram(keys, [keys], prim.Digits(bits=8), sketch)
+    counts = prim.radix_histogram(keys, prim.Digits(bits=8), sketch)
     assert hll_estimate(sketch, keys.dtype.itemsize, keys.size) == estimate_groups(keys)
     assert int(counts.sum()) == keys.size
     k, (v,), off = prim.radix_partition(keys, [keys], prim.Digits(bits=11), counts=counts)
