@@ -283,32 +283,17 @@ __device__ __forceinline__ void merge_raw(unsigned char* sbase, u64* gbase, u64 
         u64* p = SHARED ? (u64*)sacc(sbase, c, A_LO, stride) + slot : gbase + acc_row(f, A_LO) * stride + slot;
         atomicAdd(p, raw & 0xffffffffull);
     }
-    // shared min/max: a plain read first, and the atomic only when the row improves on it (an
-    // accumulator only moves one way, so a stale read just costs an atomic that changes nothing);
-    // over n rows of a group in random order about ln(n) rows improve on the running extreme
     if (has(f, A_MIN) || has(f, A_MAX)) {
         const u64 o = ordered(c.type, raw);
         if (has(f, A_MIN)) {
-            if (SHARED && narrow) {
-                u32* p = (u32*)sacc(sbase, c, A_MIN, stride) + slot;
-                if ((u32)o < *(volatile u32*)p) atomicMin(p, (u32)o);
-            } else if (SHARED) {
-                u64* p = (u64*)sacc(sbase, c, A_MIN, stride) + slot;
-                if (o < *(volatile u64*)p) atomicMin(p, o);
-            } else {
-                atomicMin(gbase + acc_row(f, A_MIN) * stride + slot, o);
-            }
+            if (SHARED && narrow) atomicMin((u32*)sacc(sbase, c, A_MIN, stride) + slot, (u32)o);
+            else if (SHARED) atomicMin((u64*)sacc(sbase, c, A_MIN, stride) + slot, o);
+            else atomicMin(gbase + acc_row(f, A_MIN) * stride + slot, o);
         }
         if (has(f, A_MAX)) {
-            if (SHARED && narrow) {
-                u32* p = (u32*)sacc(sbase, c, A_MAX, stride) + slot;
-                if ((u32)o > *(volatile u32*)p) atomicMax(p, (u32)o);
-            } else if (SHARED) {
-                u64* p = (u64*)sacc(sbase, c, A_MAX, stride) + slot;
-                if (o > *(volatile u64*)p) atomicMax(p, o);
-            } else {
-                atomicMax(gbase + acc_row(f, A_MAX) * stride + slot, o);
-            }
+            if (SHARED && narrow) atomicMax((u32*)sacc(sbase, c, A_MAX, stride) + slot, (u32)o);
+            else if (SHARED) atomicMax((u64*)sacc(sbase, c, A_MAX, stride) + slot, o);
+            else atomicMax(gbase + acc_row(f, A_MAX) * stride + slot, o);
         }
     }
 }
