@@ -11,12 +11,11 @@ import cupy as cp
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.groupby import AggInput, run
 from gpujoin.cuda.join.phj import phj
-from gpujoin.cuda.kernels import SCATTER_MAXREG
 from gpujoin.cuda.runtime import event_time
 
 log2n = int(sys.argv[1]) if len(sys.argv) > 1 else 28
 variants = ([tuple(int(x) for x in a.split(",")) for a in sys.argv[2:]]
-            or [(st, m) for st in (1, 0) for m in SCATTER_MAXREG[1:]])
+            or [(1, 80), (1, 64), (0, 96), (0, 40)])
 n = 1 << log2n
 rng = cp.random.default_rng(0)
 keys = cp.random.permutation(n).astype(cp.int32)
@@ -39,7 +38,7 @@ times = {v: {k: [] for k in steps} for v in variants}
 for _ in range(ROUNDS):
     for v in variants:
         prim.FORCE_STABLE = bool(v[0])
-        prim.SCATTER_MAXREG = v[1]
+        prim.SCATTER_MAXREG = prim.SCATTER_MAXREG_UNSTABLE = v[1]
         for k, fn in steps.items():
             times[v][k].append(event_time(fn, 5) * 1e3)
 print(f"{'stable, maxreg':22}" + "".join(f"{k:>26}" for k in steps) + f"   (median of {ROUNDS} rounds of medians of 5)")

@@ -76,6 +76,7 @@ def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, maxreg, monkeypa
     # within it; with columns of one width (one launch) the first pass ranks by atomics, with
     # two widths stably.  Skewed keys: warps whose lanes share a digit.
     monkeypatch.setattr(prim, "SCATTER_MAXREG", maxreg)
+    monkeypatch.setattr(prim, "SCATTER_MAXREG_UNSTABLE", maxreg)
     rng = np.random.default_rng(7)
     n = 3 * 4096 + 17
     keys = np.where(rng.random(n) < 0.5, 42, rng.integers(-5000, 5000, n)).astype(dtype)

@@ -17,10 +17,12 @@ import numpy as np
 from .kernels import scatter_name
 from .runtime import device_properties, kernel, ptr
 
-#: Registers a thread of the radix scatter for 4-byte keys (kernels.SCATTER_MAXREG; 80: three
-#: blocks of 256 threads an SM); GPUJOIN_SCATTER_MAXREG overrides.  8-byte keys take 96 (they
-#: spill under 80).
+#: Registers a thread of the radix scatter for 4-byte keys (kernels.SCATTER_MAXREG), stable
+#: ranking (80: three blocks of 256 threads an SM) and unstable (blocks of 512 threads; 40: three
+#: an SM); GPUJOIN_SCATTER_MAXREG and GPUJOIN_SCATTER_MAXREG_UNSTABLE override.  8-byte keys
+#: take 96 (they spill under 80).
 SCATTER_MAXREG = int(os.environ.get("GPUJOIN_SCATTER_MAXREG", "80"))
+SCATTER_MAXREG_UNSTABLE = int(os.environ.get("GPUJOIN_SCATTER_MAXREG_UNSTABLE", "96"))
 #: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
 FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
 
@@ -146,7 +148,6 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         return keys.copy(), [v.copy() for v in values], offsets
     nblocks = -(-n // PART_TILE)
     kt, kb = key_type(keys), keys.dtype.itemsize
-    maxreg = SCATTER_MAXREG if kt == "i32" else 96
     launches = list(_width_groups(values).items()) or [(4, [])]
     if counts is not None and counts.size != 256 * nblocks:
         raise ValueError("counts are not radix_histogram's of these keys and digits")
@@ -165,11 +166,12 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             # unstable ranking (shared atomics) may order a tile differently in each launch, so
             # it is taken only when one launch moves every column
             ranked_stable = stable or FORCE_STABLE or p > 0 or len(launches) > 1
+            maxreg = 96 if kt == "i64" else SCATTER_MAXREG if ranked_stable else SCATTER_MAXREG_UNSTABLE
             scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable, maxreg))
             smem = PART_TILE * (kb + width + 1)
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
-            scatter((nblocks,), (PART_BLOCK,),
+            scatter((nblocks,), (PART_BLOCK if ranked_stable else 2 * PART_BLOCK,),
                     (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
                      np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0)),
                     shared_mem=smem)

@@ -22,7 +22,7 @@ CLUSTER_SIZES = (2, 4, 8)
 GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 << 8)
 
 #: Register budgets (registers a thread) the radix scatter is built for.
-SCATTER_MAXREG = (96, 80, 64)
+SCATTER_MAXREG = (96, 80, 64, 40)
 
 
 def scatter_name(key: str, value: str, stable: bool, maxreg: int) -> str:

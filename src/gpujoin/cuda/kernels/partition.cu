@@ -73,10 +73,12 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 }
 
 // Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
-// STABLE: rank the tile in memory order (warp ballots, one per digit bit, as CUB's MatchAny);
-// else by shared atomics on per-warp counters, in whatever order they land: an H200 profile had
-// the ballots' ranking at most of a pass's time (the key-only scatter of 2^27 rows took 1.40 ms
-// against 1.66 with a value column), and only an LSD pass after the first needs memory order.
+// STABLE: rank the tile in memory order (warp ballots, one per digit bit, as CUB's MatchAny, on
+// per-warp counters), 256 threads of 16 rows; else by shared atomics on the block's counters, in
+// whatever order they land, 512 threads of 8 rows (more warps an SM: the pass is latency-bound).
+// An H200 profile had the ballots' ranking at most of a pass's time (the key-only scatter of
+// 2^27 rows took 1.40 ms against 1.66 with a value column), and only an LSD pass after the
+// first needs memory order.
 // MAXREG: registers a thread (80: three blocks an SM, 64: four).  Shared memory (dynamic):
 // PART_TILE * (sizeof(K) + sizeof(V) + 1) bytes.
 //
@@ -87,15 +89,17 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 // column's before the write-out of the one before (a version that loaded them after the ranking,
 // and one that staged two columns at a time, measured 10-25% slower on an H200).
 template <typename K, typename V, int STABLE, int MAXREG>
-__global__ void __launch_bounds__(PART_BLOCK) __maxnreg__(MAXREG)
+__global__ void __launch_bounds__(STABLE ? PART_BLOCK : 2 * PART_BLOCK) __maxnreg__(MAXREG)
 radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
               int shift, int bits, const i64* __restrict__ offsets, int nblocks,
               const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
               int write_keys) {
-    __shared__ u32 whist[PART_WARPS * RADIX];
+    constexpr int BLOCK = STABLE ? PART_BLOCK : 2 * PART_BLOCK, ITEMS = PART_TILE / BLOCK;
+    constexpr int NHIST = STABLE ? BLOCK / 32 : 1;  // per-warp counters for the stable ranking
+    __shared__ u32 whist[NHIST * RADIX];
     __shared__ u32 local_start[RADIX];
     __shared__ i64 gbase[RADIX];
-    __shared__ u32 wsum[PART_WARPS];
+    __shared__ u32 wsum[RADIX / 32];
     extern __shared__ __align__(16) unsigned char dyn[];
     K* skey = reinterpret_cast<K*>(dyn);
     V* sval = reinterpret_cast<V*>(dyn + PART_TILE * sizeof(K));
@@ -107,26 +111,26 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
     const int tile_n = (int)min((i64)PART_TILE, n - tile0);
     // warp-striped: warp w owns a contiguous run of the tile, item i of lane l at row
     // w0 + 32 i + l of it, so ranking item by item within a warp follows memory order
-    const int w0 = warp * 32 * PART_ITEMS + lane;
+    const int w0 = warp * 32 * ITEMS + lane;
     const K* __restrict__ tkin = kin + tile0;
 
-    for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) whist[j] = 0;
+    for (int j = threadIdx.x; j < NHIST * RADIX; j += BLOCK) whist[j] = 0;
     // this tile's output offset of digit threadIdx.x: a strided read of the digit-major scan,
     // issued first so that its latency hides behind the tile's loads
     const i64 my_offset = threadIdx.x <= mask ? offsets[(i64)threadIdx.x * nblocks + blockIdx.x] : 0;
-    u32 packed[PART_ITEMS];  // digit << 16 | rank, then the tile position; NO_DIGIT past the end
-    V val[PART_ITEMS];
+    u32 packed[ITEMS];  // digit << 16 | rank, then the tile position; NO_DIGIT past the end
+    V val[ITEMS];
     const V* __restrict__ vin = nvals ? reinterpret_cast<const V*>(vin_ptrs[0]) + tile0 : nullptr;
 #pragma unroll
-    for (int i = 0; i < PART_ITEMS; ++i) {
+    for (int i = 0; i < ITEMS; ++i) {
         const int row = w0 + 32 * i;
         packed[i] = row < tile_n ? digit_of(tkin[row], use_hash, base, shift, mask) : NO_DIGIT;
         if (vin && row < tile_n) val[i] = vin[row];
     }
     __syncthreads();
-    u32* my = whist + warp * RADIX;
+    u32* my = whist + (STABLE ? warp * RADIX : 0);
 #pragma unroll
-    for (int i = 0; i < PART_ITEMS; ++i) {
+    for (int i = 0; i < ITEMS; ++i) {
         const u32 d = packed[i];
         if (STABLE) {
             const u32 peers = match_label(d, d != NO_DIGIT, bits);
@@ -141,31 +145,35 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
         }
     }
     __syncthreads();
-    // per digit: exclusive scan over warps, then over digits (thread t owns digit t)
+    // per digit: exclusive scan over the warps' counters, then over digits (thread t < 256 owns
+    // digit t; every thread takes part in the barriers)
     {
         const u32 d = threadIdx.x;
         u32 run = 0;
+        if (d < RADIX)
 #pragma unroll
-        for (int w = 0; w < PART_WARPS; ++w) {
-            u32 c = whist[w * RADIX + d];
-            whist[w * RADIX + d] = run;
-            run += c;
-        }
+            for (int w = 0; w < NHIST; ++w) {
+                u32 c = whist[w * RADIX + d];
+                whist[w * RADIX + d] = run;
+                run += c;
+            }
         u32 incl = warp_inclusive_sum<u32>(run);
-        if (lane == 31) wsum[warp] = incl;
+        if (lane == 31 && warp < RADIX / 32) wsum[warp] = incl;
         __syncthreads();
-        u32 before = 0;
+        if (d < RADIX) {
+            u32 before = 0;
 #pragma unroll
-        for (int w = 0; w < PART_WARPS; ++w) before += (w < warp) ? wsum[w] : 0u;
-        u32 start = before + incl - run;
-        local_start[d] = start;
-        gbase[d] = my_offset - (i64)start;
+            for (int w = 0; w < RADIX / 32; ++w) before += (w < warp) ? wsum[w] : 0u;
+            u32 start = before + incl - run;
+            local_start[d] = start;
+            gbase[d] = my_offset - (i64)start;
+        }
     }
     __syncthreads();
     // final tile position of each item; keys staged from a re-read of the (cached) tile, the
     // first column from registers
 #pragma unroll
-    for (int i = 0; i < PART_ITEMS; ++i) {
+    for (int i = 0; i < ITEMS; ++i) {
         const u32 p = packed[i];
         if (p != NO_DIGIT) {
             const u32 d = p >> 16;
@@ -179,19 +187,19 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
     for (int v = 0; v < nvals || (v == 0 && write_keys); ++v) {
         if (v > 0) {
 #pragma unroll
-            for (int i = 0; i < PART_ITEMS; ++i)
+            for (int i = 0; i < ITEMS; ++i)
                 if (packed[i] != NO_DIGIT) sval[packed[i]] = val[i];
         }
         if (v + 1 < nvals) {  // the next column's loads fly during the barrier and the stores
             const V* __restrict__ vnext = reinterpret_cast<const V*>(vin_ptrs[v + 1]) + tile0;
 #pragma unroll
-            for (int i = 0; i < PART_ITEMS; ++i)
+            for (int i = 0; i < ITEMS; ++i)
                 if (w0 + 32 * i < tile_n) val[i] = vnext[w0 + 32 * i];
         }
         __syncthreads();
         const bool keys_now = v == 0 && write_keys;
         V* __restrict__ vout = v < nvals ? reinterpret_cast<V*>(vout_ptrs[v]) : nullptr;
-        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) {
+        for (int j = threadIdx.x; j < tile_n; j += BLOCK) {
             const i64 o = gbase[stage_digit[j]] + j;
             if (keys_now) kout[o] = skey[j];
             if (vout) vout[o] = sval[j];
