@@ -89,7 +89,8 @@ def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
 def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, counts: cp.ndarray,
                sketch: cp.ndarray | None) -> None:
     n, nblocks = keys.size, counts.size // 256
-    grid = min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
+    # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
+    grid = nblocks if sketch is None else min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
     kernel("partition.cu", f"radix_histogram<{key_type(keys)}>")(
         (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
                                  np.int32(shift), np.int32(bits), counts, np.int32(nblocks), ptr(sketch)),
