@@ -72,8 +72,8 @@ if [[ $stage == tests || $stage == all ]]; then
 fi
 if [[ $stage == profile || $stage == all ]]; then
   # per-kernel timings, and the faster register budget of the radix scatter for what follows
-  python3 scripts/profile_kernels.py "$OUT/best_maxreg.txt" 2>&1 | tee "$OUT/profile.txt"
-  [[ -s "$OUT/best_maxreg.txt" ]] && export GPUJOIN_SCATTER_MAXREG=$(cat "$OUT/best_maxreg.txt")
+  python3 scripts/profile_kernels.py "$OUT/best_minb.txt" 2>&1 | tee "$OUT/profile.txt"
+  [[ -s "$OUT/best_minb.txt" ]] && export GPUJOIN_SCATTER_MINB=$(cat "$OUT/best_minb.txt")
 fi
 if [[ $stage == bench || $stage == all ]]; then
   # paper 003's default workloads (ANCHORS.md): |R| = |S| = 2^27, one and two 4-byte payloads a side

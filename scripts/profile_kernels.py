@@ -8,7 +8,7 @@ import numpy as np
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.join.phj import phj
 from gpujoin.cuda.groupby.common import estimate_groups
-from gpujoin.cuda.kernels import SCATTER_MAXREG, scatter_name
+from gpujoin.cuda.kernels import SCATTER_MINB, scatter_name
 from gpujoin.cuda.runtime import device_properties, event_time, kernel
 
 
@@ -39,15 +39,16 @@ sargs = (keys, kout, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int3
          vin_p, vout_p, np.int32(1), np.int32(1))
 sargs0 = sargs[:-2] + (np.int32(0), np.int32(1))
 for stable in (True, False):
-    sc = kernel("partition.cu", scatter_name("i32", "u32", stable, 80))
-    timed(f"scatter key+1 value (8 bits), stable {stable}", lambda: sc((nblocks,), (256,), sargs, shared_mem=smem))
-    timed(f"scatter key only (8 bits), stable {stable}", lambda: sc((nblocks,), (256,), sargs0, shared_mem=smem))
+    sc = kernel("partition.cu", scatter_name("i32", "u32", stable))
+    block, sm = (256, 0) if stable else (512, smem)
+    timed(f"scatter key+1 value (8 bits), stable {stable}", lambda: sc((nblocks,), (block,), sargs, shared_mem=sm))
+    timed(f"scatter key only (8 bits), stable {stable}", lambda: sc((nblocks,), (block,), sargs0, shared_mem=sm))
 timed("copy key+value (floor)", lambda: (kout.__setitem__(slice(None), keys), vout.__setitem__(slice(None), vals)))
 d16 = prim.Digits(bits=16)
 best = {}
-for maxreg in SCATTER_MAXREG:
-    prim.SCATTER_MAXREG = maxreg
-    timed(f"radix_partition 16 bits key+value, maxreg {maxreg}", lambda: prim.radix_partition(keys, [vals], d16))
+for minb in SCATTER_MINB:
+    prim.SCATTER_MINB = minb
+    timed(f"radix_partition 16 bits key+value, minb {minb}", lambda: prim.radix_partition(keys, [vals], d16))
     start, end = cp.cuda.Event(), cp.cuda.Event()
     phj(keys, keys, [vals], [vals], emit_keys=True)
     start.record()
@@ -55,11 +56,11 @@ for maxreg in SCATTER_MAXREG:
         phj(keys, keys, [vals], [vals], emit_keys=True)
     end.record()
     end.synchronize()
-    best[maxreg] = cp.cuda.get_elapsed_time(start, end) / 5
-    print(f"{'phj-tr narrow 2^27 x 2^27, maxreg ' + str(maxreg):44} {best[maxreg]:8.3f} ms")
+    best[minb] = cp.cuda.get_elapsed_time(start, end) / 5
+    print(f"{'phj-tr narrow 2^27 x 2^27, minb ' + str(minb):44} {best[minb]:8.3f} ms")
 k2, _, _ = prim.radix_partition(keys, [vals], d16)
 timed("partition_offsets 16 bits", lambda: prim.partition_offsets(k2, d16))
 choice = min(best, key=best.get)
-print(f"fastest scatter register budget: maxreg {choice}")
+print(f"fastest scatter register budget: minb {choice}")
 if len(sys.argv) > 1:
     open(sys.argv[1], "w").write(str(choice))

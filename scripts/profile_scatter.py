@@ -1,8 +1,9 @@
 """Compare the radix scatter's stable and unstable rankings and register budgets on the workloads
-that use it: 8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values, a 16-bit
-partition, PGB-TR at g = 2^16 (MAX of two int32 columns) and the narrow PHJ-TR (PGB and PHJ ask
-for an unstable first pass; stable=1 here forces every pass stable); CUDA events, median of 5
-(device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [stable,maxreg ...]."""
+that use it: 8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values and a 16-bit
+partition (all asking for an unstable first pass), PGB-TR at g = 2^16 (MAX of two int32 columns;
+it asks for one too) and the narrow PHJ-TR (stable); stable=1 forces every pass stable; CUDA
+events, median of 5
+(device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [stable,minb ...]."""
 
 import sys
 
@@ -15,7 +16,7 @@ from gpujoin.cuda.runtime import event_time
 
 log2n = int(sys.argv[1]) if len(sys.argv) > 1 else 28
 variants = ([tuple(int(x) for x in a.split(",")) for a in sys.argv[2:]]
-            or [(1, 80), (1, 64), (0, 96), (0, 40)])
+            or [(1, 1), (0, 1)])
 n = 1 << log2n
 rng = cp.random.default_rng(0)
 keys = cp.random.permutation(n).astype(cp.int32)
@@ -38,9 +39,9 @@ times = {v: {k: [] for k in steps} for v in variants}
 for _ in range(ROUNDS):
     for v in variants:
         prim.FORCE_STABLE = bool(v[0])
-        prim.SCATTER_MAXREG = prim.SCATTER_MAXREG_UNSTABLE = v[1]
+        prim.SCATTER_MINB = v[1]
         for k, fn in steps.items():
             times[v][k].append(event_time(fn, 5) * 1e3)
-print(f"{'stable, maxreg':22}" + "".join(f"{k:>26}" for k in steps) + f"   (median of {ROUNDS} rounds of medians of 5)")
+print(f"{'stable, minb':22}" + "".join(f"{k:>26}" for k in steps) + f"   (median of {ROUNDS} rounds of medians of 5)")
 for v in variants:
     print(f"{str(v):22}" + "".join(f"{sorted(t)[len(t) // 2]:23.3f} ms" for t in times[v].values()), flush=True)

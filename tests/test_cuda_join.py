@@ -18,7 +18,7 @@ if not gpujoin.backend.cuda_available():
 
 from gpujoin.cuda import primitives as prim  # noqa: E402
 from gpujoin.cuda.join import ALGORITHMS as ALL_ALGORITHMS  # noqa: E402
-from gpujoin.cuda.kernels import SCATTER_MAXREG  # noqa: E402
+from gpujoin.cuda.kernels import SCATTER_MINB  # noqa: E402
 from gpujoin.cuda.table import DeviceTable  # noqa: E402
 
 HOWS = ["inner", "left", "right", "full", "semi", "anti"]
@@ -68,15 +68,14 @@ def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits):
     np.testing.assert_array_equal(cp.asnumpy(off), expected)
 
 
-@pytest.mark.parametrize("maxreg", SCATTER_MAXREG)
+@pytest.mark.parametrize("minb", SCATTER_MINB)
 @pytest.mark.parametrize("bits", [5, 8, 16])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, maxreg, monkeypatch):
+def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, minb, monkeypatch):
     # stable=False: every row (key and all columns) lands whole in its partition, in any order
     # within it; with columns of one width (one launch) the first pass ranks by atomics, with
     # two widths stably.  Skewed keys: warps whose lanes share a digit.
-    monkeypatch.setattr(prim, "SCATTER_MAXREG", maxreg)
-    monkeypatch.setattr(prim, "SCATTER_MAXREG_UNSTABLE", maxreg)
+    monkeypatch.setattr(prim, "SCATTER_MINB", minb)
     rng = np.random.default_rng(7)
     n = 3 * 4096 + 17
     keys = np.where(rng.random(n) < 0.5, 42, rng.integers(-5000, 5000, n)).astype(dtype)

@@ -17,12 +17,12 @@ import numpy as np
 from .kernels import scatter_name
 from .runtime import device_properties, kernel, ptr
 
-#: Registers a thread of the radix scatter for 4-byte keys (kernels.SCATTER_MAXREG), stable
-#: ranking (80: three blocks of 256 threads an SM) and unstable (blocks of 512 threads; 40: three
-#: an SM); GPUJOIN_SCATTER_MAXREG and GPUJOIN_SCATTER_MAXREG_UNSTABLE override.  8-byte keys
-#: take 96 (they spill under 80).
-SCATTER_MAXREG = int(os.environ.get("GPUJOIN_SCATTER_MAXREG", "80"))
-SCATTER_MAXREG_UNSTABLE = int(os.environ.get("GPUJOIN_SCATTER_MAXREG_UNSTABLE", "96"))
+#: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
+#: GPUJOIN_SCATTER_MINB overrides.  With one packed register an item (partition.cu) the uncapped
+#: build (1, 80 registers) partitions 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms
+#: capped (4), and the narrow PHJ-TR takes 10.06 against 10.36 ms (H200, scripts/profile_kernels.py);
+#: before that rewrite the cap paid (4.6 against 6.9 ms).
+SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
 #: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
 FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
 
@@ -167,9 +167,10 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             # unstable ranking (shared atomics) may order a tile differently in each launch, so
             # it is taken only when one launch moves every column
             ranked_stable = stable or FORCE_STABLE or p > 0 or len(launches) > 1
-            maxreg = 96 if kt == "i64" else SCATTER_MAXREG if ranked_stable else SCATTER_MAXREG_UNSTABLE
-            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable, maxreg))
-            smem = PART_TILE * (kb + width + 1)
+            # a register cap pays for 4-byte keys; 8-byte keys would spill under it
+            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable,
+                                                          SCATTER_MINB if kt == "i32" else 1))
+            smem = 0 if ranked_stable else PART_TILE * (kb + width + 1)  # radix_scatter's is static
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
             scatter((nblocks,), (PART_BLOCK if ranked_stable else 2 * PART_BLOCK,),

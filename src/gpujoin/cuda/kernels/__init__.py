@@ -21,20 +21,25 @@ CLUSTER_SIZES = (2, 4, 8)
 #: integers, max of 4-byte floats, and sums of 8-byte integers (decimals).
 GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 << 8)
 
-#: Register budgets (registers a thread) the radix scatter is built for.
-SCATTER_MAXREG = (96, 80, 64, 40)
+#: Register budgets the radix scatter is built for (minimum resident blocks per SM).
+SCATTER_MINB = (1, 4)
 
 
-def scatter_name(key: str, value: str, stable: bool, maxreg: int) -> str:
-    """The radix_scatter instance for key and value types, ranking and register budget."""
-    return f"radix_scatter<{key}, {value}, {int(stable)}, {maxreg}>"
+def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1) -> str:
+    """The radix scatter instance for key and value types (stable: radix_scatter, 4-byte staging
+    when both fit, with a register budget; else radix_scatter_unstable)."""
+    if not stable:
+        return f"radix_scatter_unstable<{key}, {value}>"
+    stage = "u32" if key == "i32" and value in ("u8", "u16", "u32") else "u64"
+    return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
 
 
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
         [f"radix_histogram<{k}>" for k in _KEYS]
-        + [scatter_name(k, v, st, m) for k, v, st, m in product(_KEYS, _VALUES, (True, False), SCATTER_MAXREG)]
+        + [scatter_name(k, v, True, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
+        + [scatter_name(k, v, False) for k, v in product(_KEYS, _VALUES)]
         + [f"partition_bounds<{k}>" for k in _KEYS]
     ),
     "hashjoin.cu": (

@@ -16,6 +16,7 @@
 #define PART_WARPS (PART_BLOCK / 32)
 #define RADIX 256
 #define NO_DIGIT 0xffffffffu
+#define UNSTABLE_BLOCK 512
 
 template <typename K>
 __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, u32 mask) {
@@ -72,31 +73,148 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
             if (regs[j]) atomicMax(&sketch[j], regs[j]);
 }
 
-// Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank.
-// STABLE: rank the tile in memory order (warp ballots, one per digit bit, as CUB's MatchAny, on
-// per-warp counters), 256 threads of 16 rows; else by shared atomics on the block's counters, in
-// whatever order they land, 512 threads of 8 rows (more warps an SM: the pass is latency-bound).
-// An H200 profile had the ballots' ranking at most of a pass's time (the key-only scatter of
-// 2^27 rows took 1.40 ms against 1.66 with a value column), and only an LSD pass after the
-// first needs memory order.
-// MAXREG: registers a thread (80: three blocks an SM, 64: four).  Shared memory (dynamic):
-// PART_TILE * (sizeof(K) + sizeof(V) + 1) bytes.
+// Exclusive scan of a tile's digit counts, NHIST sets of RADIX (per warp, or one for the block):
+// counts[w * RADIX + d] becomes where set w's rows of digit d start among the digit's rows,
+// local_start[d] where digit d starts in the tile, gbase[d] my_offset - local_start[d] (my_offset:
+// thread d's global offset of digit d).  Every thread of the block calls it (it holds a barrier);
+// thread d < RADIX owns digit d.
+template <int NHIST>
+__device__ __forceinline__ void scan_digits(u32* counts, u32* local_start, i64* gbase, u32* wsum, i64 my_offset) {
+    const u32 d = threadIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    u32 run = 0;
+    if (d < RADIX)
+#pragma unroll
+        for (int w = 0; w < NHIST; ++w) {
+            u32 c = counts[w * RADIX + d];
+            counts[w * RADIX + d] = run;
+            run += c;
+        }
+    u32 incl = warp_inclusive_sum<u32>(run);
+    if (lane == 31 && warp < RADIX / 32) wsum[warp] = incl;
+    __syncthreads();
+    if (d < RADIX) {
+        u32 before = 0;
+#pragma unroll
+        for (int w = 0; w < RADIX / 32; ++w) before += (w < warp) ? wsum[w] : 0u;
+        u32 start = before + incl - run;
+        local_start[d] = start;
+        gbase[d] = my_offset - (i64)start;
+    }
+}
+
+// Scatter tile b's keys (if write_keys) and each value column to offsets[d * nblocks + b] + rank,
+// ranking the tile in memory order (stable: warp ballots, one per digit bit, as CUB's MatchAny).
+// S: the staging word (4 bytes when keys and values fit, halving shared memory); MINB: minimum
+// resident blocks per SM asked of the register allocator.
 //
 // Registers hold one packed word per item (rank in the tile | digit << 16), not the keys: an H200
 // profile of the version that kept key, digit and rank arrays showed 524,288 local-memory spill
 // requests per 2^27-row pass under the 64-register cap.  Keys are re-read (L1 hits) when staged.
-// The first value column's loads are issued with the keys', before the ranking, and each later
-// column's before the write-out of the one before (a version that loaded them after the ranking,
-// and one that staged two columns at a time, measured 10-25% slower on an H200).
-template <typename K, typename V, int STABLE, int MAXREG>
-__global__ void __launch_bounds__(STABLE ? PART_BLOCK : 2 * PART_BLOCK) __maxnreg__(MAXREG)
+// Each value column's loads are issued before the previous column's write-out (the first with
+// the keys), so their latency overlaps the ranking and the stores instead of following a barrier.
+template <typename K, typename V, typename S, int MINB>
+__global__ void __launch_bounds__(PART_BLOCK, MINB)
 radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
               int shift, int bits, const i64* __restrict__ offsets, int nblocks,
               const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
               int write_keys) {
-    constexpr int BLOCK = STABLE ? PART_BLOCK : 2 * PART_BLOCK, ITEMS = PART_TILE / BLOCK;
-    constexpr int NHIST = STABLE ? BLOCK / 32 : 1;  // per-warp counters for the stable ranking
-    __shared__ u32 whist[NHIST * RADIX];
+    __shared__ u32 whist[PART_WARPS * RADIX];
+    __shared__ u32 local_start[RADIX];
+    __shared__ i64 gbase[RADIX];
+    __shared__ u32 wsum[RADIX / 32];
+    __shared__ S stage[PART_TILE];
+    __shared__ u8 stage_digit[PART_TILE];
+
+    const u32 mask = (1u << bits) - 1u;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const i64 tile0 = (i64)blockIdx.x * PART_TILE;
+    // warp-striped: warp w owns a contiguous run of the tile, item i of lane l at w0 + 32 i + l,
+    // so ranking item by item within a warp follows memory order (stability)
+    const i64 w0 = tile0 + (i64)warp * 32 * PART_ITEMS;
+
+    for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) whist[j] = 0;
+    // this tile's output offset of digit threadIdx.x: a strided read of the digit-major scan,
+    // issued first so that its latency hides behind the tile's loads
+    const i64 my_offset = threadIdx.x <= mask ? offsets[(i64)threadIdx.x * nblocks + blockIdx.x] : 0;
+    u32 packed[PART_ITEMS];  // digit << 16 | rank, or NO_DIGIT past the end
+    V val[PART_ITEMS];
+    const V* __restrict__ vin = nvals ? reinterpret_cast<const V*>(vin_ptrs[0]) : nullptr;
+#pragma unroll
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        i64 idx = w0 + 32 * i + lane;
+        packed[i] = idx < n ? digit_of(kin[idx], use_hash, base, shift, mask) : NO_DIGIT;
+        if (vin && idx < n) val[i] = vin[idx];
+    }
+    __syncthreads();
+    u32* my = whist + warp * RADIX;
+#pragma unroll
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        const u32 d = packed[i];
+        const u32 peers = match_label(d, d != NO_DIGIT, bits);
+        u32 r = 0;
+        if (d != NO_DIGIT) r = my[d] + __popc(peers & lanemask_lt());
+        __syncwarp();
+        if (d != NO_DIGIT && lane == 31 - __clz(peers)) my[d] += __popc(peers);
+        __syncwarp();
+        if (d != NO_DIGIT) packed[i] = d << 16 | r;
+    }
+    __syncthreads();
+    scan_digits<PART_WARPS>(whist, local_start, gbase, wsum, my_offset);
+    __syncthreads();
+    // final tile position of each item; keys staged from a re-read of the (cached) tile
+    K* skey = reinterpret_cast<K*>(stage);
+#pragma unroll
+    for (int i = 0; i < PART_ITEMS; ++i) {
+        const u32 p = packed[i];
+        if (p != NO_DIGIT) {
+            const u32 d = p >> 16;
+            const u32 pos = (p & 0xffffu) + local_start[d] + my[d];
+            packed[i] = pos;
+            stage_digit[pos] = (u8)d;
+            if (write_keys) skey[pos] = kin[w0 + 32 * i + lane];
+        }
+    }
+    __syncthreads();
+    const int tile_n = (int)min((i64)PART_TILE, n - tile0);
+    if (write_keys)
+        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) kout[gbase[stage_digit[j]] + j] = skey[j];
+    V* sval = reinterpret_cast<V*>(stage);
+    for (int v = 0; v < nvals; ++v) {
+        V* __restrict__ vout = reinterpret_cast<V*>(vout_ptrs[v]);
+        __syncthreads();  // the stage is free again
+#pragma unroll
+        for (int i = 0; i < PART_ITEMS; ++i)
+            if (packed[i] != NO_DIGIT) sval[packed[i]] = val[i];
+        if (v + 1 < nvals) {  // the next column's loads fly during the barrier and the stores
+            const V* __restrict__ vnext = reinterpret_cast<const V*>(vin_ptrs[v + 1]);
+#pragma unroll
+            for (int i = 0; i < PART_ITEMS; ++i) {
+                i64 idx = w0 + 32 * i + lane;
+                if (idx < n) val[i] = vnext[idx];
+            }
+        }
+        __syncthreads();
+        for (int j = threadIdx.x; j < tile_n; j += PART_BLOCK) vout[gbase[stage_digit[j]] + j] = sval[j];
+    }
+}
+
+// The same scatter with the tile ranked by shared atomics on the block's counters, in whatever
+// order they land (unstable: for a first LSD pass, or a partition that needs no order within a
+// partition), 512 threads of 8 rows (more warps an SM; no per-warp counters to scan).  Against
+// the ballots, PGB-TR at g = 2^16 took 0.2-0.3 ms less on an H200; the narrow PHJ-TR took 0.3 ms
+// more, so it keeps stable passes.  The first value column's loads are issued with the keys',
+// before the ranking, each later column's before the write-out of the one before; one loop
+// writes the key and the first column.  Shared memory (dynamic):
+// PART_TILE * (sizeof(K) + sizeof(V) + 1) bytes.
+template <typename K, typename V>
+__global__ void __launch_bounds__(UNSTABLE_BLOCK)
+radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
+                       int shift, int bits, const i64* __restrict__ offsets, int nblocks,
+                       const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
+                       int write_keys) {
+    constexpr int BLOCK = UNSTABLE_BLOCK, ITEMS = PART_TILE / BLOCK;
+    __shared__ u32 hist[RADIX];
     __shared__ u32 local_start[RADIX];
     __shared__ i64 gbase[RADIX];
     __shared__ u32 wsum[RADIX / 32];
@@ -109,12 +227,10 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const i64 tile0 = (i64)blockIdx.x * PART_TILE;
     const int tile_n = (int)min((i64)PART_TILE, n - tile0);
-    // warp-striped: warp w owns a contiguous run of the tile, item i of lane l at row
-    // w0 + 32 i + l of it, so ranking item by item within a warp follows memory order
-    const int w0 = warp * 32 * ITEMS + lane;
+    const int w0 = warp * 32 * ITEMS + lane;  // item i of lane l of warp w: row w0 + 32 i of the tile
     const K* __restrict__ tkin = kin + tile0;
 
-    for (int j = threadIdx.x; j < NHIST * RADIX; j += BLOCK) whist[j] = 0;
+    for (int j = threadIdx.x; j < RADIX; j += BLOCK) hist[j] = 0;
     // this tile's output offset of digit threadIdx.x: a strided read of the digit-major scan,
     // issued first so that its latency hides behind the tile's loads
     const i64 my_offset = threadIdx.x <= mask ? offsets[(i64)threadIdx.x * nblocks + blockIdx.x] : 0;
@@ -128,47 +244,11 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
         if (vin && row < tile_n) val[i] = vin[row];
     }
     __syncthreads();
-    u32* my = whist + (STABLE ? warp * RADIX : 0);
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        const u32 d = packed[i];
-        if (STABLE) {
-            const u32 peers = match_label(d, d != NO_DIGIT, bits);
-            u32 r = 0;
-            if (d != NO_DIGIT) r = my[d] + __popc(peers & lanemask_lt());
-            __syncwarp();
-            if (d != NO_DIGIT && lane == 31 - __clz(peers)) my[d] += __popc(peers);
-            __syncwarp();
-            if (d != NO_DIGIT) packed[i] = d << 16 | r;
-        } else if (d != NO_DIGIT) {
-            packed[i] = d << 16 | atomicAdd(&my[d], 1u);
-        }
-    }
+    for (int i = 0; i < ITEMS; ++i)
+        if (packed[i] != NO_DIGIT) packed[i] = packed[i] << 16 | atomicAdd(&hist[packed[i]], 1u);
     __syncthreads();
-    // per digit: exclusive scan over the warps' counters, then over digits (thread t < 256 owns
-    // digit t; every thread takes part in the barriers)
-    {
-        const u32 d = threadIdx.x;
-        u32 run = 0;
-        if (d < RADIX)
-#pragma unroll
-            for (int w = 0; w < NHIST; ++w) {
-                u32 c = whist[w * RADIX + d];
-                whist[w * RADIX + d] = run;
-                run += c;
-            }
-        u32 incl = warp_inclusive_sum<u32>(run);
-        if (lane == 31 && warp < RADIX / 32) wsum[warp] = incl;
-        __syncthreads();
-        if (d < RADIX) {
-            u32 before = 0;
-#pragma unroll
-            for (int w = 0; w < RADIX / 32; ++w) before += (w < warp) ? wsum[w] : 0u;
-            u32 start = before + incl - run;
-            local_start[d] = start;
-            gbase[d] = my_offset - (i64)start;
-        }
-    }
+    scan_digits<1>(hist, local_start, gbase, wsum, my_offset);
     __syncthreads();
     // final tile position of each item; keys staged from a re-read of the (cached) tile, the
     // first column from registers
@@ -177,7 +257,7 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
         const u32 p = packed[i];
         if (p != NO_DIGIT) {
             const u32 d = p >> 16;
-            const u32 pos = (p & 0xffffu) + local_start[d] + my[d];
+            const u32 pos = (p & 0xffffu) + local_start[d];
             packed[i] = pos;
             stage_digit[pos] = (u8)d;
             if (write_keys) skey[pos] = tkin[w0 + 32 * i];
