@@ -22,7 +22,7 @@ keys = rng.permutation(n).astype(cp.int32) if hasattr(rng, "permutation") else c
 vals = rng.integers(0, 1 << 30, n, dtype=cp.int32)
 nblocks = (n + prim.PART_TILE - 1) // prim.PART_TILE
 counts = cp.empty(256 * nblocks, cp.int32)
-hist = kernel("partition.cu", "radix_histogram<i32>")
+hist = kernel("partition.cu", "radix_histogram<i32, 16>")
 args = (keys, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), counts, np.int32(nblocks), np.uint64(0))
 hgrid = min(nblocks, device_properties(0)["sms"] * 8)
 timed("histogram (8 bits)", lambda: hist((hgrid,), (256,), args))
@@ -34,15 +34,12 @@ offs = cp.cumsum(counts, dtype=cp.int64) - counts
 kout, vout = cp.empty_like(keys), cp.empty_like(vals)
 vin_p = cp.asarray([vals.data.ptr], dtype=cp.uint64)
 vout_p = cp.asarray([vout.data.ptr], dtype=cp.uint64)
-smem = prim.PART_TILE * 9
 sargs = (keys, kout, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), offs, np.int32(nblocks),
          vin_p, vout_p, np.int32(1), np.int32(1))
 sargs0 = sargs[:-2] + (np.int32(0), np.int32(1))
-for stable in (True, False):
-    sc = kernel("partition.cu", scatter_name("i32", "u32", stable))
-    block, sm = (256, 0) if stable else (512, smem)
-    timed(f"scatter key+1 value (8 bits), stable {stable}", lambda: sc((nblocks,), (block,), sargs, shared_mem=sm))
-    timed(f"scatter key only (8 bits), stable {stable}", lambda: sc((nblocks,), (block,), sargs0, shared_mem=sm))
+sc = kernel("partition.cu", scatter_name("i32", "u32"))  # radix_scatter_unstable: profile_scatter.py
+timed("scatter key+1 value (8 bits)", lambda: sc((nblocks,), (256,), sargs))
+timed("scatter key only (8 bits)", lambda: sc((nblocks,), (256,), sargs0))
 timed("copy key+value (floor)", lambda: (kout.__setitem__(slice(None), keys), vout.__setitem__(slice(None), vals)))
 d16 = prim.Digits(bits=16)
 best = {}

@@ -240,12 +240,18 @@ def test_radix_histogram_sketch_is_the_hyperloglog_sketch(dtype):
     rng = cp.random.default_rng(5)
     keys = rng.integers(-(1 << 40), 1 << 40, 3_000_017).astype(dtype) % 70_001
     sketch = cp.zeros(1 << HLL_BITS, cp.uint32)
-    counts = prim.radix_histogram(keys, prim.Digits(bits=8), sketch)
+    counts = prim.radix_histogram(keys, [keys], prim.Digits(bits=8), sketch)
     assert hll_estimate(sketch, keys.dtype.itemsize, keys.size) == estimate_groups(keys)
     assert int(counts.sum()) == keys.size
     k, (v,), off = prim.radix_partition(keys, [keys], prim.Digits(bits=11), counts=counts)
     k2, (v2,), off2 = prim.radix_partition(keys, [keys], prim.Digits(bits=11))
     assert bool((k == k2).all()) and bool((v == v2).all()) and bool((off == off2).all())
+    # unstable: the first pass's tile is another; same partitions, rows whole
+    counts = prim.radix_histogram(keys, [keys], prim.Digits(bits=8), stable=False)
+    k3, (v3,), off3 = prim.radix_partition(keys, [keys], prim.Digits(bits=8), counts=counts, stable=False)
+    k4, (v4,), off4 = prim.radix_partition(keys, [keys], prim.Digits(bits=8))
+    assert bool((off3 == off4).all()) and bool((k3 == v3).all())
+    assert bool((cp.sort(k3) == cp.sort(k4)).all())
 
 
 def test_device_group_by_errors_are_clear():

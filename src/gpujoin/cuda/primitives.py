@@ -28,6 +28,8 @@ FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
 
 #: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
 PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8
+#: radix_scatter_unstable's block and tile (partition.cu: UNSTABLE_BLOCK, UNSTABLE_TILE).
+UNSTABLE_BLOCK, UNSTABLE_TILE = 512, 8192
 COMPACT_BLOCK, COMPACT_TILE = 256, 4096
 _KEY = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 _WORD = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
@@ -86,27 +88,35 @@ def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
     return groups
 
 
-def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, counts: cp.ndarray,
+def _unstable_first(values: list[cp.ndarray], stable: bool) -> bool:
+    """Whether radix_partition ranks its first pass unstably: asked, and one launch moves every
+    column (shared atomics may order a tile differently in each launch)."""
+    return not (stable or FORCE_STABLE) and len(_width_groups(values)) <= 1
+
+
+def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: int, counts: cp.ndarray,
                sketch: cp.ndarray | None) -> None:
     n, nblocks = keys.size, counts.size // 256
     # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
     grid = nblocks if sketch is None else min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
-    kernel("partition.cu", f"radix_histogram<{key_type(keys)}>")(
+    kernel("partition.cu", f"radix_histogram<{key_type(keys)}, {tile // PART_BLOCK}>")(
         (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
                                  np.int32(shift), np.int32(bits), counts, np.int32(nblocks), ptr(sketch)),
         shared_mem=0 if sketch is None else sketch.nbytes)
 
 
-def radix_histogram(keys: cp.ndarray, digits: Digits, sketch: cp.ndarray | None = None) -> cp.ndarray:
-    """The per-tile digit counts of the first pass of ``radix_partition(keys, ..., digits)``
-    (int32 (256 * tiles,), digit-major), to hand to it as ``counts``; ``sketch`` (uint32
-    (2**12,), zeroed: the HyperLogLog registers of groupby.common.estimate_groups) is filled from
-    the same read of the keys.  Raises ValueError for empty keys or no digits."""
+def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, sketch: cp.ndarray | None = None,
+                    stable: bool = True) -> cp.ndarray:
+    """The per-tile digit counts of the first pass of ``radix_partition(keys, values, digits,
+    stable=stable)`` (int32 (256 * tiles,), digit-major), to hand to it as ``counts``; ``sketch``
+    (uint32 (2**12,), zeroed: the HyperLogLog registers of groupby.common.estimate_groups) is
+    filled from the same read of the keys.  Raises ValueError for empty keys or no digits."""
     if keys.size == 0 or digits.bits == 0:
         raise ValueError("radix_histogram needs keys and at least one digit bit")
     shift, bits = _passes(digits)[0]
-    counts = cp.empty(256 * -(-keys.size // PART_TILE), cp.int32)
-    _histogram(keys, digits, shift, bits, counts, sketch)
+    tile = UNSTABLE_TILE if _unstable_first(values, stable) else PART_TILE
+    counts = cp.empty(256 * -(-keys.size // tile), cp.int32)
+    _histogram(keys, digits, shift, bits, tile, counts, sketch)
     return counts
 
 
@@ -127,8 +137,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     values : list of (n,) arrays of 1, 2, 4 or 8-byte items
     digits : Digits
     bounds : also return the partition offsets
-    counts : the first pass's histogram, from ``radix_histogram(keys, digits)`` (its buffer is
-        reused by later passes)
+    counts : the first pass's histogram, from ``radix_histogram(keys, values, digits, stable=stable)``
     stable : keep input order within each partition
 
     Returns
@@ -137,7 +146,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         Partitioned copies, and int64 (2**bits + 1,) offsets of each partition (or None).
 
     Memory: two copies of keys and values (the output and one ping-pong buffer), plus
-    256 int32 + 256 int64 counters per 4096-row tile.
+    256 int32 + 256 int64 counters per 4096-row tile (8192 for an unstable first pass).
     """
     n = keys.size
     passes = _passes(digits)
@@ -147,16 +156,19 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         if bounds and not passes:
             offsets[1] = n
         return keys.copy(), [v.copy() for v in values], offsets
-    nblocks = -(-n // PART_TILE)
     kt, kb = key_type(keys), keys.dtype.itemsize
     launches = list(_width_groups(values).items()) or [(4, [])]
-    if counts is not None and counts.size != 256 * nblocks:
-        raise ValueError("counts are not radix_histogram's of these keys and digits")
-    first_given = counts is not None
-    counts = counts if first_given else cp.empty(256 * nblocks, cp.int32)
+    unstable = _unstable_first(values, stable)
     for p, (shift, bits) in enumerate(passes):
-        if p > 0 or not first_given:
-            _histogram(src_k, digits, shift, bits, counts, None)
+        ranked_stable = p > 0 or not unstable
+        tile = PART_TILE if ranked_stable else UNSTABLE_TILE
+        nblocks = -(-n // tile)
+        if p == 0 and counts is not None:
+            if counts.size != 256 * nblocks:
+                raise ValueError("counts are not radix_histogram's of these keys, values and digits")
+        else:
+            counts = cp.empty(256 * nblocks, cp.int32)
+            _histogram(src_k, digits, shift, bits, tile, counts, None)
         offs = cp.cumsum(counts, dtype=cp.int64)
         offs -= counts
         dst_k = cp.empty_like(src_k)
@@ -164,16 +176,13 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         for g, (width, idx) in enumerate(launches):
             vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
-            # unstable ranking (shared atomics) may order a tile differently in each launch, so
-            # it is taken only when one launch moves every column
-            ranked_stable = stable or FORCE_STABLE or p > 0 or len(launches) > 1
             # a register cap pays for 4-byte keys; 8-byte keys would spill under it
             scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable,
                                                           SCATTER_MINB if kt == "i32" else 1))
-            smem = 0 if ranked_stable else PART_TILE * (kb + width + 1)  # radix_scatter's is static
+            smem = 0 if ranked_stable else tile * (kb + width + 1)  # radix_scatter's is static
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
-            scatter((nblocks,), (PART_BLOCK if ranked_stable else 2 * PART_BLOCK,),
+            scatter((nblocks,), (PART_BLOCK if ranked_stable else UNSTABLE_BLOCK,),
                     (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
                      np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0)),
                     shared_mem=smem)

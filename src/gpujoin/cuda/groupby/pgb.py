@@ -92,7 +92,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
         # the first radix pass's histogram (8 bits from bit 0, whatever the bits) and the
         # HyperLogLog sketch of g in one read of the keys
         sketch = cp.zeros(1 << HLL_BITS, cp.uint32)
-        counts = radix_histogram(keys, Digits(bits=PARALLEL_BITS), sketch)
+        counts = radix_histogram(keys, moved, Digits(bits=PARALLEL_BITS), sketch, stable=False)
         est = hll_estimate(sketch, keys.dtype.itemsize, n)
     else:
         est = groups_estimate

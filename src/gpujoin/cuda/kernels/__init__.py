@@ -37,7 +37,7 @@ def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1) -> st
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
-        [f"radix_histogram<{k}>" for k in _KEYS]
+        [f"radix_histogram<{k}, {i}>" for k, i in product(_KEYS, (16, 32))]
         + [scatter_name(k, v, True, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
         + [scatter_name(k, v, False) for k, v in product(_KEYS, _VALUES)]
         + [f"partition_bounds<{k}>" for k in _KEYS]
