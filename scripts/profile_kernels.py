@@ -27,7 +27,8 @@ args = (keys, np.int64(n), np.int32(1), np.int64(0), np.int32(0), np.int32(8), c
 hgrid = min(nblocks, device_properties(0)["sms"] * 8)
 timed("histogram (8 bits)", lambda: hist((hgrid,), (256,), args))
 sketch = cp.zeros(4096, cp.uint32)
-timed("histogram (8 bits) + HyperLogLog sketch", lambda: hist((hgrid,), (256,), args[:-1] + (sketch,), shared_mem=16384))
+timed("histogram (8 bits) + HyperLogLog sketch",
+      lambda: hist((hgrid,), (256,), args[:-1] + (sketch,), shared_mem=16384))
 timed("HyperLogLog alone (estimate_groups)", lambda: estimate_groups(keys))
 timed("cumsum int32->int64 of counts", lambda: cp.cumsum(counts, dtype=cp.int64))
 offs = cp.cumsum(counts, dtype=cp.int64) - counts

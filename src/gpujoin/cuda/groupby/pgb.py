@@ -2,8 +2,10 @@
 
 1. Transform: radix-partition on the murmur3 hash of the key (so skew in the key bits does not
    matter) into 2^bits partitions of about FILL * max_groups groups each, by a HyperLogLog
-   estimate of g (taken in the first radix pass's histogram read when the planner has none).  PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR
-   moves (key, row id) and later reads the values through the row ids (GFUR).
+   estimate of g (taken in the first radix pass's histogram read when the planner has none).
+   PGB-TR moves every value column (and validity) with its key (GFTR); PGB-UR moves (key, row
+   id) and later reads the values through the row ids (GFUR).  No order is kept within a
+   partition (primitives.radix_partition, stable=False).
 2. One thread block per partition (``pgb_aggregate``), in one pass over its rows, inserts
    each key into a shared-memory table and merges the row into the accumulators of its table
    slot; it then claims the partition's group count of output slots with one atomic and stores
