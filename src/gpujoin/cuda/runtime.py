@@ -29,13 +29,12 @@ def device_count() -> int:
 
 @functools.lru_cache(maxsize=None)
 def device_properties(device: int = 0) -> dict:
-    """Name, compute capability, SM count, shared memory per block (opt-in) and per SM, L2 bytes."""
+    """Name, compute capability, SM count, shared memory per block (opt-in) and L2 bytes."""
     cp = _cupy()
     p = cp.cuda.runtime.getDeviceProperties(device)
     name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
     return {"name": name, "cc": (p["major"], p["minor"]), "sms": p["multiProcessorCount"],
-            "smem_optin": p.get("sharedMemPerBlockOptin", 49152),
-            "smem_per_sm": p.get("sharedMemPerMultiprocessor", 65536), "l2_bytes": p["l2CacheSize"]}
+            "smem_optin": p.get("sharedMemPerBlockOptin", 49152), "l2_bytes": p["l2CacheSize"]}
 
 
 def arch() -> str:

@@ -204,9 +204,10 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
 // The same scatter with the tile ranked by shared atomics on the block's counters, in whatever
 // order they land (unstable: for a first LSD pass, or a partition that needs no order within a
 // partition), tiles of 8192 rows, 512 threads of 16 (more warps an SM, runs of 32 rows a digit,
-// half the tiles' counters; no per-warp counters to scan).  Against
-// the ballots, PGB-TR at g = 2^16 took 0.2-0.3 ms less on an H200; the narrow PHJ-TR took 0.3 ms
-// more, so it keeps stable passes.  The first value column's loads are issued with the keys',
+// half the tiles' counters; no per-warp counters to scan).  On one H200, PGB-TR at g = 2^16 took
+// 6.30-7.01 ms with it against 7.51-8.30 with the same ranking on 4096-row tiles; the joins keep
+// stable passes (the 4096-row version cost the narrow PHJ-TR 0.3 ms, and this one was not
+// measured there).  The first value column's loads are issued with the keys',
 // before the ranking, each later column's before the write-out of the one before; one loop
 // writes the key and the first column.  Shared memory (dynamic):
 // UNSTABLE_TILE * (sizeof(K) + sizeof(V) + 1) bytes.
