@@ -55,11 +55,14 @@ def kernel(file: str, name: str):
 
 
 def free_bytes() -> int:
-    """Device memory a join can still take: free on the device plus free in CuPy's pool."""
+    """Device memory a join can still take: free on the device plus free in CuPy's pool, and
+    no more than the pool's cap leaves (``memory_limit``: outofcore.budget.gpu_memory_cap)."""
     cp = _cupy()
     free, _total = cp.cuda.runtime.memGetInfo()
     pool = cp.get_default_memory_pool()
-    return int(free) + int(pool.free_bytes())
+    have = int(free) + int(pool.free_bytes())
+    limit = int(pool.get_limit())
+    return min(have, max(0, limit - int(pool.used_bytes()))) if limit else have
 
 
 def check_memory(need: int, what: str) -> None:
@@ -71,8 +74,8 @@ def check_memory(need: int, what: str) -> None:
     if need > have:
         raise MemoryError(
             f"{what} needs about {need / 2**30:.2f} GiB of GPU memory but {have / 2**30:.2f} GiB is "
-            f"free on {device_properties(_cupy().cuda.Device().id)['name']}; use smaller inputs, "
-            f"device='cpu', or free GPU memory")
+            f"free on {device_properties(_cupy().cuda.Device().id)['name']} (within memory_limit, if "
+            f"set); use smaller inputs, a larger memory_limit, device='cpu', or free GPU memory")
 
 
 def out_of_memory(exc: Exception, what: str) -> MemoryError:
@@ -90,18 +93,19 @@ def ptr(a):
 
 
 class PhaseTimer:
-    """Wall time of an operation's phases (seconds), the device synchronized at each mark."""
+    """Wall time of an operation's phases (seconds), the current stream synchronized at each
+    mark (only that stream: copies that the out-of-core pipeline runs beside it go on)."""
 
     def __init__(self):
         import time  # noqa: PLC0415
 
         self._now = time.perf_counter
         self.phases: dict[str, float] = {}
-        _cupy().cuda.Device().synchronize()
+        _cupy().cuda.get_current_stream().synchronize()
         self._t = self._now()
 
     def mark(self, phase: str) -> None:
-        _cupy().cuda.Device().synchronize()
+        _cupy().cuda.get_current_stream().synchronize()
         t = self._now()
         self.phases[phase] = self.phases.get(phase, 0.0) + t - self._t
         self._t = t

@@ -44,7 +44,7 @@ def from_key(k, dt):
 
 def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
                         nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
-                        radix_bits=None):
+                        radix_bits=None, memory_limit=None):
     """:func:`gpujoin.join` for device-resident inputs; returns (DeviceTable, JoinStats).
 
     Raises
@@ -55,18 +55,29 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     RuntimeError
         device="cpu" with device-resident inputs.
     MemoryError
-        The join does not fit in free GPU memory.
+        The join does not fit in free GPU memory (or within ``memory_limit``).
     """
-    import cupy as cp
-
-    from ..cuda.join import run
-    from ..cuda.table import DeviceTable, as_device_table
-
     if device not in ("auto", "cuda"):
         raise RuntimeError(f"device={device!r}: these tables are in GPU memory; use device='cuda' or 'auto', "
                            f"or pass host tables (DeviceTable.to_arrow())")
     dev = resolve_device("cuda", "join")
     algo = resolve_algorithm("join", algorithm, dev)
+    if algo == "triton":
+        raise ValueError("algorithm='triton' joins host-resident tables out of core; these tables are already in "
+                         "GPU memory: use an in-core algorithm, or pass host tables (DeviceTable.to_arrow())")
+    from ..outofcore.budget import gpu_memory_cap
+
+    with gpu_memory_cap(memory_limit):
+        return _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
+                                    radix_bits)
+
+
+def _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev, radix_bits):
+    import cupy as cp
+
+    from ..cuda.join import run
+    from ..cuda.table import DeviceTable, as_device_table
+
     lt, rt = as_device_table(left), as_device_table(right)
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")

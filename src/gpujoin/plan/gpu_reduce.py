@@ -17,6 +17,8 @@ class GpuReducer:
 
     keys : int32 or int64 (n,) host array, nulls already encoded as a value
     requests : the front end's prepared columns (int64 or float64 values, validity)
+    memory_limit : GPU bytes it may take (None: the free memory); past it the group-by runs out
+        of core (``outofcore/groupby.py``)
 
     Raises
     ------
@@ -24,20 +26,44 @@ class GpuReducer:
         The group-by does not fit in free GPU memory.
     """
 
-    def __init__(self, algorithm: str, keys: np.ndarray, requests: list):
+    def __init__(self, algorithm: str, keys: np.ndarray, requests: list, memory_limit: int | None = None):
+        from ..outofcore.budget import gpu_memory_cap
+
+        with gpu_memory_cap(memory_limit):
+            self._init(algorithm, keys, requests, memory_limit)
+
+    def _init(self, algorithm, keys, requests, memory_limit):
         import cupy as cp
 
         from ..cuda.groupby import AggInput, run
+        from ..cuda.runtime import free_bytes
+        from .placement import plan_placement
 
         n = keys.size
-        rows = cp.arange(n, dtype=cp.int32 if n < 2**31 else cp.int64)
-        inputs = [AggInput(rows, None, ("min",)), AggInput(None, None, ("count",))]
+        rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+        host = [(rows, None, ("min",)), (None, None, ("count",))]
         for r in requests:
             ops = ("count", "sum", "min", "max") if r.kind in ("int", "float") else ("count", "min", "max")
-            valid = cp.asarray(r.valid.view(np.uint8)) if r.has_valid else None
-            inputs.append(AggInput(cp.asarray(r.values), valid, ops))
+            host.append((r.values, r.valid.view(np.uint8) if r.has_valid else None, ops))
+        width = keys.itemsize + sum((0 if v is None else v.itemsize) + (0 if m is None else 1) for v, m, _ in host)
+        budget = free_bytes() if memory_limit is None else memory_limit
+        placement = plan_placement([n], [width], budget)
+        self.params = {"placement": placement.placement}
+        if placement.placement == "out-of-core" and n:
+            from ..outofcore.groupby import group_by_out_of_core
+
+            gkeys, cols, stats = group_by_out_of_core(algorithm, keys, host, placement)
+            self.params.update(stats)
+            self.algorithm = "out-of-core " + "+".join(stats["partition_algorithms"])
+            self.num_groups = int(gkeys.size)
+            self.first_rows = cols[0]["min"].astype(np.int64)
+            self._sizes = cols[1]["count"]
+            self._columns = {r.name: (r, cols[i + 2]) for i, r in enumerate(requests)}
+            self.phases = stats["phases"]
+            return
+        inputs = [AggInput(None if v is None else cp.asarray(v), None if m is None else cp.asarray(m), ops)
+                  for v, m, ops in host]
         dkeys = cp.asarray(keys)
-        self.params = {}
         groups = None
         if algorithm == "auto":
             from .auto import resolve_gpu_group_by
@@ -51,7 +77,8 @@ class GpuReducer:
         self.num_groups = out.num_groups
         self.first_rows = cp.asnumpy(out.columns[0]["min"]).astype(np.int64)
         self._sizes = cp.asnumpy(out.columns[1]["count"])
-        self._columns = {r.name: (r, out.columns[i + 2]) for i, r in enumerate(requests)}
+        self._columns = {r.name: (r, {k: cp.asnumpy(v) for k, v in out.columns[i + 2].items()})
+                         for i, r in enumerate(requests)}
         self.phases = out.phases
         self.params.update(out.params)
 
@@ -59,10 +86,7 @@ class GpuReducer:
         return self._sizes
 
     def reduce(self, req):
-        r, c = self._columns[req.name]
-        import cupy as cp
-
-        host = {k: cp.asnumpy(v) for k, v in c.items()}
+        r, host = self._columns[req.name]
         if r.kind == "float":
             return host["count"], host["sum"], host["min"], host["max"]
         zeros = np.zeros(self.num_groups, np.int64)

@@ -38,7 +38,10 @@ class GroupBy:
     Made by :func:`gpujoin.group_by`.
     """
 
-    def __init__(self, table, by, *, algorithm: str = "auto", device: str = "auto"):
+    def __init__(self, table, by, *, algorithm: str = "auto", device: str = "auto", memory_limit=None):
+        from ..outofcore.budget import resolve_memory_limit
+
+        self._memory_limit = resolve_memory_limit(memory_limit)
         self._by = [by] if isinstance(by, str) else list(by)
         if not self._by:
             raise ValueError("group_by needs at least one key column in 'by'")
@@ -106,7 +109,10 @@ class GroupBy:
         if self._on_device:
             from .device_groupby import execute_device_group_by
 
-            out, self.stats = execute_device_group_by(self._table, self._by, specs, self._algorithm)
+            from ..outofcore.budget import gpu_memory_cap
+
+            with gpu_memory_cap(self._memory_limit):
+                out, self.stats = execute_device_group_by(self._table, self._by, specs, self._algorithm)
             return out
         return self._run(specs)
 
@@ -126,7 +132,7 @@ class GroupBy:
             from .gpu_reduce import GpuReducer
 
             enc = encode_keys([keys], nulls_equal=True, narrow=True)
-            reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()))
+            reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()), self._memory_limit)
             stats.params.update(reducer.params)
             stats.algorithm = reducer.algorithm
         else:
@@ -144,7 +150,7 @@ class GroupBy:
         return pa.table(out_cols)
 
 
-def group_by(table, by, *, algorithm: str = "auto", device: str = "auto") -> GroupBy:
+def group_by(table, by, *, algorithm: str = "auto", device: str = "auto", memory_limit=None) -> GroupBy:
     """Group ``table`` by the key column(s) ``by``; finish with ``.agg(name=(column, function), ...)``.
 
     Parameters
@@ -155,6 +161,11 @@ def group_by(table, by, *, algorithm: str = "auto", device: str = "auto") -> Gro
     algorithm : str
         "auto" or a group-by algorithm of the device (``gpujoin.algorithms()``).
     device : {"auto", "cpu", "cuda"}
+    memory_limit : int or str, optional
+        GPU memory the group-by may take (bytes, or e.g. ``"16GB"``; default
+        ``GPUJOIN_MEMORY_LIMIT``, else the free memory).  Host tables larger than that are
+        grouped out of core: hash-partitioned by key into GPU memory and spilled pinned host
+        memory, then aggregated a partition at a time.
 
     Raises
     ------
@@ -165,7 +176,7 @@ def group_by(table, by, *, algorithm: str = "auto", device: str = "auto") -> Gro
     ----------
     Paper 003 §2 (hash, sort and partition group-by), doi:10.1145/3709689.
     """
-    return GroupBy(table, by, algorithm=algorithm, device=device)
+    return GroupBy(table, by, algorithm=algorithm, device=device, memory_limit=memory_limit)
 
 
 def _validity(arr: pa.Array):

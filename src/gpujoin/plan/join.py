@@ -67,17 +67,26 @@ def _check_unique(keys: np.ndarray, valid, side: str, validate: str) -> None:
 def join(left, right, on: str | Sequence[str] | None = None, *, left_on=None, right_on=None,
          how: str = "inner", suffix: str = "_right", nulls_equal: bool = False,
          validate: str = "m:m", coalesce: bool | None = None, algorithm: str = "auto",
-         device: str = "auto") -> pa.Table:
-    """Join two tables on equal keys (see :func:`execute_join`, which also returns its stats)."""
+         device: str = "auto", memory_limit: int | str | None = None) -> pa.Table:
+    """Join two tables on equal keys (see :func:`execute_join`, which also returns its stats).
+
+    ``memory_limit`` (bytes, or a string such as ``"16GB"``; default ``GPUJOIN_MEMORY_LIMIT``,
+    else the GPU's free memory) caps the GPU memory the join takes: past it the GPU joins host
+    tables out of core (``algorithm="triton"``, paper 004), and a join of tables already in GPU
+    memory raises ``MemoryError``.
+    """
     return execute_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
                         nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
-                        algorithm=algorithm, device=device)[0]
+                        algorithm=algorithm, device=device, memory_limit=memory_limit)[0]
 
 
 def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
                  nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
-                 radix_bits: int | None = None) -> tuple[pa.Table, JoinStats]:
+                 radix_bits: int | None = None, memory_limit=None) -> tuple[pa.Table, JoinStats]:
     """:func:`gpujoin.join`, returning ``(result, JoinStats)``; ``radix_bits`` overrides the fanout."""
+    from ..outofcore.budget import resolve_memory_limit
+
+    limit = resolve_memory_limit(memory_limit)  # a bad size fails before any work
     if how not in HOWS:
         raise ValueError(f"unknown join type how={how!r}; valid: {list(HOWS)}")
     if validate not in VALIDATES:
@@ -87,7 +96,8 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
 
         return execute_device_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
                                    nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
-                                   algorithm=algorithm, device=device, radix_bits=radix_bits)
+                                   algorithm=algorithm, device=device, radix_bits=radix_bits,
+                                   memory_limit=limit)
     lt, rt = to_arrow_table(left), to_arrow_table(right)
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
@@ -120,7 +130,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
             algo = stats.algorithm = _auto_cpu_join(how, lkeys, rkeys)
         t1 = time.perf_counter()
         stats.phases["transform"] = t1 - t0
-        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo)
+        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo, limit)
         stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
@@ -151,14 +161,14 @@ def _rows(valid, n) -> np.ndarray:
     return np.arange(n, dtype=dtype) if valid is None else np.flatnonzero(valid).astype(dtype)
 
 
-def _join_function(device: str, algorithm: str):
+def _join_function(device: str, algorithm: str, memory_limit: int | None = None, params: dict | None = None):
     """The gather-map join ``algorithm`` runs on ``device`` (the CPU engine's ``hash_join`` contract)."""
     from functools import partial
 
     if device == "cuda":
         from ..cuda.join import hash_join_maps
 
-        return partial(hash_join_maps, algorithm)
+        return partial(hash_join_maps, algorithm, memory_limit=memory_limit, params=params)
     if algorithm == "merge":
         from ..cpu.join.merge import merge_join
 
@@ -172,7 +182,7 @@ def _join_function(device: str, algorithm: str):
     return hash_join
 
 
-def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj"):
+def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj", memory_limit=None):
     """Gather maps (left_idx, right_idx), -1 for no partner; rows with a null key never match."""
     nl, nr = lkeys.size, rkeys.size
     lrows, rrows = _rows(lvalid, nl), _rows(rvalid, nr)
@@ -190,8 +200,8 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", a
         choice = resolve_gpu_join(bk, pk, [brows], [prows])
         algorithm = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
-    hash_join = _join_function(device, algorithm)
-    kw = {"radix_bits": radix_bits} if algorithm in ("phj", "phj-tr", "phj-ur") else {}
+    hash_join = _join_function(device, algorithm, memory_limit, stats.params)
+    kw = {"radix_bits": radix_bits} if algorithm in ("phj", "phj-tr", "phj-ur", "triton") else {}
     if build_left:
         ridx, lidx = hash_join(lk, lrows, rk, rrows, mode, **kw)
     else:

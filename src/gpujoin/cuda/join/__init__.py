@@ -39,16 +39,57 @@ def run(algorithm: str, build_keys, probe_keys, build_payloads, probe_payloads, 
 
 
 def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.ndarray,
-                   probe_rows: np.ndarray, mode: str, radix_bits: int | None = None):
+                   probe_rows: np.ndarray, mode: str, radix_bits: int | None = None, memory_limit: int | None = None,
+                   params: dict | None = None, streams: int = 3):
     """The CPU engine's ``hash_join`` contract, run on the GPU: host int64 keys and row ids in,
-    host int64 gather maps (probe_idx, build_idx or None; -1 for no partner) out."""
-    import cupy as cp
+    host int64 gather maps (probe_idx, build_idx or None; -1 for no partner) out.
+
+    The planner places the join (``plan.placement``): in core when keys, row ids and the join's
+    state fit the GPU memory budget (``memory_limit`` bytes, else the free memory), else, or
+    with ``algorithm="triton"``, out of core through the Triton join (``outofcore/triton.py``),
+    whose partition pairs ``algorithm`` joins (PHJ-TR for "triton").  ``params`` receives the
+    placement and the out-of-core statistics.
+
+    Raises
+    ------
+    MemoryError
+        The budget cannot hold the out-of-core working set, or host memory the spill or output.
+    """
+    from ..runtime import free_bytes
+    from ...outofcore.budget import gpu_memory_cap
+    from ...plan.placement import plan_placement
 
     both = [k for k in (build_keys, probe_keys) if k.size]
     narrow = all(k.min() >= -2**31 and k.max() < 2**31 for k in both)
     kdt = np.int32 if narrow else np.int64
-    bk, pk = cp.asarray(build_keys.astype(kdt, copy=False)), cp.asarray(probe_keys.astype(kdt, copy=False))
-    out = run(algorithm, bk, pk, [cp.asarray(build_rows)], [cp.asarray(probe_rows)], mode,
+    bk, pk = build_keys.astype(kdt, copy=False), probe_keys.astype(kdt, copy=False)
+    params = {} if params is None else params
+    with gpu_memory_cap(memory_limit):
+        budget = free_bytes() if memory_limit is None else memory_limit
+        placement = plan_placement([bk.size, pk.size], [bk.itemsize + build_rows.itemsize,
+                                                        pk.itemsize + probe_rows.itemsize],
+                                   budget, force_out_of_core=algorithm == "triton")
+        params["placement"] = placement.placement
+        if placement.placement == "in-core":
+            return _in_core_maps(algorithm, bk, build_rows, pk, probe_rows, mode, radix_bits)
+        from ...outofcore.triton import triton_join
+
+        res = triton_join([bk, build_rows], [pk, probe_rows], mode, placement,
+                          algorithm="phj-tr" if algorithm == "triton" else algorithm, streams=streams)
+    params.update(res.stats)
+
+    def rows(column):
+        values, valid = column
+        values = values.astype(np.int64, copy=False)
+        return values if valid is None else np.where(valid, values, -1)
+
+    return rows(res.probe[0]), (rows(res.build[0]) if mode not in ("semi", "anti") else None)
+
+
+def _in_core_maps(algorithm, bk, build_rows, pk, probe_rows, mode, radix_bits):
+    import cupy as cp
+
+    out = run(algorithm, cp.asarray(bk), cp.asarray(pk), [cp.asarray(build_rows)], [cp.asarray(probe_rows)], mode,
               radix_bits=radix_bits)
 
     def rows(column):

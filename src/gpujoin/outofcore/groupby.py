@@ -1,0 +1,154 @@
+"""Out-of-core group-by on one GPU: hash-partition the rows by key in pass 1 into the hybrid
+cache (``outofcore/partition.py``, as the Triton join does), then aggregate each partition in
+core with gpujoin's GPU group-by (HGB, PGB, SGB).  A group's rows all land in one partition, so
+the partitions' results are disjoint and their concatenation is the answer.
+
+A partition larger than its share of the budget (a key that holds a large part of the rows) is
+aggregated in row ranges, and the ranges' partial aggregates are merged on the host (counts and
+sums add, minima and maxima fold): never a crash.
+
+Source: paper 003 §2 (the in-core group-by), paper 004 §5 (the partitioned, cached and spilled
+layout), adapted to aggregation.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
+from .budget import check_host
+from .partition import TransferStats, partition_pass
+from .stream import Streams, Uploader
+
+#: How partial aggregates of one group merge.
+_MERGE = {"count": "sum", "sum": "sum", "sum_lo": "sum", "min": "min", "max": "max"}
+
+
+def _merge_partials(keys: list[np.ndarray], parts: list[list[dict]]):
+    """Group the partial results of several row ranges of one partition again (host)."""
+    allk = np.concatenate(keys)
+    uniq, inv = np.unique(allk, return_inverse=True)
+    merged = []
+    for i in range(len(parts[0])):
+        out = {}
+        for name in parts[0][i]:
+            vals = np.concatenate([p[i][name] for p in parts])
+            how = _MERGE[name]
+            if how == "sum":
+                acc = np.zeros(uniq.size, vals.dtype)
+                np.add.at(acc, inv, vals)
+            else:
+                if vals.dtype.kind == "f":
+                    fill = np.inf if how == "min" else -np.inf
+                else:
+                    info = np.iinfo(vals.dtype)
+                    fill = info.max if how == "min" else info.min
+                acc = np.full(uniq.size, fill, vals.dtype)
+                (np.minimum if how == "min" else np.maximum).at(acc, inv, vals)
+            out[name] = acc
+        merged.append(out)
+    return uniq, merged
+
+
+def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], placement: Placement, *,
+                         streams: int = 3):
+    """Group host ``keys`` and aggregate ``inputs`` partition by partition on the GPU.
+
+    Parameters
+    ----------
+    algorithm : a GPU group-by ("hgb", "pgb-tr", ...; "auto" chooses per partition)
+    keys : int32 or int64 (n,) host array, nulls already encoded as a value
+    inputs : per aggregate input, (values (n,) int32/int64/float32/float64 host array or None to
+        count rows, validity uint8 (n,) or None, ops: subset of count, sum, min, max)
+    placement : from ``plan.placement.plan_placement`` (pass-1 bits, chunk, cache)
+
+    Returns
+    -------
+    (keys (g,), [per input: dict accumulator -> host array (g,)], stats dict), groups in
+    unspecified order; accumulators as ``cuda.groupby.GroupByOutput``'s.
+
+    Raises
+    ------
+    MemoryError
+        The budget cannot hold the working set, or host memory the spill.
+    """
+    import cupy as cp
+
+    from ..cuda.groupby import AggInput, run
+
+    cols, where = [keys], []
+    for values, valid, ops in inputs:
+        vi = mi = None
+        if values is not None:
+            vi = len(cols)
+            cols.append(values)
+        if valid is not None:
+            mi = len(cols)
+            cols.append(valid)
+        where.append((vi, mi, ops))
+    if placement.spill_bytes:
+        check_host(placement.spill_bytes, "the group-by's spill", "raise memory_limit")
+    st = Streams(streams)
+    transfer = TransferStats()
+    t0 = time.perf_counter()
+    n = keys.size
+    width = sum(c.dtype.itemsize for c in cols)
+    nchunks = -(-n // placement.chunk_rows)
+    sizes = [min(placement.chunk_rows, n - c * placement.chunk_rows) * width for c in range(nchunks)]
+    try:
+        uploader = Uploader(st, Uploader.slot_size(placement.chunk_rows * width, len(cols)))
+        rel = partition_pass(cols, placement.bits, placement.chunk_rows,
+                             cached_chunks(nchunks, sizes, placement.cache_bytes), st, uploader, transfer)
+        del uploader
+        t1 = time.perf_counter()
+        psz = rel.sizes()
+        limit = max(1, int((placement.budget // 2 - slack(placement.budget)) // PASS2_FACTOR))
+        step = max(1, limit // width)
+        out_keys, out_cols, chosen = [], [], set()
+
+        def aggregate(dcols):
+            dk = dcols[0]
+            agg = [AggInput(None if vi is None else dcols[vi], None if mi is None else dcols[mi], ops)
+                   for vi, mi, ops in where]
+            algo, groups = algorithm, None
+            if algo == "auto":
+                from ..plan.auto import resolve_gpu_group_by
+
+                choice = resolve_gpu_group_by(dk, [a for a in agg if a.values is not None] or agg)
+                algo, groups = choice.algorithm, choice.estimate.groups
+            chosen.add(algo)
+            res = run(algo, dk, agg, groups_estimate=groups)
+            return cp.asnumpy(res.keys), [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
+
+        for p in range(rel.fanout):
+            rows = int(psz[p])
+            if rows == 0:
+                continue
+            parts_k, parts_c = [], []
+            for lo in range(0, rows, step):  # one range unless the partition is over its share
+                with st.compute:
+                    dcols, h2d = rel.fetch(p, lo, min(rows, lo + step), st.compute)
+                    transfer.h2d += h2d
+                    k, c = aggregate(dcols)
+                parts_k.append(k)
+                parts_c.append(c)
+                del dcols
+            if len(parts_k) > 1:
+                k, c = _merge_partials(parts_k, parts_c)
+            out_keys.append(k)
+            out_cols.append(c)
+        st.synchronize()
+        t2 = time.perf_counter()
+    finally:
+        cp.get_default_pinned_memory_pool().free_all_blocks()
+    gkeys = np.concatenate(out_keys) if out_keys else np.empty(0, keys.dtype)
+    merged = [{name: np.concatenate([c[i][name] for c in out_cols]) for name in (out_cols[0][i] if out_cols else {})}
+              for i in range(len(inputs))]
+    stats = {"placement": placement.placement, "pass1_bits": placement.bits, "chunk_rows": placement.chunk_rows,
+             "budget_bytes": placement.budget, "cache_bytes": rel.bytes(True), "spill_bytes": rel.bytes(False),
+             "h2d_bytes": transfer.h2d, "d2h_bytes": transfer.d2h, "partition_algorithms": sorted(chosen),
+             "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
+             "phases": {"pass1": t1 - t0, "pass2": t2 - t1}}
+    return gkeys, merged, stats

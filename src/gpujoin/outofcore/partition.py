@@ -1,0 +1,168 @@
+"""Pass 1 of the out-of-core algorithms: host columns radix-partitioned on the GPU, chunk by
+chunk, into the hybrid cache (paper 004 §5.3).
+
+Each chunk of a relation streams in (``stream.Uploader``), is partitioned on the top ``bits``
+bits of the murmur3 hash of its key with gpujoin's radix partition (histogram, scan,
+shared-memory staged scatter: one tile of rows is ranked in shared memory and written out in
+coalesced runs, the role of paper 004's Shared partitioner), and then either stays in GPU memory
+(the cache) or is copied back to pinned host memory (the spill), chunks of the two kinds
+interleaved in proportion to the cache's share (``plan.placement.cached_chunks``).  Every chunk
+keeps its own partition offsets: the paper's "chunked" prefix sum, so no global
+synchronization and no second pass over the input.
+
+Adaptation to PCIe (the paper's GPU wrote CPU memory over cache-coherent NVLink 2.0): a GPU
+cannot store to pageable host memory over PCIe, and SM stores to mapped pinned memory move in
+at most 128-byte transactions, so here a whole partitioned chunk is the "second buffer level in
+GPU memory" of the Hierarchical partitioner, flushed to pinned memory by one DMA per column on
+its own stream (the copy engine, 55 GB/s, overlapped with the next chunk's partitioning).  The
+cache/spill layout is per chunk, not per 2 MiB page.  Pass 1 uses the hash's top bits, so the
+in-core join of pass 2 (which partitions and buckets on the low bits) finds them independent.
+
+Reusable: :func:`partition_pass` and :class:`PartitionedRelation` serve the Triton join, the
+out-of-core group-by and, per GPU, the multi-GPU hybrid join of paper 000.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .stream import Keepalive, Streams, Uploader, d2d_async, download_async, h2d_async, pinned_empty, record
+
+
+@dataclass
+class Piece:
+    """One chunk after pass 1: its columns (key first) ordered by partition, in GPU memory
+    (``cached``) or pinned host memory, and its partition offsets (int64 (2**bits + 1,))."""
+
+    columns: list
+    offsets: np.ndarray
+    cached: bool
+
+
+@dataclass
+class PartitionedRelation:
+    """A relation after pass 1: pieces whose partition p together hold every row whose key
+    hashes to p.  ``dtypes``: of the columns, key first."""
+
+    bits: int
+    dtypes: list
+    pieces: list[Piece] = field(default_factory=list)
+
+    @property
+    def fanout(self) -> int:
+        return 1 << self.bits
+
+    def sizes(self) -> np.ndarray:
+        """Rows of each partition, int64 (fanout,)."""
+        if not self.pieces:
+            return np.zeros(self.fanout, np.int64)
+        return np.sum([np.diff(pc.offsets) for pc in self.pieces], axis=0).astype(np.int64)
+
+    @property
+    def width(self) -> int:
+        return sum(np.dtype(d).itemsize for d in self.dtypes)
+
+    def bytes(self, cached: bool) -> int:
+        return sum(int(pc.offsets[-1]) * self.width for pc in self.pieces if pc.cached == cached)
+
+    def fetch(self, p: int, lo: int, hi: int, stream, out: list | None = None):
+        """Rows [lo, hi) of partition ``p`` (in piece order) into device arrays, copies enqueued on
+        ``stream``: cached pieces device to device, spilled pieces host to device.  ``out``: the
+        arrays to fill (allocated here when None).  Returns (arrays, H2D bytes)."""
+        import cupy as cp
+
+        n = hi - lo
+        if out is None:
+            out = [cp.empty(n, d) for d in self.dtypes]
+        pos, seen, h2d = 0, 0, 0
+        for pc in self.pieces:
+            a, b = int(pc.offsets[p]), int(pc.offsets[p + 1])
+            # this piece holds partition rows [seen, seen + b - a); take their overlap with [lo, hi)
+            s0, s1 = max(lo, seen), min(hi, seen + b - a)
+            seen += b - a
+            if s1 <= s0:
+                continue
+            src0 = a + s0 - (seen - (b - a))
+            for col, dst in zip(pc.columns, out):
+                piece = col[src0:src0 + s1 - s0]
+                if pc.cached:
+                    d2d_async(dst[pos:pos + s1 - s0], piece, stream)
+                else:
+                    h2d_async(dst[pos:pos + s1 - s0], piece, stream)
+                    h2d += piece.nbytes
+            pos += s1 - s0
+            if seen >= hi:
+                break
+        return out, h2d
+
+
+@dataclass
+class TransferStats:
+    """Bytes that crossed PCIe each way, and pass times (seconds)."""
+
+    h2d: int = 0
+    d2h: int = 0
+    phases: dict = field(default_factory=dict)
+
+
+def hash_digits(bits: int):
+    """The pass-1 digits: the top ``bits`` bits of the 32-bit murmur3 hash of the key."""
+    from ..cuda.primitives import Digits
+
+    return Digits(bits=bits, shift=32 - bits, use_hash=True)
+
+
+def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached: list[bool],
+                   streams: Streams, uploader: Uploader, stats: TransferStats) -> PartitionedRelation:
+    """Pass 1 over one relation's host ``columns`` (key first, int32/int64; then any 1-8 byte
+    columns), ``chunk_rows`` rows at a time.
+
+    cached[c] says whether chunk c stays in GPU memory.  With ``bits`` 0 the chunks are copied
+    in unpartitioned (the in-core placement: one partition).  Returns the PartitionedRelation;
+    every copy it enqueued has finished.
+    """
+    import cupy as cp
+
+    from ..cuda.primitives import radix_partition
+
+    n = columns[0].size if columns else 0
+    rel = PartitionedRelation(bits, [c.dtype for c in columns])
+    starts = list(range(0, n, chunk_rows))
+    if not starts:
+        return rel
+    keep = Keepalive()
+    digits = hash_digits(bits) if bits else None
+    pending = uploader.put([c[starts[0]:starts[0] + chunk_rows] for c in columns])
+    for i, a in enumerate(starts):
+        views, ev, slot = pending
+        rows = views[0].size
+        streams.compute.wait_event(ev)
+        with streams.compute:
+            if digits is None:
+                parts = [v.copy() for v in views]
+                offs = None
+            else:
+                k, vals, offs = radix_partition(views[0], views[1:], digits, stable=False)
+                parts = [k, *vals]
+            uploader.release(slot, record(streams.compute))
+        if i + 1 < len(starts):  # stage the next chunk while this one is partitioned
+            b = starts[i + 1]
+            pending = uploader.put([c[b:b + chunk_rows] for c in columns])
+        offsets = np.array([0, rows], np.int64) if offs is None else cp.asnumpy(offs, stream=streams.compute)
+        if cached[i]:
+            rel.pieces.append(Piece(parts, offsets, True))
+        else:
+            host = [pinned_empty(p.size, p.dtype) for p in parts]
+            streams.copy_out.wait_event(record(streams.compute))
+            for h, d in zip(host, parts):
+                download_async(h, d, streams.copy_out)
+                stats.d2h += d.nbytes
+            keep.hold(record(streams.copy_out), parts)
+            rel.pieces.append(Piece(host, offsets, False))
+        keep.release_done()
+    stats.h2d += sum(c.nbytes for c in columns)
+    streams.synchronize()
+    keep.drain()
+    return rel

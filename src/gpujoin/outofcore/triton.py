@@ -1,0 +1,421 @@
+"""The Triton join (paper 004): a two-pass radix hash join of host-resident relations on one GPU,
+for data and join state larger than the GPU's memory budget.
+
+Pass 1 (``outofcore/partition.py``) partitions R, then S, chunk by chunk on the GPU into the
+hybrid cache: partitioned chunks stay in GPU memory up to the cache size, the rest spills to
+pinned host memory, the two interleaved.  Pass 2 takes one partition pair at a time: its pieces
+are copied into GPU memory (device to device from the cache, host to device from the spill) on
+the copy-in stream while the previous pair is joined on the compute stream; the pair is joined
+by gpujoin's in-core algorithm (PHJ-TR by default: it partitions the pair on the low hash bits
+and joins each sub-partition in a shared-memory hash table, paper 004's pass 2 and join), and
+its output goes back to host memory.  Pass-1 fanout, chunk and cache sizes come from the memory
+budget (``plan.placement``): two partition pairs and their join state within half the budget.
+
+Partitions larger than their share (skewed keys, a key held by many rows) are never a crash:
+such a pair is fetched in ranges and joined as a block nested loop over build ranges x probe
+ranges; the join type is composed from inner, semi and anti joins of the blocks (the probe-side
+rows of an outer join are those that no build range matched), and a block whose output does not
+fit is split again, down to single rows.
+
+Adaptation to PCIe 5 (paper 004 ran on cache-coherent NVLink 2.0): the GPU cannot read
+pageable host memory on demand, so the inputs stream through pinned staging buffers by DMA
+(``outofcore/stream.py``), which also overlaps the copies with compute instead of the paper's
+concurrent kernels on half the SMs each; the spill is pinned memory written by DMA a chunk at a
+time; pass 1's prefix sums run on the GPU, per chunk, inside the radix partition (the paper found
+the CPU faster at 130 GB/s of host reads against a 63 GB/s link; here the keys cross PCIe once
+either way, so the GPU's histogram costs no extra transfer).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
+from .budget import check_host
+from .partition import PartitionedRelation, TransferStats, partition_pass
+from .stream import Streams, Uploader, record
+
+MODES = ("inner", "probe_outer", "full", "semi", "anti")
+
+
+@dataclass
+class Rel:
+    """Rows of one side in GPU memory: ``key`` and carried ``cols`` (CuPy arrays)."""
+
+    key: object
+    cols: list
+
+    @property
+    def n(self) -> int:
+        return int(self.key.size)
+
+    def split(self) -> tuple[Rel, Rel]:
+        h = self.n // 2
+        return Rel(self.key[:h], [c[:h] for c in self.cols]), Rel(self.key[h:], [c[h:] for c in self.cols])
+
+    @staticmethod
+    def concat(parts: list[Rel]) -> Rel:
+        import cupy as cp
+
+        parts = [p for p in parts if p is not None]
+        if len(parts) == 1:
+            return parts[0]
+        return Rel(cp.concatenate([p.key for p in parts]),
+                   [cp.concatenate([p.cols[i] for p in parts]) for i in range(len(parts[0].cols))])
+
+
+@dataclass
+class JoinResult:
+    """A Triton join's output in host memory.
+
+    key : the join key of every output row (when ``emit_keys``), int32/int64 (n,)
+    build, probe : per carried column, (values (n,), validity bool (n,) or None); a row of an
+        outer join without a partner has its other side's columns null
+    total : with ``aggregate="sum"``, the sum of the first probe column over the matched pairs
+        (paper 004's measure; no rows are kept)
+    """
+
+    key: np.ndarray | None
+    build: list
+    probe: list
+    rows: int
+    total: int | None = None
+    stats: dict = field(default_factory=dict)
+
+
+class _Sink:
+    """Output pieces in host memory, concatenated at the end (or summed, for ``aggregate``)."""
+
+    def __init__(self, nb: int, np_: int, emit_keys: bool, aggregate: str | None):
+        self.nb, self.np_, self.emit_keys, self.aggregate = nb, np_, emit_keys, aggregate
+        self.pieces: list = []
+        self.total = 0
+        self.rows = 0
+        self.bytes = 0
+
+    def _host(self, a):
+        import cupy as cp
+
+        return cp.asnumpy(a)
+
+    def _check(self, n, width):
+        self.bytes += n * width
+        if n:
+            check_host(n * width, f"the next {n:,} output rows of the join (already {self.bytes / 2**30:.2f} GiB)",
+                       "ask for less output (how='semi', fewer columns, a SUM) or write it in batches with the CLI")
+
+    def add_output(self, out, mode: str) -> None:
+        """A block's JoinOutput (cuda/join/common.py)."""
+        n = out.num_rows
+        if n == 0:
+            return
+        self.rows += n
+        if self.aggregate == "sum":
+            vals, valid = out.probe_column(0)
+            import cupy as cp
+
+            self.total += int(vals.astype(cp.int64).sum() if valid is None
+                              else cp.where(valid.astype(bool), vals.astype(cp.int64), 0).sum())
+            return
+        pairs = mode not in ("semi", "anti")
+        cols_b = [out.build_column(i) for i in range(self.nb)] if pairs else None
+        cols_p = [out.probe_column(i) for i in range(self.np_)]
+        key = out.key_column() if self.emit_keys else None
+        self._append(n, key, cols_b, cols_p)
+
+    def add_rows(self, rel: Rel, build_side: bool) -> None:
+        """Rows of one side without a partner (the other side's columns null)."""
+        if rel is None or rel.n == 0:
+            return
+        self.rows += rel.n
+        cols = [(c, None) for c in rel.cols]
+        self._append(rel.n, rel.key if self.emit_keys else None,
+                     cols if build_side else None, None if build_side else cols)
+
+    def _append(self, n, key, cols_b, cols_p):
+        width = sum(c.dtype.itemsize + 1 for c, _ in (cols_b or []) + (cols_p or [])) + (8 if key is not None else 0)
+        self._check(n, width)
+        h = lambda cols: None if cols is None else [(self._host(v), None if m is None else self._host(m).astype(bool))  # noqa: E731
+                                                    for v, m in cols]
+        self.pieces.append((n, None if key is None else self._host(key), h(cols_b), h(cols_p)))
+
+    def columns(self, key_dtype, bdtypes, pdtypes):
+        key = (np.concatenate([k for _, k, _, _ in self.pieces]) if self.pieces else np.empty(0, key_dtype)) \
+            if self.emit_keys else None
+
+        def side(i, idx, dtype):
+            vals, masks, any_null = [], [], False
+            for n, _, b, p in self.pieces:
+                cols = b if idx == 0 else p
+                if cols is None:
+                    vals.append(np.zeros(n, dtype))
+                    masks.append(np.zeros(n, bool))
+                    any_null = True
+                else:
+                    v, m = cols[i]
+                    vals.append(v)
+                    masks.append(np.ones(n, bool) if m is None else m)
+                    any_null |= m is not None
+            if not vals:
+                return np.empty(0, dtype), None
+            return np.concatenate(vals), (np.concatenate(masks) if any_null else None)
+
+        return (key, [side(i, 0, d) for i, d in enumerate(bdtypes)],
+                [side(i, 1, d) for i, d in enumerate(pdtypes)])
+
+
+class TritonJoin:
+    """One Triton join: the plan, the streams and buffers, pass 1 and pass 2.  See
+    :func:`triton_join`."""
+
+    def __init__(self, placement: Placement, algorithm: str, emit_keys: bool, aggregate: str | None,
+                 streams: int):
+        self.placement = placement
+        self.algorithm = algorithm
+        self.emit_keys = emit_keys
+        self.aggregate = aggregate
+        self.streams = Streams(streams)
+        self.transfer = TransferStats()
+        self.blocks = 0
+        self.split_partitions = 0
+
+    # ---------------------------------------------------------------- pass 2 building blocks
+    def _run(self, R: Rel, S: Rel, mode: str):
+        from ..cuda.join import run
+
+        self.blocks += 1
+        with self.streams.compute:
+            return run(self.algorithm, R.key, S.key, R.cols, S.cols, mode,
+                       emit_keys=self.emit_keys and mode not in ("semi", "anti"))
+
+    def _pairs(self, R: Rel, S: Rel) -> None:
+        """Every matching pair of R x S, split until a block's output fits."""
+        try:
+            out = self._run(R, S, "inner")
+        except MemoryError:
+            if S.n > 1:
+                for half in S.split():
+                    self._pairs(R, half)
+            elif R.n > 1:
+                for half in R.split():
+                    self._pairs(half, S)
+            else:
+                raise
+            return
+        self.sink.add_output(out, "inner")
+
+    def _select(self, B: Rel, P: Rel, matched: bool) -> Rel:
+        """The rows of P whose key is (``matched``) or is not in B: a semi or anti join, split as
+        needed (anti over B1 + B2 is anti over B2 of anti over B1)."""
+        import cupy as cp
+
+        if P.n == 0 or (B.n == 0 and not matched):
+            return P
+        if B.n == 0:
+            return Rel(P.key[:0], [c[:0] for c in P.cols])
+        try:
+            out = self._run(B, P, "semi" if matched else "anti")
+            rows = out.probe_only
+            return Rel(out.key_column(), [out.probe_column(i)[0] for i in range(len(P.cols))]) if rows.size else \
+                Rel(cp.empty(0, P.key.dtype), [c[:0] for c in P.cols])
+        except MemoryError:
+            if P.n > 1:
+                return Rel.concat([self._select(B, h, matched) for h in P.split()])
+            if B.n > 1:
+                b1, b2 = B.split()
+                if matched:
+                    return Rel.concat([self._select(b1, P, True), self._select(b2, self._select(b1, P, False), True)])
+                return self._select(b2, self._select(b1, P, False), False)
+            raise
+
+    def _join_pair(self, R: Rel, S: Rel, mode: str) -> None:
+        """A partition pair in GPU memory: the in-core join, composed from blocks if it fails."""
+        try:
+            out = self._run(R, S, mode)
+        except MemoryError:
+            self._join_blocks(lambda: [R], lambda: [S], mode)
+            return
+        self.sink.add_output(out, mode)
+
+    def _join_blocks(self, build_ranges, probe_ranges, mode: str) -> None:
+        """Block nested loop: ``build_ranges()`` and ``probe_ranges()`` yield the pair's rows in
+        blocks (fetched again for each pass over them)."""
+        if mode in ("inner", "probe_outer", "full"):
+            for S in probe_ranges():
+                for R in build_ranges():
+                    self._pairs(R, S)
+        if mode != "inner":  # probe rows by whether any build block matched them
+            for S in probe_ranges():
+                rest, hits = S, []
+                for R in build_ranges():
+                    if mode == "semi":
+                        hits.append(self._select(R, rest, True))
+                    rest = self._select(R, rest, False)
+                if mode == "semi":
+                    sel = Rel.concat(hits) if hits else Rel(rest.key[:0], [c[:0] for c in rest.cols])
+                    self.sink.add_rows(sel, build_side=False)
+                elif mode in ("anti", "probe_outer", "full"):
+                    self.sink.add_rows(rest, build_side=False)
+        if mode == "full":  # build rows no probe block matched
+            for R in build_ranges():
+                rest = R
+                for S in probe_ranges():
+                    rest = self._select(S, rest, False)
+                self.sink.add_rows(rest, build_side=True)
+
+    # ---------------------------------------------------------------- the passes
+    def run(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str) -> JoinResult:
+        import cupy as cp
+
+        pl = self.placement
+        nb_cols, np_cols = len(build_cols) - 1, len(probe_cols) - 1
+        self.sink = _Sink(nb_cols, np_cols, self.emit_keys, self.aggregate)
+        t0 = time.perf_counter()
+        rels = []
+        widest = max(sum(c.dtype.itemsize for c in build_cols), sum(c.dtype.itemsize for c in probe_cols))
+        uploader = Uploader(self.streams, Uploader.slot_size(pl.chunk_rows * widest, max(len(build_cols),
+                                                                                          len(probe_cols))))
+        # one cache for both relations, interleaved in each in proportion (paper 004: split by |R| : |S|)
+        for cols in (build_cols, probe_cols):
+            n = cols[0].size
+            width = sum(c.dtype.itemsize for c in cols)
+            nchunks = -(-n // pl.chunk_rows)
+            sizes = [min(pl.chunk_rows, n - c * pl.chunk_rows) * width for c in range(nchunks)]
+            share = pl.cache_bytes * (n * width) // max(1, pl.input_bytes)
+            rels.append(partition_pass(cols, pl.bits, pl.chunk_rows, cached_chunks(nchunks, sizes, share),
+                                       self.streams, uploader, self.transfer))
+        del uploader
+        t1 = time.perf_counter()
+        self.transfer.phases["pass1"] = t1 - t0
+        R, S = rels
+        self._pass2(R, S, mode)
+        self.streams.synchronize()
+        t2 = time.perf_counter()
+        self.transfer.phases["pass2"] = t2 - t1
+        key, bcols, pcols = self.sink.columns(build_cols[0].dtype, [c.dtype for c in build_cols[1:]],
+                                              [c.dtype for c in probe_cols[1:]])
+        self.transfer.phases["assemble"] = time.perf_counter() - t2
+        stats = {"placement": pl.placement, "pass1_bits": pl.bits, "chunk_rows": pl.chunk_rows,
+                 "budget_bytes": pl.budget, "cache_bytes": R.bytes(True) + S.bytes(True),
+                 "spill_bytes": R.bytes(False) + S.bytes(False), "h2d_bytes": self.transfer.h2d,
+                 "d2h_bytes": self.transfer.d2h + self.sink.bytes, "blocks": self.blocks,
+                 "split_partitions": self.split_partitions, "streams": self.streams.count,
+                 "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
+                 "phases": dict(self.transfer.phases)}
+        return JoinResult(key, bcols, pcols, self.sink.rows, self.sink.total if self.aggregate else None, stats)
+
+    def _pass2(self, R: PartitionedRelation, S: PartitionedRelation, mode: str) -> None:
+        rsz, ssz = R.sizes(), S.sizes()
+        limit = max(1, int((self.placement.budget // 2 - slack(self.placement.budget)) // PASS2_FACTOR))  # bytes of a pair joined at once
+        order = [p for p in range(R.fanout) if rsz[p] or ssz[p]]
+        big = {p for p in order if rsz[p] * R.width + ssz[p] * S.width > limit}
+        if self.placement.bits == 0:
+            big = set()  # in core: the planner found the whole join fits
+        small = [p for p in order if p not in big]
+        st = self.streams
+        pending = self._fetch_pair(R, S, small[0], rsz, ssz) if small else None
+        for i, p in enumerate(small):
+            (Rp, Sp), ev = pending
+            st.compute.wait_event(ev)
+            pending = self._fetch_pair(R, S, small[i + 1], rsz, ssz) if i + 1 < len(small) else None
+            self._join_pair(Rp, Sp, mode)
+            del Rp, Sp
+        for p in big:
+            self.split_partitions += 1
+            self._join_big(R, S, p, int(rsz[p]), int(ssz[p]), limit, mode)
+
+    def _fetch_pair(self, R, S, p, rsz, ssz):
+        """Partition p of both sides into fresh device arrays on the copy-in stream; returns
+        ((Rel, Rel), event).  The copy-in stream first waits for the compute stream's work so
+        far: the pool may hand it memory that an enqueued kernel still reads."""
+        import cupy as cp
+
+        st = self.streams
+        with st.compute:
+            rb = [cp.empty(int(rsz[p]), d) for d in R.dtypes]
+            sb = [cp.empty(int(ssz[p]), d) for d in S.dtypes]
+        st.copy_in.wait_event(record(st.compute))
+        _, h1 = R.fetch(p, 0, int(rsz[p]), st.copy_in, rb)
+        _, h2 = S.fetch(p, 0, int(ssz[p]), st.copy_in, sb)
+        self.transfer.h2d += h1 + h2
+        return (Rel(rb[0], rb[1:]), Rel(sb[0], sb[1:])), record(st.copy_in)
+
+    def _join_big(self, R, S, p, nr, ns, limit, mode):
+        """A partition pair over its share: fetched in ranges, joined block by block."""
+        st = self.streams
+        rows_r = max(1, limit // 2 // R.width)
+        rows_s = max(1, limit // 2 // S.width)
+
+        def ranges(rel, n, step):
+            def gen():
+                for lo in range(0, n, step):
+                    cols, h2d = rel.fetch(p, lo, min(n, lo + step), st.compute)
+                    self.transfer.h2d += h2d
+                    yield Rel(cols[0], cols[1:])
+            return gen
+
+        self._join_blocks(ranges(R, nr, rows_r), ranges(S, ns, rows_s), mode)
+
+
+def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str, placement: Placement, *,
+                algorithm: str = "phj-tr", emit_keys: bool = False, aggregate: str | None = None,
+                streams: int = 3) -> JoinResult:
+    """The Triton join of host relations R (build) and S (probe) on the current GPU.
+
+    Parameters
+    ----------
+    build_cols, probe_cols : lists of host NumPy arrays (n,), the key first (int32 or int64, the
+        same dtype both sides, no nulls), then each carried column (1, 2, 4 or 8-byte items)
+    mode : "inner", "probe_outer" (the probe side's unmatched rows kept), "full", "semi", "anti"
+        (probe rows with / without a match)
+    placement : sizes from ``plan.placement.plan_placement`` (budget, pass-1 bits, chunk, cache)
+    algorithm : the in-core GPU join of each partition pair ("phj-tr", "phj-ur", "smj-tr",
+        "smj-ur", "nphj")
+    emit_keys : also return every output row's key
+    aggregate : None (materialize the output in host memory) or "sum": the sum of the first
+        probe column over matched pairs (paper 004's measure, inner joins only)
+    streams : 3 (copy-in, compute, copy-out overlapped) or 1
+
+    Returns
+    -------
+    JoinResult (host arrays; rows in unspecified order) with ``stats``: placement, pass-1 bits,
+    cache and spill bytes, bytes over PCIe each way, peak GPU memory of CuPy's pool, phase times.
+
+    Raises
+    ------
+    MemoryError
+        The budget cannot hold the join's smallest working set, or host memory cannot hold the
+        spill or the output (raised before the bytes are taken, naming them).
+
+    Notes
+    -----
+    Transfer volume: the inputs cross PCIe once into the GPU, the spilled fraction f of them
+    crosses back and forth once more (pass 1 out, pass 2 in), and the output once out:
+    H2D = N w (1 + f), D2H = N w f + output.
+
+    References
+    ----------
+    Paper 004 (Lutz et al., Triton join, SIGMOD 2022) §4-§5, doi:10.1145/3514221.3517911;
+    paper 000 §3.2.4 for the three-stream overlap.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown join mode {mode!r}; valid: {list(MODES)}")
+    if aggregate not in (None, "sum"):
+        raise ValueError(f"aggregate must be None or 'sum', got {aggregate!r}")
+    if aggregate == "sum" and (mode != "inner" or len(probe_cols) < 2):
+        raise ValueError("aggregate='sum' sums the first probe payload of an inner join; give one")
+    if build_cols[0].dtype != probe_cols[0].dtype:
+        raise TypeError(f"build and probe keys must share a dtype, got {build_cols[0].dtype} and {probe_cols[0].dtype}")
+    spill = placement.spill_bytes
+    if spill:
+        check_host(spill, f"the Triton join's spill of {spill:,} bytes (pinned)",
+                   "raise memory_limit so that more stays in GPU memory")
+    import cupy as cp
+
+    try:
+        return TritonJoin(placement, algorithm, emit_keys, aggregate, streams).run(build_cols, probe_cols, mode)
+    finally:  # the spill and staging buffers go back to the system, not only to CuPy's pinned pool
+        cp.get_default_pinned_memory_pool().free_all_blocks()

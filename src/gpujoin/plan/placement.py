@@ -1,0 +1,114 @@
+"""Placement: in core or out of core on one GPU, and the Triton join's sizes, from the budget.
+
+Pure arithmetic on sizes (no GPU needed), so CI tests it.  The rules follow paper 004 §5.1:
+pass 2 keeps about half of the budget for two partition pairs and their in-core join
+(|R_i| + |S_i| + |R_j| + |S_j| < C/2), the cache takes what is left, and pass 1's fanout is
+the smallest power of two whose average partition pair fits that half.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: GPU memory an in-core join takes per byte of its input pair, beyond the input itself: the
+#: partitioned copies, a ping-pong buffer, the match output guess (PHJ's check_memory asks for
+#: 2x the carried bytes plus 16 B a probe row) and the materialized output.  Measured peak of
+#: PHJ-TR on 16-byte tuples, match ratio 1: about 3.7x its input (issue 14).
+IN_CORE_FACTOR = 4.0
+#: Pass 2 holds the pair being joined, the next pair being copied in, and the join's state.
+PASS2_FACTOR = IN_CORE_FACTOR + 2.0
+#: Pass 1's chunk: two upload slots, the partitioned copy and the radix scatter's scratch.
+PASS1_FACTOR = 5.0
+#: Largest pass-1 chunk (more does not help a DMA, and smaller chunks start the pipeline sooner).
+MAX_CHUNK_BYTES = 1 << 30
+#: Room left for CuPy's rounding, the kernels' counters and the output guess of one block
+#: (an eighth of smaller budgets: the tests run with a few MiB).
+SLACK = 64 << 20
+
+
+def slack(budget: int) -> int:
+    return min(SLACK, budget // 8)
+MAX_PASS1_BITS = 16
+
+
+@dataclass
+class Placement:
+    """The planner's answer for one join or group-by of host data on one GPU.
+
+    placement : "in-core" or "out-of-core"
+    budget : GPU bytes the operation may use
+    bits : pass-1 radix bits (0 in core: one partition)
+    chunk_rows : rows a pass-1 chunk holds (of the wider side)
+    cache_bytes : partitioned bytes kept in GPU memory; the rest spills to pinned host memory
+    input_bytes : bytes of both inputs (keys and carried columns)
+    """
+
+    placement: str
+    budget: int
+    bits: int
+    chunk_rows: int
+    cache_bytes: int
+    input_bytes: int
+
+    @property
+    def spill_bytes(self) -> int:
+        return max(0, self.input_bytes - self.cache_bytes)
+
+
+def plan_placement(rows: list[int], widths: list[int], budget: int, *, bits: int | None = None,
+                   cache_bytes: int | None = None, chunk_rows: int | None = None,
+                   force_out_of_core: bool = False) -> Placement:
+    """Place an operation over relations of ``rows[i]`` rows of ``widths[i]`` bytes each.
+
+    Parameters
+    ----------
+    rows, widths : per relation (R, S of a join; the one input of a group-by), rows and bytes
+        a row (key plus carried columns)
+    budget : GPU memory the operation may use, bytes
+    bits, cache_bytes, chunk_rows : overrides of the computed pass-1 fanout, cache and chunk
+    force_out_of_core : partition even when the whole fits (``algorithm="triton"``)
+
+    Raises
+    ------
+    MemoryError
+        The budget cannot hold even one chunk of a few rows and its in-core join.
+    """
+    total = sum(r * w for r, w in zip(rows, widths))
+    widest = max(widths) if widths else 1
+    half, room = budget // 2, slack(budget)
+    least = 8 * PASS2_FACTOR * widest * 1024
+    if budget < least:
+        raise MemoryError(f"a GPU memory budget of {budget / 2**20:.2f} MiB cannot hold the out-of-core working "
+                          f"set of rows of {widest} bytes (at least {least / 2**20:.2f} MiB); raise memory_limit")
+    fits = total * IN_CORE_FACTOR + total + room <= budget
+    if bits is None:
+        bits = 0
+        if force_out_of_core or not fits:
+            per_partition = max(1, (half - room) // PASS2_FACTOR)
+            while bits < MAX_PASS1_BITS and (total >> bits) > per_partition:
+                bits += 1
+            bits = max(bits, 1)
+    placement = "in-core" if bits == 0 else "out-of-core"
+    if chunk_rows is None:
+        chunk_rows = max(1024, min(MAX_CHUNK_BYTES, int((half - room) // PASS1_FACTOR)) // widest)
+    if cache_bytes is None:
+        cache_bytes = total if bits == 0 else max(0, budget - half - room)
+    cache_bytes = max(0, min(int(cache_bytes), total))
+    return Placement(placement, budget, bits, int(chunk_rows), cache_bytes, total)
+
+
+def cached_chunks(nchunks: int, chunk_bytes: list[int], cache_bytes: int) -> list[bool]:
+    """Which pass-1 chunks stay in GPU memory: interleaved with the spilled ones in proportion
+    to the cache's share (paper 004 §5.3, Fig. 12: the link stays evenly busy in pass 2),
+    never more bytes than ``cache_bytes``."""
+    total = sum(chunk_bytes)
+    if total == 0:
+        return [True] * nchunks
+    frac = min(1.0, cache_bytes / total)
+    out, used = [], 0
+    for c in range(nchunks):
+        want = int((c + 1) * frac) > int(c * frac) or frac >= 1.0
+        take = want and used + chunk_bytes[c] <= cache_bytes
+        used += chunk_bytes[c] if take else 0
+        out.append(take)
+    return out

@@ -1,0 +1,85 @@
+"""Memory budgets and placement (CPU: no GPU needed)."""
+
+import numpy as np
+import pytest
+
+import gpujoin
+from gpujoin.outofcore.budget import check_host, parse_bytes, resolve_memory_limit
+from gpujoin.plan.placement import cached_chunks, plan_placement
+
+
+@pytest.mark.parametrize("text, want", [("16GB", 16 * 10**9), ("16 GiB", 16 * 2**30), ("512MiB", 512 * 2**20),
+                                        ("1.5e9", 1_500_000_000), ("100", 100), ("2kb", 2000), (4096, 4096),
+                                        (1.5e9, 1_500_000_000), ("0", 0), ("3 TB", 3 * 10**12)])
+def test_parse_bytes(text, want):
+    assert parse_bytes(text) == want
+
+
+@pytest.mark.parametrize("bad", ["16 GX", "lots", "-1GB", "", "GB"])
+def test_parse_bytes_rejects(bad):
+    with pytest.raises(ValueError, match="memory_limit"):
+        parse_bytes(bad)
+    with pytest.raises(TypeError):
+        parse_bytes([1])
+
+
+def test_memory_limit_from_the_environment(monkeypatch):
+    monkeypatch.delenv("GPUJOIN_MEMORY_LIMIT", raising=False)
+    assert resolve_memory_limit(None) is None
+    monkeypatch.setenv("GPUJOIN_MEMORY_LIMIT", "8GB")
+    assert resolve_memory_limit(None) == 8 * 10**9
+    assert resolve_memory_limit("1GiB") == 2**30  # the argument wins
+    monkeypatch.setenv("GPUJOIN_MEMORY_LIMIT", "eight")
+    with pytest.raises(ValueError, match="GPUJOIN_MEMORY_LIMIT"):
+        resolve_memory_limit(None)
+
+
+def test_bad_memory_limit_fails_before_work():
+    t = {"k": np.arange(3)}
+    with pytest.raises(ValueError, match="memory_limit"):
+        gpujoin.join(t, t, "k", device="cpu", memory_limit="16 bananas")
+    with pytest.raises(ValueError, match="memory_limit"):
+        gpujoin.group_by(t, "k", device="cpu", memory_limit="x")
+
+
+def test_host_check_names_the_bytes(monkeypatch):
+    monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "1GB")
+    with pytest.raises(MemoryError, match=r"needs about 1\.86 GiB of host memory but 0\.93 GiB"):
+        check_host(2 * 10**9, "the result", "ask for less")
+    check_host(10**8, "the result", "ask for less")
+
+
+def test_placement_in_core_when_it_fits():
+    p = plan_placement([2**20, 2**20], [16, 16], 16 * 10**9)
+    assert p.placement == "in-core" and p.bits == 0 and p.cache_bytes == p.input_bytes and p.spill_bytes == 0
+
+
+def test_placement_out_of_core_follows_the_half_budget_rule():
+    # paper 004's benchmark at 2^30 a side under 16 GB: two partition pairs and their join in half
+    p = plan_placement([2**30, 2**30], [16, 16], 16 * 10**9)
+    assert p.placement == "out-of-core"
+    pair = p.input_bytes >> p.bits
+    assert pair * 6 <= 8 * 10**9 < pair * 2 * 6
+    assert 0 < p.cache_bytes <= 8 * 10**9 and p.spill_bytes == p.input_bytes - p.cache_bytes
+    assert p.chunk_rows * 16 * 5 <= 8 * 10**9
+    forced = plan_placement([1000, 1000], [16, 16], 16 * 10**9, force_out_of_core=True)
+    assert forced.placement == "out-of-core" and forced.bits >= 1
+
+
+def test_placement_overrides_and_too_small_budget():
+    p = plan_placement([2**24, 2**24], [16, 16], 2**30, bits=7, cache_bytes=0, chunk_rows=5000)
+    assert (p.bits, p.cache_bytes, p.chunk_rows, p.spill_bytes) == (7, 0, 5000, p.input_bytes)
+    with pytest.raises(MemoryError, match="raise memory_limit"):
+        plan_placement([10, 10], [16, 16], 1000)
+
+
+@pytest.mark.parametrize("frac", [0.0, 0.25, 0.5, 0.77, 1.0])
+def test_cached_chunks_interleave_in_proportion(frac):
+    n = 40
+    sizes = [100] * n
+    got = cached_chunks(n, sizes, int(frac * 100 * n))
+    assert sum(got) == int(frac * n)
+    if 0 < frac < 1:  # spread out: no run of cached chunks longer than the ratio asks
+        runs = max(len(r) for r in "".join("c" if g else "." for g in got).split(".") if r) if any(got) else 0
+        assert runs <= int(np.ceil(frac / (1 - frac))) + 1
+    assert sum(s for s, g in zip(sizes, got) if g) <= frac * 100 * n

@@ -1,0 +1,144 @@
+"""Out-of-core joins and group-bys on the GPU (paper 004's Triton join, the out-of-core
+group-by) against the CPU engine, with a tiny ``memory_limit`` and small chunks so that every
+path runs: spill, cache, interleaving, skewed partitions over their share, every join type.
+Marker ``gpu``."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gpujoin
+from gpujoin.plan.join import execute_join
+from gpujoin.testing import assert_tables_equal
+
+from strategies import join_pair
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+if not gpujoin.backend.cuda_available():
+    pytest.skip("no usable GPU", allow_module_level=True)
+
+HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+#: Small enough that tables of some 10^5 rows partition, spill and split.
+TINY = "4MiB"
+
+
+def _tables(case: str, n: int = 120_000, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    if case == "uniform":
+        lk, rk = rng.permutation(n), rng.integers(0, n + n // 4, n)
+    elif case == "zipf":
+        lk, rk = rng.zipf(1.5, n // 2) % 50_000, rng.zipf(1.5, n) % 50_000
+    elif case == "extremes":
+        ext = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1], np.int64)
+        lk, rk = np.concatenate([ext, rng.integers(-(2**62), 2**62, n // 2)]), rng.choice(ext, n)
+    else:
+        raise ValueError(case)
+    left = pa.table({"k": pa.array(lk, pa.int64()), "lv": pa.array(rng.integers(-9, 9, len(lk)), pa.int32())})
+    right = pa.table({"k": pa.array(rk, pa.int64()), "rv": pa.array(rng.random(len(rk)))})
+    return left, right
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("case", ["uniform", "zipf", "extremes"])
+def test_triton_join_matches_cpu_engine(how, case):
+    left, right = _tables(case)
+    want = gpujoin.join(left, right, "k", how=how, device="cpu")
+    got, stats = execute_join(left, right, "k", how=how, device="cuda", memory_limit=TINY)
+    assert stats.params["placement"] == "out-of-core"
+    assert stats.params["spill_bytes"] > 0 and stats.params["pass1_bits"] >= 1
+    assert_tables_equal(got, want)
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_triton_join_heavy_partition_is_split(how):
+    rng = np.random.default_rng(11)
+    # key 7: 30,000 build rows, alone more than a partition pair's share of a 2 MiB budget; 100
+    # probe rows of it make 3,000,000 pairs
+    lk = np.concatenate([np.full(30_000, 7), rng.integers(100, 200_000, 60_000)])
+    rk = np.concatenate([np.full(100, 7), rng.integers(100, 200_000, 100_000)])
+    left, right = pa.table({"k": lk, "a": np.arange(lk.size)}), pa.table({"k": rk, "b": np.arange(rk.size)})
+    want = gpujoin.join(left, right, "k", how=how, device="cpu")
+    got, stats = execute_join(left, right, "k", how=how, device="cuda", memory_limit="2MiB")
+    assert stats.params["placement"] == "out-of-core" and stats.params["split_partitions"] >= 1
+    assert_tables_equal(got, want)
+
+
+@pytest.mark.parametrize("inner", ["phj-tr", "phj-ur", "smj-tr", "nphj"])
+def test_out_of_core_runs_the_chosen_in_core_join_per_partition(inner):
+    left, right = _tables("uniform", 50_000)
+    want = gpujoin.join(left, right, "k", how="left", device="cpu")
+    got, stats = execute_join(left, right, "k", how="left", device="cuda", algorithm=inner, memory_limit=TINY)
+    assert stats.params["placement"] == "out-of-core"
+    assert_tables_equal(got, want)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pair=join_pair(max_rows=300), how=st.sampled_from(HOWS), nulls_equal=st.booleans())
+def test_triton_join_random_tables(pair, how, nulls_equal):
+    left, right = pair
+    want = gpujoin.join(left, right, "k", how=how, nulls_equal=nulls_equal, device="cpu")
+    got = gpujoin.join(left, right, "k", how=how, nulls_equal=nulls_equal, device="cuda", algorithm="triton",
+                       memory_limit="1MiB")
+    assert_tables_equal(got, want)
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+@pytest.mark.parametrize("cache", [0, 1 << 20, None])
+def test_triton_core_sum_and_columns(streams, cache):
+    """The array-level Triton join: the SUM of paper 004, materialized columns, both stream
+    settings, the cache from none to all."""
+    from gpujoin.outofcore.triton import triton_join
+    from gpujoin.plan.placement import plan_placement
+
+    rng = np.random.default_rng(5)
+    n = 200_000
+    rk = rng.permutation(n).astype(np.int64)
+    rp = rng.integers(0, 1 << 40, n)
+    sk = rng.integers(0, n, n).astype(np.int64)
+    sp = rng.integers(0, 1 << 40, n)
+    pl = plan_placement([n, n], [16, 16], 8 << 20, cache_bytes=cache, force_out_of_core=True)
+    res = triton_join([rk, rp], [sk, sp], "inner", pl, aggregate="sum", streams=streams)
+    assert res.total == int(sp.sum()) and res.rows == n
+    res = triton_join([rk, rp], [sk, sp], "inner", pl, emit_keys=True, streams=streams)
+    want = np.empty(n, np.int64)
+    want[rk] = rp
+    assert np.array_equal(np.sort(res.key), np.sort(sk))
+    assert np.array_equal(res.build[0][0], want[res.key])
+    assert res.stats["cache_bytes"] <= (cache if cache is not None else pl.input_bytes)
+
+
+@pytest.mark.parametrize("case", ["uniform", "heavy", "nulls"])
+def test_out_of_core_group_by_matches_cpu_engine(case):
+    rng = np.random.default_rng(2)
+    n = 150_000
+    k = rng.integers(0, 20_000, n)
+    if case == "heavy":
+        k[rng.random(n) < 0.6] = 3
+    v = rng.integers(-(2**40), 2**40, n)
+    t = pa.table({"k": pa.array(k, mask=(rng.random(n) < 0.01) if case == "nulls" else None),
+                  "v": pa.array(v, mask=rng.random(n) < 0.1), "f": rng.random(n)})
+    aggs = dict(s=("v", "sum"), c=("v", "count"), n=(None, "size"), lo=("v", "min"), hi=("f", "max"),
+                m=("f", "mean"))
+    want = gpujoin.group_by(t, "k", device="cpu").agg(**aggs)
+    g = gpujoin.group_by(t, "k", device="cuda", memory_limit="2MiB")
+    got = g.agg(**aggs)
+    assert g.stats.params["placement"] == "out-of-core"
+    assert_tables_equal(got, want)
+
+
+def test_memory_limit_caps_the_pool_and_in_core_runs_under_it():
+    left, right = _tables("uniform", 10_000)
+    got, stats = execute_join(left, right, "k", device="cuda", memory_limit="1GB")
+    assert stats.params["placement"] == "in-core"
+    assert_tables_equal(got, gpujoin.join(left, right, "k", device="cpu"))
+    assert cp.get_default_memory_pool().get_limit() == 0  # restored
+
+
+def test_device_tables_under_a_memory_limit_raise_memory_error():
+    t = {"k": cp.arange(1 << 20, dtype=cp.int64), "v": cp.arange(1 << 20, dtype=cp.int64)}
+    with pytest.raises(MemoryError, match="memory_limit"):
+        gpujoin.join(t, t, "k", memory_limit="1MiB")
+    with pytest.raises(ValueError, match="host-resident"):
+        gpujoin.join(t, t, "k", algorithm="triton")
