@@ -38,7 +38,7 @@ def cmd_join(a):
     on = _csv_list(a.on) or None
     kw = dict(on=on, left_on=_csv_list(a.left_on) or None, right_on=_csv_list(a.right_on) or None, how=a.how,
               suffix=a.suffix, nulls_equal=a.nulls_equal, validate=a.validate, algorithm=a.algorithm,
-              device=a.device)
+              device=a.device, memory_limit=a.memory_limit)
     if a.explain:
         from . import explain
 
@@ -70,11 +70,12 @@ def cmd_group_by(a):
     if a.explain:
         from . import explain
 
-        plan = explain(group_by, table, by, aggs=aggs, algorithm=a.algorithm, device=a.device, run=True)
+        plan = explain(group_by, table, by, aggs=aggs, algorithm=a.algorithm, device=a.device, run=True,
+                       memory_limit=a.memory_limit)
         Console(stderr=True).print(str(plan), markup=False, highlight=False)
         out = plan.result
     else:
-        out = group_by(table, by, algorithm=a.algorithm, device=a.device).agg(**aggs)
+        out = group_by(table, by, algorithm=a.algorithm, device=a.device, memory_limit=a.memory_limit).agg(**aggs)
     write_table(out, a.output)
     console.print(f"wrote {out.num_rows} groups to {a.output}")
 
@@ -191,6 +192,25 @@ def cmd_bench(a):
     Console(stderr=True).print(t)
 
 
+def cmd_bench_out_of_core(a):
+    from .bench.out_of_core import bench_out_of_core
+    from .outofcore.budget import parse_bytes
+
+    limits = [None if x.lower() == "none" else x for x in _csv_list(a.memory_limit)]
+    for x in limits:
+        if x is not None:
+            parse_bytes(x, "--memory-limit")
+    modes = _csv_list(a.mode)
+    bad = [m for m in modes if m not in ("sum", "table")]
+    if bad:
+        raise ValueError(f"unknown --mode {bad[0]!r}; use sum and/or table")
+    fracs = [float(x) for x in _csv_list(a.cache_fraction)] if a.cache_fraction else None
+    records = bench_out_of_core([int(x) for x in _csv_list(a.log2_n)], limits, modes, a.runs, fracs,
+                                [int(x) for x in _csv_list(a.streams)], a.seed,
+                                log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+    _write_records(records, a.output)
+
+
 def cmd_bench_cpu_joins(a):
     from .bench.cpu_joins import CPU_ALGORITHMS, bench_cpu_joins, summary
 
@@ -259,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
         if explain:
             sp.add_argument("--explain", action="store_true",
                             help="print the plan: statistics, predicted times, choice, measured phases")
+            sp.add_argument("--memory-limit", help="GPU memory the operation may take, e.g. 16GB (default: "
+                            "$GPUJOIN_MEMORY_LIMIT, else the free memory); past it host data runs out of core")
 
     j = sub.add_parser("join", help="join two files (Parquet, CSV, Arrow IPC)")
     j.add_argument("left")
@@ -316,6 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
             bb.add_argument("--log2-groups", type=int, default=16)
             bb.add_argument("--values", type=int, default=2)
         bb.set_defaults(fn=cmd_bench)
+    bo = bsub.add_parser("out-of-core", help="paper 004: the Triton join of host data past GPU memory")
+    bo.add_argument("--log2-n", default="27", help="comma-separated log2 of |R| = |S| (16-byte tuples)")
+    bo.add_argument("--memory-limit", default="16GB", help="comma-separated GPU budgets; 'none' for the free memory")
+    bo.add_argument("--mode", default="sum,table", help="sum (paper 004's measure), table (materialized on the host)")
+    bo.add_argument("--cache-fraction", help="comma-separated shares of half the budget kept as cache (Fig. 19)")
+    bo.add_argument("--streams", default="3", help="comma-separated: 3 (overlapped) and/or 1")
+    bo.add_argument("--runs", type=int, default=3)
+    bo.add_argument("--seed", type=int, default=42)
+    bo.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+    bo.set_defaults(fn=cmd_bench_out_of_core)
+
     bc = bsub.add_parser("cpu-joins", help="paper 002: set intersection of unique 32-bit keys vs threads")
     bc.add_argument("--log2-n", default="22,23,24", help="comma-separated log2 of the keys per side")
     bc.add_argument("--threads", help="comma-separated thread counts (default 1, 2, 4, ... all)")

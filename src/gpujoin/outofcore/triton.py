@@ -184,12 +184,20 @@ class TritonJoin:
 
     # ---------------------------------------------------------------- pass 2 building blocks
     def _run(self, R: Rel, S: Rel, mode: str):
+        """The in-core join of one block; a MemoryError is retried once after CuPy's pool gives
+        back its cached blocks (cached for another stream, they are out of this one's reach)."""
+        import cupy as cp
+
         from ..cuda.join import run
 
         self.blocks += 1
+        emit = self.emit_keys and mode not in ("semi", "anti")
         with self.streams.compute:
-            return run(self.algorithm, R.key, S.key, R.cols, S.cols, mode,
-                       emit_keys=self.emit_keys and mode not in ("semi", "anti"))
+            try:
+                return run(self.algorithm, R.key, S.key, R.cols, S.cols, mode, emit_keys=emit)
+            except MemoryError:
+                cp.get_default_memory_pool().free_all_blocks()
+                return run(self.algorithm, R.key, S.key, R.cols, S.cols, mode, emit_keys=emit)
 
     def _pairs(self, R: Rel, S: Rel) -> None:
         """Every matching pair of R x S, split until a block's output fits."""
@@ -291,7 +299,8 @@ class TritonJoin:
         t1 = time.perf_counter()
         self.transfer.phases["pass1"] = t1 - t0
         R, S = rels
-        self._pass2(R, S, mode)
+        with self.streams.compute:  # every allocation and kernel of pass 2 on one stream
+            self._pass2(R, S, mode)
         self.streams.synchronize()
         t2 = time.perf_counter()
         self.transfer.phases["pass2"] = t2 - t1

@@ -21,7 +21,8 @@ class Plan:
     operation : "join" or "group_by"; device : "cpu" or "cuda"; model : the device constants'
     source; statistics : the estimates; predicted : candidate -> seconds (GPU only); choice and
     reason; predicted_phases : the choice's phases (seconds, GPU only); after ``run=True``:
-    measured_s (wall seconds), phases (seconds) and result.
+    measured_s (wall seconds), phases (seconds), result, and placement: in core or out of core,
+    pass-1 radix bits, cache and spill bytes, bytes over PCIe each way, peak GPU memory.
     """
 
     operation: str
@@ -35,6 +36,7 @@ class Plan:
     measured_s: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
     result: object = None
+    placement: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [f"{self.operation} on {self.device} (cost constants: {self.model})", "statistics:"]
@@ -52,7 +54,24 @@ class Plan:
             for k, v in self.phases.items():
                 p = self.predicted_phases.get(k)
                 lines.append(f"  {k:16} {v * 1e3:9.2f} ms" + (f"   (predicted {p * 1e3:.2f} ms)" if p is not None else ""))
+        if self.placement:
+            lines.append("placement:")
+            for k, v in self.placement.items():
+                if k.endswith("_bytes"):
+                    v = f"{v / 2**30:.3f} GiB"
+                elif k == "phases":
+                    v = ", ".join(f"{a} {b * 1e3:.1f} ms" for a, b in v.items())
+                lines.append(f"  {k:16} {_fmt(v)}")
         return "\n".join(lines)
+
+
+#: What JoinStats.params / GroupByStats.params say of the placement (plan.placement, outofcore/).
+PLACEMENT_KEYS = ("placement", "pass1_bits", "chunk_rows", "budget_bytes", "cache_bytes", "spill_bytes",
+                  "h2d_bytes", "d2h_bytes", "peak_gpu_bytes", "split_partitions", "streams", "phases")
+
+
+def _placement(params: dict) -> dict:
+    return {k: params[k] for k in PLACEMENT_KEYS if k in params}
 
 
 def _fmt(v) -> str:
@@ -154,6 +173,7 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
                                           device=dev, algorithm=choice.algorithm, **kw)
         plan.measured_s = time.perf_counter() - t0
         plan.phases = dict(stats.phases)
+        plan.placement = _placement(stats.params)
     return plan
 
 
@@ -180,7 +200,8 @@ def _slot_bytes(widths: dict[str, int], aggs: dict) -> int:
     return max(total, 4)
 
 
-def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto", run=False) -> Plan:
+def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto", run=False,
+                      memory_limit=None) -> Plan:
     from .groupby import GroupBy
 
     by = [by] if isinstance(by, str) else list(by)
@@ -206,8 +227,9 @@ def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto",
                 choice.algorithm, choice.reason, choice.phases.get(choice.algorithm, {}))
     if run:
         t0 = time.perf_counter()
-        gb = GroupBy(table, by, algorithm=choice.algorithm, device=dev)
+        gb = GroupBy(table, by, algorithm=choice.algorithm, device=dev, memory_limit=memory_limit)
         plan.result = gb.agg(**aggs)
         plan.measured_s = time.perf_counter() - t0
         plan.phases = dict(gb.stats.phases)
+        plan.placement = _placement(gb.stats.params)
     return plan
