@@ -46,8 +46,7 @@ def test_triton_join_matches_cpu_engine(how, case):
     left, right = _tables(case)
     want = gpujoin.join(left, right, "k", how=how, device="cpu")
     got, stats = execute_join(left, right, "k", how=how, device="cuda", memory_limit=TINY)
-    assert stats.params["placement"] == "out-of-core"
-    assert stats.params["spill_bytes"] > 0 and stats.params["pass1_bits"] >= 1
+    assert stats.params["placement"] == "out-of-core" and stats.params["pass1_bits"] >= 1
     assert_tables_equal(got, want)
 
 
