@@ -83,3 +83,39 @@ def test_cached_chunks_interleave_in_proportion(frac):
         runs = max(len(r) for r in "".join("c" if g else "." for g in got).split(".") if r) if any(got) else 0
         assert runs <= int(np.ceil(frac / (1 - frac))) + 1
     assert sum(s for s, g in zip(sizes, got) if g) <= frac * 100 * n
+
+
+def test_record_batch_streams_and_datasets_are_inputs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    t = pa.table({"k": np.arange(10), "v": np.arange(10) * 2})
+    r = pa.table({"k": np.arange(0, 20, 2)})
+    want = gpujoin.join(t, r, "k", device="cpu")
+    pq.write_table(t, tmp_path / "t.parquet", row_group_size=3)
+    for src in (iter(t.to_batches(max_chunksize=3)), t.to_batches(max_chunksize=4),
+                pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=3)),
+                ds.dataset(tmp_path / "t.parquet"), pq.ParquetFile(tmp_path / "t.parquet").iter_batches(batch_size=2)):
+        got = gpujoin.join(src, r, "k", device="cpu")
+        assert got.sort_by("k").equals(want.sort_by("k"))
+    with pytest.raises(TypeError, match="RecordBatch"):
+        gpujoin.join(iter([1, 2]), r, "k", device="cpu")
+
+
+def test_columnar_gpu_path_eligibility():
+    import pyarrow as pa
+
+    from gpujoin.plan.host_join import eligible
+
+    lt = pa.table({"k": pa.array([1, 2], pa.int32()), "a": [1.0, 2.0], "d": pa.array([1, 2], pa.date32())})
+    rt = pa.table({"k": pa.array([1, 3], pa.int64()), "b": pa.array([5, 6], pa.uint16())})
+    assert eligible(lt, rt, ["k"], ["k"], "inner", "m:m", "_right", True)
+    assert eligible(lt, rt, ["k"], ["k"], "full", "m:m", "_right", False)
+    assert not eligible(lt, rt, ["k"], ["k"], "inner", "1:1", "_right", True)  # validate: general path
+    assert not eligible(lt.append_column("s", pa.array(["x", "y"])), rt, ["k"], ["k"], "inner", "m:m", "_r", True)
+    assert not eligible(lt, rt.set_column(1, "b", pa.array([None, 1])), ["k"], ["k"], "left", "m:m", "_r", True)
+    assert eligible(lt, rt.set_column(1, "b", pa.array([None, 1])), ["k"], ["k"], "semi", "m:m", "_r", True)
+    assert not eligible(lt.set_column(0, "k", pa.array([None, 1], pa.int32())), rt, ["k"], ["k"], "inner", "m:m",
+                        "_r", True)
+    assert not eligible(lt.set_column(0, "k", pa.array(["a", "b"])), rt, ["k"], ["k"], "inner", "m:m", "_r", True)

@@ -192,6 +192,19 @@ def to_arrow_table(data: Any) -> pa.Table:
         return data
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if type(data).__module__.startswith("pyarrow") and hasattr(data, "to_table"):  # pyarrow.dataset
+        return data.to_table()
+    if not isinstance(data, (Mapping, str, bytes)) and type(data).__module__.split(".")[0] not in ("pandas", "polars") \
+            and hasattr(data, "__iter__") and not hasattr(data, "__array__"):
+        batches = list(data)  # an iterable of RecordBatches (e.g. a Parquet file read by batches)
+        if batches and all(isinstance(b, pa.RecordBatch) for b in batches):
+            return pa.Table.from_batches(batches)
+        if batches:
+            raise TypeError(f"an iterable input must yield pyarrow.RecordBatch objects, got "
+                            f"{type(batches[0]).__name__}")
+        raise ValueError("an empty iterable of record batches has no schema; pass a pyarrow.Table instead")
     mod = type(data).__module__.split(".")[0]
     if mod == "pandas":
         return pa.Table.from_pandas(data, preserve_index=False)
@@ -204,8 +217,8 @@ def to_arrow_table(data: Any) -> pa.Table:
             arrays.append(_to_arrow_array(name, value))
         return pa.Table.from_arrays(arrays, names=names)
     raise TypeError(
-        f"expected a gpujoin.Table, pyarrow.Table, pandas.DataFrame, polars.DataFrame or a dict of "
-        f"arrays, got {type(data).__module__}.{type(data).__name__}"
+        f"expected a gpujoin.Table, pyarrow.Table, pandas.DataFrame, polars.DataFrame, a dict of "
+        f"arrays, or record batches (a RecordBatchReader, a pyarrow.dataset, an iterable), got {type(data).__module__}.{type(data).__name__}"
     )
 
 

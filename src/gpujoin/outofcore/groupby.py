@@ -97,6 +97,7 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
     width = sum(c.dtype.itemsize for c in cols)
     nchunks = -(-n // placement.chunk_rows)
     sizes = [min(placement.chunk_rows, n - c * placement.chunk_rows) * width for c in range(nchunks)]
+    rel = None
     try:
         uploader = Uploader(st, Uploader.slot_size(placement.chunk_rows * width, len(cols)))
         rel = partition_pass(cols, placement.bits, placement.chunk_rows,
@@ -142,7 +143,8 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
         st.synchronize()
         t2 = time.perf_counter()
     finally:
-        cp.get_default_pinned_memory_pool().free_all_blocks()
+        if rel is not None:
+            rel.close()
     gkeys = np.concatenate(out_keys) if out_keys else np.empty(0, keys.dtype)
     merged = [{name: np.concatenate([c[i][name] for c in out_cols]) for name in (out_cols[0][i] if out_cols else {})}
               for i in range(len(inputs))]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .stream import Keepalive, Streams, Uploader, d2d_async, download_async, h2d_async, pinned_empty, record
+from .stream import HostArena, Keepalive, Streams, Uploader, d2d_async, download_async, h2d_async, record
 
 
 @dataclass
@@ -49,6 +49,12 @@ class PartitionedRelation:
     bits: int
     dtypes: list
     pieces: list[Piece] = field(default_factory=list)
+    arena: object = None
+
+    def close(self) -> None:
+        """Unregister the spill's page-locked memory (the pieces must no longer be read)."""
+        if self.arena is not None:
+            self.arena.close()
 
     @property
     def fanout(self) -> int:
@@ -119,9 +125,10 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
     """Pass 1 over one relation's host ``columns`` (key first, int32/int64; then any 1-8 byte
     columns), ``chunk_rows`` rows at a time.
 
-    cached[c] says whether chunk c stays in GPU memory.  With ``bits`` 0 the chunks are copied
-    in unpartitioned (the in-core placement: one partition).  Returns the PartitionedRelation;
-    every copy it enqueued has finished.
+    cached[c] says whether chunk c stays in GPU memory.  With ``bits`` 0 (the in-core
+    placement: one partition) the chunks are copied into one device array a column.  Returns the PartitionedRelation;
+    every copy it enqueued has finished.  Its spill lives in ``rel.arena``: close it (unregister
+    the memory) when the relation is no longer read.
     """
     import cupy as cp
 
@@ -133,35 +140,53 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
     if not starts:
         return rel
     keep = Keepalive()
-    digits = hash_digits(bits) if bits else None
-    pending = uploader.put([c[starts[0]:starts[0] + chunk_rows] for c in columns])
-    for i, a in enumerate(starts):
-        views, ev, slot = pending
-        rows = views[0].size
-        streams.compute.wait_event(ev)
-        with streams.compute:
-            if digits is None:
-                parts = [v.copy() for v in views]
-                offs = None
-            else:
+    width = sum(c.dtype.itemsize for c in columns)
+    spilled = sum(min(chunk_rows, n - a) for i, a in enumerate(starts) if not cached[i])
+    rel.arena = HostArena(spilled * width + 256 * len(columns) * len(starts)) if spilled else None
+    if not bits:  # in core: every chunk straight into one device copy of the relation
+        try:
+            with streams.compute:
+                whole = [cp.empty(n, c.dtype) for c in columns]
+            streams.compute.synchronize()
+            for a in starts:
+                uploader.put([c[a:a + chunk_rows] for c in columns], dest=[w[a:a + chunk_rows] for w in whole])
+            streams.copy_in.synchronize()
+        except BaseException:
+            rel.close()
+            raise
+        rel.pieces.append(Piece(whole, np.array([0, n], np.int64), True))
+        stats.h2d += sum(c.nbytes for c in columns)
+        return rel
+    try:
+        digits = hash_digits(bits)
+        pending = uploader.put([c[starts[0]:starts[0] + chunk_rows] for c in columns])
+        for i, a in enumerate(starts):
+            views, ev, slot = pending
+            rows = views[0].size
+            streams.compute.wait_event(ev)
+            with streams.compute:
                 k, vals, offs = radix_partition(views[0], views[1:], digits, stable=False)
                 parts = [k, *vals]
-            uploader.release(slot, record(streams.compute))
-        if i + 1 < len(starts):  # stage the next chunk while this one is partitioned
-            b = starts[i + 1]
-            pending = uploader.put([c[b:b + chunk_rows] for c in columns])
-        offsets = np.array([0, rows], np.int64) if offs is None else cp.asnumpy(offs, stream=streams.compute)
-        if cached[i]:
-            rel.pieces.append(Piece(parts, offsets, True))
-        else:
-            host = [pinned_empty(p.size, p.dtype) for p in parts]
-            streams.copy_out.wait_event(record(streams.compute))
-            for h, d in zip(host, parts):
-                download_async(h, d, streams.copy_out)
-                stats.d2h += d.nbytes
-            keep.hold(record(streams.copy_out), parts)
-            rel.pieces.append(Piece(host, offsets, False))
-        keep.release_done()
+                uploader.release(slot, record(streams.compute))
+            if i + 1 < len(starts):  # stage the next chunk while this one is partitioned
+                b = starts[i + 1]
+                pending = uploader.put([c[b:b + chunk_rows] for c in columns])
+            offsets = cp.asnumpy(offs, stream=streams.compute)
+            if cached[i]:
+                rel.pieces.append(Piece(parts, offsets, True))
+            else:
+                host = [rel.arena.take(p.size, p.dtype) for p in parts]
+                streams.copy_out.wait_event(record(streams.compute))
+                for h, d in zip(host, parts):
+                    download_async(h, d, streams.copy_out)
+                    stats.d2h += d.nbytes
+                keep.hold(record(streams.copy_out), parts)
+                rel.pieces.append(Piece(host, offsets, False))
+            keep.release_done()
+    except BaseException:  # Ctrl-C too: no page-locked memory stays registered
+        streams.synchronize()
+        rel.close()
+        raise
     stats.h2d += sum(c.nbytes for c in columns)
     streams.synchronize()
     keep.drain()

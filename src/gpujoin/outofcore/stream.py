@@ -21,8 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-#: Threads that copy pageable host data into pinned buffers (GPUJOIN_COPY_THREADS).
-COPY_THREADS = int(os.environ.get("GPUJOIN_COPY_THREADS", str(min(8, os.cpu_count() or 1))))
+#: Threads that copy pageable host data into pinned buffers (GPUJOIN_COPY_THREADS).  On the
+#: H200 machine (16 cores) 1 thread copied 10.8 GB/s, 8 threads 24, 16 threads 36
+#: (scripts/profile_host_path.py).
+COPY_THREADS = int(os.environ.get("GPUJOIN_COPY_THREADS", str(min(16, os.cpu_count() or 1))))
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -43,6 +45,51 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray, min_piece: int = 1 << 22) ->
     bounds = np.linspace(0, n, pieces + 1).astype(np.int64)
     list(_executor().map(lambda i: np.copyto(dst[bounds[i]:bounds[i + 1]], src[bounds[i]:bounds[i + 1]],
                                              casting="no"), range(pieces)))
+
+
+def concatenate(parts: list[np.ndarray], dtype) -> np.ndarray:
+    """``np.concatenate(parts)`` with the copies spread over threads (one part: itself)."""
+    if len(parts) == 1 and parts[0].dtype == np.dtype(dtype):
+        return parts[0]
+    out = np.empty(sum(p.size for p in parts), dtype)
+    pos = 0
+    for p in parts:
+        parallel_copy(out[pos:pos + p.size], p.astype(dtype, copy=False))
+        pos += p.size
+    return out
+
+
+class HostArena:
+    """Page-locked host memory for the spill: a NumPy buffer registered in place with CUDA
+    (cudaHostRegister pinned 28-31 GB/s on the H200 machine, where cudaHostAlloc took 1.6 s for
+    4 GiB), handed out in 256-byte aligned pieces; ``close()`` unregisters it."""
+
+    def __init__(self, nbytes: int):
+        import cupy as cp
+
+        self._buf = np.empty(max(1, nbytes) + 256, np.uint8)
+        self._base = (-self._buf.ctypes.data) % 256
+        self._pos = self._base
+        self._registered = False
+        if nbytes:
+            cp.cuda.runtime.hostRegister(self._buf.ctypes.data, self._buf.nbytes, 1)  # portable: any GPU
+            self._registered = True
+
+    def take(self, n: int, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        end = self._pos + n * dtype.itemsize
+        if end > self._buf.nbytes:
+            raise ValueError("HostArena is full")
+        out = self._buf[self._pos:end].view(dtype)
+        self._pos = self._base + -(-(end - self._base) // 256) * 256
+        return out
+
+    def close(self) -> None:
+        if self._registered:
+            import cupy as cp
+
+            cp.cuda.runtime.hostUnregister(self._buf.ctypes.data)
+            self._registered = False
 
 
 def pinned_empty(n: int, dtype) -> np.ndarray:
@@ -100,6 +147,33 @@ def d2d_async(dst, src, stream) -> None:
                                     cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
 
 
+class Downloader:
+    """Device arrays to pageable host arrays through a reused pinned slot: DMA at the link's rate
+    into the slot on the copy-out stream, then the threads copy out of it (a plain copy to
+    pageable memory ran at 7-8 GB/s on the H200 machine)."""
+
+    def __init__(self, streams: Streams, slot_bytes: int = 64 << 20):
+        self.streams = streams
+        self._slot = pinned_empty(_aligned(slot_bytes), np.uint8)
+        self.bytes = 0
+
+    def get(self, arrays: list) -> list[np.ndarray]:
+        """Host copies of ``arrays`` (CuPy, written by work on the compute stream)."""
+        stream = self.streams.copy_out
+        stream.wait_event(record(self.streams.compute))
+        outs = [np.empty(a.shape, a.dtype) for a in arrays]
+        for a, out in zip(arrays, outs):
+            flat = a.reshape(-1).view(np.uint8) if a.size else None
+            dst = out.reshape(-1).view(np.uint8)
+            for lo in range(0, a.nbytes, self._slot.nbytes):
+                hi = min(a.nbytes, lo + self._slot.nbytes)
+                download_async(self._slot[:hi - lo], flat[lo:hi], stream)
+                stream.synchronize()
+                parallel_copy(dst[lo:hi], self._slot[:hi - lo])
+            self.bytes += a.nbytes
+        return outs
+
+
 def download_async(dst: np.ndarray, src, stream) -> None:
     """DMA device array ``src`` into pinned host array ``dst`` on ``stream``."""
     import cupy as cp
@@ -145,14 +219,10 @@ class Uploader:
     """
 
     def __init__(self, streams: Streams, slot_bytes: int):
-        import cupy as cp
-
         self.streams = streams
         self.slot_bytes = _aligned(max(1, slot_bytes))
         self._host = [pinned_empty(self.slot_bytes, np.uint8) for _ in range(2)]
-        with streams.compute:
-            self._dev = [cp.empty(self.slot_bytes, cp.uint8) for _ in range(2)]
-        streams.compute.synchronize()
+        self._dev = [None, None]  # allocated at first use: puts into ``dest`` need none
         self._copied = [None, None]   # DMA into the slot done (host may refill the staging)
         self._read = [None, None]     # compute done reading the slot's device buffer
         self._next = 0
@@ -163,7 +233,9 @@ class Uploader:
         """Bytes of a slot that holds ``arrays_bytes`` in ``columns`` 256-byte aligned pieces."""
         return arrays_bytes + 256 * columns
 
-    def put(self, arrays: list[np.ndarray]):
+    def put(self, arrays: list[np.ndarray], dest: list | None = None):
+        """Stage ``arrays`` and DMA them into the slot's device buffer, or into the device arrays
+        ``dest`` (one per array, same sizes) when given."""
         s = self._next
         self._next ^= 1
         need = sum(_aligned(a.nbytes) for a in arrays)
@@ -171,12 +243,18 @@ class Uploader:
             raise ValueError(f"a chunk of {need:,} bytes does not fit the {self.slot_bytes:,}-byte staging slot")
         if self._copied[s] is not None:
             self._copied[s].synchronize()  # the slot's previous DMA has left the staging buffer
+        if dest is None and self._dev[s] is None:
+            import cupy as cp
+
+            with self.streams.compute:
+                self._dev[s] = cp.empty(self.slot_bytes, cp.uint8)
+            self.streams.compute.synchronize()
         pos, out, staged = 0, [], []
         for a in arrays:
             view = self._host[s][pos:pos + a.nbytes].view(a.dtype)
             parallel_copy(view, np.ascontiguousarray(a))
             staged.append(view)
-            out.append(self._dev[s][pos:pos + a.nbytes].view(a.dtype))
+            out.append(self._dev[s][pos:pos + a.nbytes].view(a.dtype) if dest is None else dest[len(out)])
             pos += _aligned(a.nbytes)
         stream = self.streams.copy_in
         if self._read[s] is not None:

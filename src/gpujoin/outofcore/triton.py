@@ -36,7 +36,7 @@ import numpy as np
 from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
 from .budget import check_host
 from .partition import PartitionedRelation, TransferStats, partition_pass
-from .stream import Streams, Uploader, record
+from .stream import Downloader, Streams, Uploader, concatenate, record
 
 MODES = ("inner", "probe_outer", "full", "semi", "anti")
 
@@ -89,17 +89,13 @@ class JoinResult:
 class _Sink:
     """Output pieces in host memory, concatenated at the end (or summed, for ``aggregate``)."""
 
-    def __init__(self, nb: int, np_: int, emit_keys: bool, aggregate: str | None):
+    def __init__(self, nb: int, np_: int, emit_keys: bool, aggregate: str | None, downloader: Downloader):
         self.nb, self.np_, self.emit_keys, self.aggregate = nb, np_, emit_keys, aggregate
+        self.downloader = downloader
         self.pieces: list = []
         self.total = 0
         self.rows = 0
         self.bytes = 0
-
-    def _host(self, a):
-        import cupy as cp
-
-        return cp.asnumpy(a)
 
     def _check(self, n, width):
         self.bytes += n * width
@@ -138,13 +134,18 @@ class _Sink:
     def _append(self, n, key, cols_b, cols_p):
         width = sum(c.dtype.itemsize + 1 for c, _ in (cols_b or []) + (cols_p or [])) + (8 if key is not None else 0)
         self._check(n, width)
-        h = lambda cols: None if cols is None else [(self._host(v), None if m is None else self._host(m).astype(bool))  # noqa: E731
-                                                    for v, m in cols]
-        self.pieces.append((n, None if key is None else self._host(key), h(cols_b), h(cols_p)))
+        # one batch of copies for the whole block: values, masks and the key
+        flat = [a for cols in (cols_b or [], cols_p or []) for v, m in cols for a in (v, m) if a is not None]
+        host = iter(self.downloader.get(flat + ([key] if key is not None else [])))
+
+        def h(cols):
+            return None if cols is None else [(next(host), None if m is None else next(host).view(bool)) for v, m in cols]
+
+        hb, hp = h(cols_b), h(cols_p)
+        self.pieces.append((n, next(host) if key is not None else None, hb, hp))
 
     def columns(self, key_dtype, bdtypes, pdtypes):
-        key = (np.concatenate([k for _, k, _, _ in self.pieces]) if self.pieces else np.empty(0, key_dtype)) \
-            if self.emit_keys else None
+        key = concatenate([k for _, k, _, _ in self.pieces], key_dtype) if self.emit_keys else None
 
         def side(i, idx, dtype):
             vals, masks, any_null = [], [], False
@@ -159,9 +160,7 @@ class _Sink:
                     vals.append(v)
                     masks.append(np.ones(n, bool) if m is None else m)
                     any_null |= m is not None
-            if not vals:
-                return np.empty(0, dtype), None
-            return np.concatenate(vals), (np.concatenate(masks) if any_null else None)
+            return concatenate(vals, dtype), (concatenate(masks, bool) if any_null else None)
 
         return (key, [side(i, 0, d) for i, d in enumerate(bdtypes)],
                 [side(i, 1, d) for i, d in enumerate(pdtypes)])
@@ -196,14 +195,14 @@ class TritonJoin:
             try:
                 return run(self.algorithm, R.key, S.key, R.cols, S.cols, mode, emit_keys=emit)
             except MemoryError:
-                cp.get_default_memory_pool().free_all_blocks()
-                return run(self.algorithm, R.key, S.key, R.cols, S.cols, mode, emit_keys=emit)
+                pass  # retried below, once the failed call's frames (and their arrays) are gone
+            cp.get_default_memory_pool().free_all_blocks()
+            return run(self.algorithm, R.key, S.key, R.cols, S.cols, mode, emit_keys=emit)
 
     def _pairs(self, R: Rel, S: Rel) -> None:
         """Every matching pair of R x S, split until a block's output fits."""
-        try:
-            out = self._run(R, S, "inner")
-        except MemoryError:
+        out = self._attempt(R, S, "inner")
+        if out is None:  # split outside the except clause: its traceback would pin the failed arrays
             if S.n > 1:
                 for half in S.split():
                     self._pairs(R, half)
@@ -211,7 +210,7 @@ class TritonJoin:
                 for half in R.split():
                     self._pairs(half, S)
             else:
-                raise
+                self._run(R, S, "inner")  # one row a side that cannot fit: its MemoryError stands
             return
         self.sink.add_output(out, "inner")
 
@@ -224,29 +223,34 @@ class TritonJoin:
             return P
         if B.n == 0:
             return Rel(P.key[:0], [c[:0] for c in P.cols])
-        try:
-            out = self._run(B, P, "semi" if matched else "anti")
-            rows = out.probe_only
-            return Rel(out.key_column(), [out.probe_column(i)[0] for i in range(len(P.cols))]) if rows.size else \
-                Rel(cp.empty(0, P.key.dtype), [c[:0] for c in P.cols])
-        except MemoryError:
-            if P.n > 1:
-                return Rel.concat([self._select(B, h, matched) for h in P.split()])
-            if B.n > 1:
-                b1, b2 = B.split()
-                if matched:
-                    return Rel.concat([self._select(b1, P, True), self._select(b2, self._select(b1, P, False), True)])
-                return self._select(b2, self._select(b1, P, False), False)
-            raise
+        out = self._attempt(B, P, "semi" if matched else "anti")
+        if out is not None:
+            if out.probe_only.size == 0:
+                return Rel(cp.empty(0, P.key.dtype), [c[:0] for c in P.cols])
+            return Rel(out.key_column(), [out.probe_column(i)[0] for i in range(len(P.cols))])
+        if P.n > 1:
+            return Rel.concat([self._select(B, h, matched) for h in P.split()])
+        if B.n > 1:
+            b1, b2 = B.split()
+            if matched:
+                return Rel.concat([self._select(b1, P, True), self._select(b2, self._select(b1, P, False), True)])
+            return self._select(b2, self._select(b1, P, False), False)
+        return self._run(B, P, "semi" if matched else "anti").probe_only  # one row each: raises the MemoryError
 
     def _join_pair(self, R: Rel, S: Rel, mode: str) -> None:
         """A partition pair in GPU memory: the in-core join, composed from blocks if it fails."""
-        try:
-            out = self._run(R, S, mode)
-        except MemoryError:
+        out = self._attempt(R, S, mode)
+        if out is None:
             self._join_blocks(lambda: [R], lambda: [S], mode)
             return
         self.sink.add_output(out, mode)
+
+    def _attempt(self, R: Rel, S: Rel, mode: str):
+        """The block's JoinOutput, or None when it does not fit."""
+        try:
+            return self._run(R, S, mode)
+        except MemoryError:
+            return None
 
     def _join_blocks(self, build_ranges, probe_ranges, mode: str) -> None:
         """Block nested loop: ``build_ranges()`` and ``probe_ranges()`` yield the pair's rows in
@@ -280,28 +284,37 @@ class TritonJoin:
 
         pl = self.placement
         nb_cols, np_cols = len(build_cols) - 1, len(probe_cols) - 1
-        self.sink = _Sink(nb_cols, np_cols, self.emit_keys, self.aggregate)
+        self.sink = _Sink(nb_cols, np_cols, self.emit_keys, self.aggregate, Downloader(self.streams))
         t0 = time.perf_counter()
         rels = []
         widest = max(sum(c.dtype.itemsize for c in build_cols), sum(c.dtype.itemsize for c in probe_cols))
         uploader = Uploader(self.streams, Uploader.slot_size(pl.chunk_rows * widest, max(len(build_cols),
                                                                                           len(probe_cols))))
         # one cache for both relations, interleaved in each in proportion (paper 004: split by |R| : |S|)
-        for cols in (build_cols, probe_cols):
-            n = cols[0].size
-            width = sum(c.dtype.itemsize for c in cols)
-            nchunks = -(-n // pl.chunk_rows)
-            sizes = [min(pl.chunk_rows, n - c * pl.chunk_rows) * width for c in range(nchunks)]
-            share = pl.cache_bytes * (n * width) // max(1, pl.input_bytes)
-            rels.append(partition_pass(cols, pl.bits, pl.chunk_rows, cached_chunks(nchunks, sizes, share),
-                                       self.streams, uploader, self.transfer))
+        try:
+            for cols in (build_cols, probe_cols):
+                n = cols[0].size
+                width = sum(c.dtype.itemsize for c in cols)
+                nchunks = -(-n // pl.chunk_rows)
+                sizes = [min(pl.chunk_rows, n - c * pl.chunk_rows) * width for c in range(nchunks)]
+                share = pl.cache_bytes * (n * width) // max(1, pl.input_bytes)
+                rels.append(partition_pass(cols, pl.bits, pl.chunk_rows, cached_chunks(nchunks, sizes, share),
+                                           self.streams, uploader, self.transfer))
+        except BaseException:
+            for r in rels:
+                r.close()
+            raise
         del uploader
         t1 = time.perf_counter()
         self.transfer.phases["pass1"] = t1 - t0
         R, S = rels
-        with self.streams.compute:  # every allocation and kernel of pass 2 on one stream
-            self._pass2(R, S, mode)
-        self.streams.synchronize()
+        try:
+            with self.streams.compute:  # every allocation and kernel of pass 2 on one stream
+                self._pass2(R, S, mode)
+            self.streams.synchronize()
+        finally:
+            R.close()
+            S.close()
         t2 = time.perf_counter()
         self.transfer.phases["pass2"] = t2 - t1
         key, bcols, pcols = self.sink.columns(build_cols[0].dtype, [c.dtype for c in build_cols[1:]],
@@ -343,6 +356,12 @@ class TritonJoin:
         import cupy as cp
 
         st = self.streams
+        whole = [rel.pieces[0].columns for rel in (R, S)
+                 if len(rel.pieces) == 1 and rel.pieces[0].cached and rel.pieces[0].offsets[-1] == (rsz if rel is R
+                                                                                                  else ssz)[p]]
+        if len(whole) == 2:  # each side one piece in GPU memory that is the partition: no copy
+            (rc, sc) = whole
+            return (Rel(rc[0], rc[1:]), Rel(sc[0], sc[1:])), record(st.compute)
         with st.compute:
             rb = [cp.empty(int(rsz[p]), d) for d in R.dtypes]
             sb = [cp.empty(int(ssz[p]), d) for d in S.dtypes]
@@ -422,9 +441,4 @@ def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     if spill:
         check_host(spill, f"the Triton join's spill of {spill:,} bytes (pinned)",
                    "raise memory_limit so that more stays in GPU memory")
-    import cupy as cp
-
-    try:
-        return TritonJoin(placement, algorithm, emit_keys, aggregate, streams).run(build_cols, probe_cols, mode)
-    finally:  # the spill and staging buffers go back to the system, not only to CuPy's pinned pool
-        cp.get_default_pinned_memory_pool().free_all_blocks()
+    return TritonJoin(placement, algorithm, emit_keys, aggregate, streams).run(build_cols, probe_cols, mode)

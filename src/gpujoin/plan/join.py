@@ -107,6 +107,11 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     if coalesce is None:
         coalesce = how not in ("full",)
     stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
+    if dev == "cuda":  # integer keys, fixed-width outputs: the columns themselves stream through the GPU
+        from .host_join import columnar_gpu_join, eligible
+
+        if eligible(lt, rt, lk, rk, how, validate, suffix, coalesce):
+            return columnar_gpu_join(lt, rt, lk, rk, how, suffix, coalesce, algo, limit, stats), stats
     t0 = time.perf_counter()
 
     if how == "cross":
