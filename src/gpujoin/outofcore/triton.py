@@ -224,18 +224,18 @@ class TritonJoin:
         if B.n == 0:
             return Rel(P.key[:0], [c[:0] for c in P.cols])
         out = self._attempt(B, P, "semi" if matched else "anti")
+        if out is None and P.n == 1 and B.n == 1:
+            out = self._run(B, P, "semi" if matched else "anti")  # one row a side: its MemoryError stands
         if out is not None:
             if out.probe_only.size == 0:
                 return Rel(cp.empty(0, P.key.dtype), [c[:0] for c in P.cols])
             return Rel(out.key_column(), [out.probe_column(i)[0] for i in range(len(P.cols))])
         if P.n > 1:
             return Rel.concat([self._select(B, h, matched) for h in P.split()])
-        if B.n > 1:
-            b1, b2 = B.split()
-            if matched:
-                return Rel.concat([self._select(b1, P, True), self._select(b2, self._select(b1, P, False), True)])
-            return self._select(b2, self._select(b1, P, False), False)
-        return self._run(B, P, "semi" if matched else "anti").probe_only  # one row each: raises the MemoryError
+        b1, b2 = B.split()
+        if matched:
+            return Rel.concat([self._select(b1, P, True), self._select(b2, self._select(b1, P, False), True)])
+        return self._select(b2, self._select(b1, P, False), False)
 
     def _join_pair(self, R: Rel, S: Rel, mode: str) -> None:
         """A partition pair in GPU memory: the in-core join, composed from blocks if it fails."""
