@@ -68,6 +68,13 @@ if [[ $stage == bench-ooc ]]; then
   gj bench out-of-core --log2-n ${LOG2N_SUM:-30} --memory-limit ${LIMITS:-16GB} --mode sum \
     --runs ${RUNS:-2} -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
 fi
+if [[ $stage == bench-host ]]; then
+  # in core from host Arrow tables, 4-byte keys and payloads, result an Arrow table (ANCHORS.md:
+  # Polars 9.4 s on the 16 cores at 2^28)
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-120GB}
+  gj bench out-of-core --log2-n ${LOG2N_HOST:-28} --memory-limit none --mode arrow,table --item-bytes 4 \
+    --runs ${RUNS:-3} -o "$OUT/bench_host.jsonl" 2>&1 | tail -20
+fi
 if [[ $stage == tests-join || $stage == tests-groupby ]]; then
   # one GPU test file in one call (the two together take longer than a device call may run)
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"

@@ -201,13 +201,14 @@ def cmd_bench_out_of_core(a):
         if x is not None:
             parse_bytes(x, "--memory-limit")
     modes = _csv_list(a.mode)
-    bad = [m for m in modes if m not in ("sum", "table")]
+    bad = [m for m in modes if m not in ("sum", "table", "arrow")]
     if bad:
-        raise ValueError(f"unknown --mode {bad[0]!r}; use sum and/or table")
+        raise ValueError(f"unknown --mode {bad[0]!r}; use sum, table, arrow")
     fracs = [float(x) for x in _csv_list(a.cache_fraction)] if a.cache_fraction else None
     records = bench_out_of_core([int(x) for x in _csv_list(a.log2_n)], limits, modes, a.runs, fracs,
                                 [int(x) for x in _csv_list(a.streams)], a.seed,
-                                log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+                                log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False),
+                                item_bytes=a.item_bytes)
     _write_records(records, a.output)
 
 
@@ -341,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     bo = bsub.add_parser("out-of-core", help="paper 004: the Triton join of host data past GPU memory")
     bo.add_argument("--log2-n", default="27", help="comma-separated log2 of |R| = |S| (16-byte tuples)")
     bo.add_argument("--memory-limit", default="16GB", help="comma-separated GPU budgets; 'none' for the free memory")
-    bo.add_argument("--mode", default="sum,table", help="sum (paper 004's measure), table (materialized on the host)")
+    bo.add_argument("--mode", default="sum,table", help="sum (paper 004's measure), table (materialized on the host), "
+                    "arrow (gpujoin.join on Arrow tables, host to host)")
+    bo.add_argument("--item-bytes", type=int, default=8, choices=[4, 8], help="key and payload width")
     bo.add_argument("--cache-fraction", help="comma-separated shares of half the budget kept as cache (Fig. 19)")
     bo.add_argument("--streams", default="3", help="comma-separated: 3 (overlapped) and/or 1")
     bo.add_argument("--runs", type=int, default=3)

@@ -54,20 +54,23 @@ def pcie_bandwidth(nbytes: int = 1 << 30, reps: int = 5) -> dict:
     return {"h2d_pinned_GBps": h2d, "d2h_pinned_GBps": d2h, "h2d_pageable_GBps": pageable_h2d}
 
 
-def make_relations(log2_n: int, seed: int = 42):
-    """(R keys, R payloads, S keys, S payloads) as pageable host int64 arrays, generated on the GPU
-    (a host permutation of 2^30 keys alone takes half a minute) and copied down."""
+def make_relations(log2_n: int, seed: int = 42, item_bytes: int = 8):
+    """(R keys, R payloads, S keys, S payloads) as pageable host arrays of ``item_bytes``-byte
+    integers, generated on the GPU (a host permutation of 2^30 keys alone takes half a minute)
+    and copied down."""
     import cupy as cp
 
     n = 1 << log2_n
+    dt = np.int64 if item_bytes == 8 else np.int32
+    top = 1 << 40 if item_bytes == 8 else 1 << 20
     rs = cp.random.RandomState(seed)
     out = []
-    for make in (lambda: rs.permutation(n).astype(cp.int64),
-                 lambda: rs.randint(0, 1 << 40, n, dtype=cp.int64),
-                 lambda: rs.randint(0, n, n, dtype=cp.int64),
-                 lambda: rs.randint(0, 1 << 40, n, dtype=cp.int64)):
+    for make in (lambda: rs.permutation(n).astype(dt),
+                 lambda: rs.randint(0, top, n, dtype=cp.int64).astype(dt),
+                 lambda: rs.randint(0, n, n, dtype=cp.int64).astype(dt),
+                 lambda: rs.randint(0, top, n, dtype=cp.int64).astype(dt)):
         d = make()
-        h = np.empty(n, np.int64)
+        h = np.empty(n, dt)
         d.get(out=h)
         out.append(h)
         del d
@@ -75,10 +78,25 @@ def make_relations(log2_n: int, seed: int = 42):
     return out
 
 
+def _arrow_join(rk, rp, sk, sp, limit):
+    """Mode ``arrow``: the public API on Arrow tables, host to host (what a user times)."""
+    import pyarrow as pa
+
+    from ..plan.join import execute_join
+
+    R = pa.table({"k": rk, "r": rp})
+    S = pa.table({"k": sk, "s": sp})
+    out, stats = execute_join(S, R, "k", device="cuda", memory_limit=limit)
+    return out, stats
+
+
 def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: list[str], runs: int = 3,
                       cache_fractions: list[float | None] | None = None, streams: list[int] | None = None,
-                      seed: int = 42, log=print) -> list[dict]:
-    """Time the Triton join over the sweeps; one record a (size, limit, cache, streams, mode)."""
+                      seed: int = 42, log=print, item_bytes: int = 8) -> list[dict]:
+    """Time the Triton join over the sweeps; one record a (size, limit, cache, streams, mode).
+
+    Modes: ``sum`` and ``table`` call the array-level join (outofcore.triton.triton_join);
+    ``arrow`` calls ``gpujoin.join`` on two Arrow tables and gets an Arrow table back."""
     import cupy as cp
 
     from ..outofcore.budget import gpu_memory_cap, parse_bytes
@@ -91,10 +109,10 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
     base = {"engine": "gpujoin", "device": device_name("cuda"), "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), **ceiling}
     for log2_n in log2_sizes:
-        rk, rp, sk, sp = make_relations(log2_n, seed)
+        rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes)
         n = rk.size
-        want_sum = int(sp.sum())
-        want_r = np.empty(n, np.int64)
+        want_sum = int(sp.sum(dtype=np.int64))
+        want_r = np.empty(n, rp.dtype)
         want_r[rk] = rp
         for limit in limits:
             budget = parse_bytes(limit) if limit else None
@@ -103,6 +121,20 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                     for mode in modes:
                         times, stats = [], None
                         for r in range(runs + 1):
+                            if mode == "arrow":
+                                t0 = time.perf_counter()
+                                out, st = _arrow_join(rk, rp, sk, sp, budget)
+                                dt = time.perf_counter() - t0
+                                ok = out.num_rows == n and int(np.asarray(out["s"]).sum(dtype=np.int64)) == want_sum \
+                                    and bool(np.array_equal(np.asarray(out["r"]), want_r[np.asarray(out["k"])]))
+                                if not ok:
+                                    raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode arrow")
+                                if r:
+                                    times.append(dt)
+                                    stats = {**st.params, "phases": dict(st.phases)}
+                                    stats.setdefault("spill_bytes", 0)
+                                del out
+                                continue
                             with gpu_memory_cap(budget):
                                 from ..cuda.runtime import free_bytes
 
@@ -125,20 +157,20 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                                 stats = res.stats
                             del res
                         med = float(np.median(times))
-                        f = stats["spill_bytes"] / max(1, pl.input_bytes)
+                        inp = 4 * n * item_bytes
+                        f = stats["spill_bytes"] / inp
                         floor = (stats["h2d_bytes"]) / (ceiling["h2d_pinned_GBps"] * 1e9)
-                        rec = {**base, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 16,
+                        rec = {**base, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * item_bytes,
                                                     "memory_limit": limit, "cache_fraction": frac, "mode": mode},
                                "algorithm": "triton", "streams": ns, "runs": len(times), "median_s": med,
                                "min_s": min(times), "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9,
                                "pcie_floor_s": floor, "spilled_fraction": f, "correct": True,
-                               "placement": stats["placement"], "pass1_bits": stats["pass1_bits"],
-                               "cache_bytes": stats["cache_bytes"], "spill_bytes": stats["spill_bytes"],
-                               "h2d_bytes": stats["h2d_bytes"], "d2h_bytes": stats["d2h_bytes"],
-                               "peak_gpu_bytes": stats["peak_gpu_bytes"], "phases_s": stats["phases"]}
+                               **{k: stats.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
+                                                            "h2d_bytes", "d2h_bytes", "peak_gpu_bytes", "algorithm")},
+                               "phases_s": stats["phases"]}
                         log(f"2^{log2_n} limit={limit} cache={frac} streams={ns} {mode}: {med * 1e3:.0f} ms, "
                             f"{rec['throughput_g_per_s']:.2f} G tuples/s (PCIe floor {floor * 1e3:.0f} ms), "
-                            f"{stats['placement']} bits={stats['pass1_bits']} spill={f:.2f} "
+                            f"{stats.get('placement')} bits={stats.get('pass1_bits')} spill={f:.2f} "
                             f"phases={ {k: round(v * 1e3) for k, v in stats['phases'].items()} }")
                         records.append(rec)
                         cp.get_default_memory_pool().free_all_blocks()
