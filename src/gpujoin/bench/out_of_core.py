@@ -166,7 +166,7 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                                "min_s": min(times), "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9,
                                "pcie_floor_s": floor, "spilled_fraction": f, "correct": True,
                                **{k: stats.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
-                                                            "h2d_bytes", "d2h_bytes", "peak_gpu_bytes", "algorithm")},
+                                                            "h2d_bytes", "d2h_bytes", "peak_gpu_bytes")},
                                "phases_s": stats["phases"]}
                         log(f"2^{log2_n} limit={limit} cache={frac} streams={ns} {mode}: {med * 1e3:.0f} ms, "
                             f"{rec['throughput_g_per_s']:.2f} G tuples/s (PCIe floor {floor * 1e3:.0f} ms), "

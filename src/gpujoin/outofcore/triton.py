@@ -36,7 +36,7 @@ import numpy as np
 from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
 from .budget import check_host
 from .partition import PartitionedRelation, TransferStats, partition_pass
-from .stream import Downloader, Streams, Uploader, concatenate, record
+from .stream import Downloader, Streams, Uploader, parallel_copy, record
 
 MODES = ("inner", "probe_outer", "full", "semi", "anti")
 
@@ -86,84 +86,114 @@ class JoinResult:
     stats: dict = field(default_factory=dict)
 
 
-class _Sink:
-    """Output pieces in host memory, concatenated at the end (or summed, for ``aggregate``)."""
+class _Column:
+    """One output column in host memory, written block by block at its end: values, and a
+    validity mask made once the first null arrives; capacity grows by doubling (rare: it starts
+    at the planner's guess of the output rows, and np.empty takes no memory until touched)."""
 
-    def __init__(self, nb: int, np_: int, emit_keys: bool, aggregate: str | None, downloader: Downloader):
-        self.nb, self.np_, self.emit_keys, self.aggregate = nb, np_, emit_keys, aggregate
-        self.downloader = downloader
-        self.pieces: list = []
+    def __init__(self, dtype, capacity: int):
+        self.values = np.empty(max(1, capacity), dtype)
+        self.valid: np.ndarray | None = None
+        self.n = 0
+
+    def reserve(self, extra: int) -> None:
+        need = self.n + extra
+        if need > self.values.size:
+            cap = max(need, 2 * self.values.size)
+            grown = np.empty(cap, self.values.dtype)
+            parallel_copy(grown[:self.n], self.values[:self.n])
+            self.values = grown
+            if self.valid is not None:
+                v = np.ones(cap, bool)
+                parallel_copy(v[:self.n], self.valid[:self.n])
+                self.valid = v
+
+    def nulls(self, lo: int, hi: int) -> None:
+        if self.valid is None:
+            self.valid = np.ones(self.values.size, bool)
+        self.valid[lo:hi] = False
+
+    def finish(self):
+        return self.values[:self.n], (None if self.valid is None else self.valid[:self.n])
+
+
+class _Sink:
+    """The join's output: blocks materialized on the GPU (``materialize``, which may run out of
+    GPU memory: the caller then splits the block), then copied into host columns (``push``), or
+    summed (``aggregate``)."""
+
+    def __init__(self, key_dtype, bdtypes, pdtypes, emit_keys: bool, aggregate: str | None, downloader: Downloader,
+                 capacity: int):
+        self.emit_keys, self.aggregate, self.downloader = emit_keys, aggregate, downloader
+        self.key = _Column(key_dtype, capacity) if emit_keys and aggregate is None else None
+        self.build = [_Column(d, capacity) for d in bdtypes] if aggregate is None else []
+        self.probe = [_Column(d, capacity) for d in pdtypes] if aggregate is None else []
         self.total = 0
         self.rows = 0
         self.bytes = 0
 
-    def _check(self, n, width):
-        self.bytes += n * width
-        if n:
-            check_host(n * width, f"the next {n:,} output rows of the join (already {self.bytes / 2**30:.2f} GiB)",
-                       "ask for less output (how='semi', fewer columns, a SUM) or write it in batches with the CLI")
+    def materialize(self, out, mode: str):
+        """A block's JoinOutput as device columns: (rows, key, build [(values, mask)] or None,
+        probe [...]), or (rows, sum) for ``aggregate``."""
+        import cupy as cp
 
-    def add_output(self, out, mode: str) -> None:
-        """A block's JoinOutput (cuda/join/common.py)."""
         n = out.num_rows
-        if n == 0:
+        if self.aggregate == "sum":
+            if n == 0:
+                return (0, 0)
+            vals, valid = out.probe_column(0)
+            v = vals.astype(cp.int64)
+            return (n, int((v if valid is None else cp.where(valid.astype(bool), v, 0)).sum()))
+        pairs = mode not in ("semi", "anti")
+        return (n, out.key_column() if self.emit_keys and n else None,
+                [out.build_column(i) for i in range(len(self.build))] if pairs else None,
+                [out.probe_column(i) for i in range(len(self.probe))])
+
+    def rows_of(self, rel: Rel, build_side: bool):
+        """Rows of one side without a partner, the other side's columns null."""
+        cols = [(c, None) for c in rel.cols]
+        return (rel.n, rel.key if self.emit_keys else None, cols if build_side else None,
+                None if build_side else cols)
+
+    def push(self, block) -> None:
+        if block is None or block[0] == 0:
             return
+        n = block[0]
         self.rows += n
         if self.aggregate == "sum":
-            vals, valid = out.probe_column(0)
-            import cupy as cp
-
-            self.total += int(vals.astype(cp.int64).sum() if valid is None
-                              else cp.where(valid.astype(bool), vals.astype(cp.int64), 0).sum())
+            self.total += block[1]
             return
-        pairs = mode not in ("semi", "anti")
-        cols_b = [out.build_column(i) for i in range(self.nb)] if pairs else None
-        cols_p = [out.probe_column(i) for i in range(self.np_)]
-        key = out.key_column() if self.emit_keys else None
-        self._append(n, key, cols_b, cols_p)
+        _, key, cols_b, cols_p = block
+        width = sum(c.values.itemsize for c in self.build + self.probe) + \
+            (self.key.values.itemsize if self.key is not None else 0)
+        self.bytes += n * width
+        check_host(n * width, f"the next {n:,} output rows of the join (already {self.bytes / 2**30:.2f} GiB)",
+                   "ask for less output (how='semi', fewer columns, a SUM) or write it in batches with the CLI")
+        srcs, dsts = [], []
+        targets = ([] if self.key is None else [(self.key, (key, None))]) + \
+            [(c, cols_b[i] if cols_b is not None else None) for i, c in enumerate(self.build)] + \
+            [(c, cols_p[i] if cols_p is not None else None) for i, c in enumerate(self.probe)]
+        masks = []
+        for col, src in targets:
+            col.reserve(n)
+            lo = col.n
+            if src is None:  # a side without a partner: nulls
+                col.nulls(lo, lo + n)
+            else:
+                values, mask = src
+                srcs.append(values)
+                dsts.append(col.values[lo:lo + n])
+                if mask is not None:
+                    if col.valid is None:
+                        col.valid = np.ones(col.values.size, bool)
+                    masks.append((mask, col.valid[lo:lo + n]))
+            col.n += n
+        self.downloader.get(srcs + [m.view(np.uint8) if m.dtype != np.uint8 else m for m, _ in masks],
+                            dsts + [d.view(np.uint8) for _, d in masks])
 
-    def add_rows(self, rel: Rel, build_side: bool) -> None:
-        """Rows of one side without a partner (the other side's columns null)."""
-        if rel is None or rel.n == 0:
-            return
-        self.rows += rel.n
-        cols = [(c, None) for c in rel.cols]
-        self._append(rel.n, rel.key if self.emit_keys else None,
-                     cols if build_side else None, None if build_side else cols)
-
-    def _append(self, n, key, cols_b, cols_p):
-        width = sum(c.dtype.itemsize + 1 for c, _ in (cols_b or []) + (cols_p or [])) + (8 if key is not None else 0)
-        self._check(n, width)
-        # one batch of copies for the whole block: values, masks and the key
-        flat = [a for cols in (cols_b or [], cols_p or []) for v, m in cols for a in (v, m) if a is not None]
-        host = iter(self.downloader.get(flat + ([key] if key is not None else [])))
-
-        def h(cols):
-            return None if cols is None else [(next(host), None if m is None else next(host).view(bool)) for v, m in cols]
-
-        hb, hp = h(cols_b), h(cols_p)
-        self.pieces.append((n, next(host) if key is not None else None, hb, hp))
-
-    def columns(self, key_dtype, bdtypes, pdtypes):
-        key = concatenate([k for _, k, _, _ in self.pieces], key_dtype) if self.emit_keys else None
-
-        def side(i, idx, dtype):
-            vals, masks, any_null = [], [], False
-            for n, _, b, p in self.pieces:
-                cols = b if idx == 0 else p
-                if cols is None:
-                    vals.append(np.zeros(n, dtype))
-                    masks.append(np.zeros(n, bool))
-                    any_null = True
-                else:
-                    v, m = cols[i]
-                    vals.append(v)
-                    masks.append(np.ones(n, bool) if m is None else m)
-                    any_null |= m is not None
-            return concatenate(vals, dtype), (concatenate(masks, bool) if any_null else None)
-
-        return (key, [side(i, 0, d) for i, d in enumerate(bdtypes)],
-                [side(i, 1, d) for i, d in enumerate(pdtypes)])
+    def columns(self):
+        key = self.key.finish()[0] if self.key is not None else None
+        return key, [c.finish() for c in self.build], [c.finish() for c in self.probe]
 
 
 class TritonJoin:
@@ -201,7 +231,7 @@ class TritonJoin:
 
     def _pairs(self, R: Rel, S: Rel) -> None:
         """Every matching pair of R x S, split until a block's output fits."""
-        out = self._attempt(R, S, "inner")
+        out = self._attempt(R, S, "inner", materialize=True)
         if out is None:  # split outside the except clause: its traceback would pin the failed arrays
             if S.n > 1:
                 for half in S.split():
@@ -212,7 +242,7 @@ class TritonJoin:
             else:
                 self._run(R, S, "inner")  # one row a side that cannot fit: its MemoryError stands
             return
-        self.sink.add_output(out, "inner")
+        self.sink.push(out)
 
     def _select(self, B: Rel, P: Rel, matched: bool) -> Rel:
         """The rows of P whose key is (``matched``) or is not in B: a semi or anti join, split as
@@ -223,13 +253,13 @@ class TritonJoin:
             return P
         if B.n == 0:
             return Rel(P.key[:0], [c[:0] for c in P.cols])
-        out = self._attempt(B, P, "semi" if matched else "anti")
+        out = self._attempt(B, P, "semi" if matched else "anti", select=len(P.cols))
         if out is None and P.n == 1 and B.n == 1:
-            out = self._run(B, P, "semi" if matched else "anti")  # one row a side: its MemoryError stands
+            self._run(B, P, "semi" if matched else "anti")  # one row a side: its MemoryError stands
         if out is not None:
-            if out.probe_only.size == 0:
+            if out.n == 0:
                 return Rel(cp.empty(0, P.key.dtype), [c[:0] for c in P.cols])
-            return Rel(out.key_column(), [out.probe_column(i)[0] for i in range(len(P.cols))])
+            return out
         if P.n > 1:
             return Rel.concat([self._select(B, h, matched) for h in P.split()])
         b1, b2 = B.split()
@@ -239,17 +269,24 @@ class TritonJoin:
 
     def _join_pair(self, R: Rel, S: Rel, mode: str) -> None:
         """A partition pair in GPU memory: the in-core join, composed from blocks if it fails."""
-        out = self._attempt(R, S, mode)
+        out = self._attempt(R, S, mode, materialize=True)
         if out is None:
             self._join_blocks(lambda: [R], lambda: [S], mode)
             return
-        self.sink.add_output(out, mode)
+        self.sink.push(out)
 
-    def _attempt(self, R: Rel, S: Rel, mode: str):
-        """The block's JoinOutput, or None when it does not fit."""
+    def _attempt(self, R: Rel, S: Rel, mode: str, materialize: bool = False, select: int | None = None):
+        """The block joined and its output materialized in GPU memory (``materialize``: the sink's
+        block; ``select``: the probe rows selected, as a Rel of that many columns), or None when
+        it does not fit."""
+        import cupy as cp
+
         try:
-            return self._run(R, S, mode)
-        except MemoryError:
+            out = self._run(R, S, mode)
+            if materialize:
+                return self.sink.materialize(out, mode)
+            return Rel(out.key_column(), [out.probe_column(i)[0] for i in range(select)])
+        except (MemoryError, cp.cuda.memory.OutOfMemoryError):
             return None
 
     def _join_blocks(self, build_ranges, probe_ranges, mode: str) -> None:
@@ -268,23 +305,25 @@ class TritonJoin:
                     rest = self._select(R, rest, False)
                 if mode == "semi":
                     sel = Rel.concat(hits) if hits else Rel(rest.key[:0], [c[:0] for c in rest.cols])
-                    self.sink.add_rows(sel, build_side=False)
+                    self.sink.push(self.sink.rows_of(sel, build_side=False))
                 elif mode in ("anti", "probe_outer", "full"):
-                    self.sink.add_rows(rest, build_side=False)
+                    self.sink.push(self.sink.rows_of(rest, build_side=False))
         if mode == "full":  # build rows no probe block matched
             for R in build_ranges():
                 rest = R
                 for S in probe_ranges():
                     rest = self._select(S, rest, False)
-                self.sink.add_rows(rest, build_side=True)
+                self.sink.push(self.sink.rows_of(rest, build_side=True))
 
     # ---------------------------------------------------------------- the passes
     def run(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str) -> JoinResult:
         import cupy as cp
 
         pl = self.placement
-        nb_cols, np_cols = len(build_cols) - 1, len(probe_cols) - 1
-        self.sink = _Sink(nb_cols, np_cols, self.emit_keys, self.aggregate, Downloader(self.streams))
+        nb, np_ = build_cols[0].size, probe_cols[0].size
+        guess = {"inner": np_, "probe_outer": np_, "full": np_ + nb, "semi": np_, "anti": np_}[mode]
+        self.sink = _Sink(build_cols[0].dtype, [c.dtype for c in build_cols[1:]], [c.dtype for c in probe_cols[1:]],
+                          self.emit_keys, self.aggregate, Downloader(self.streams), guess)
         t0 = time.perf_counter()
         rels = []
         widest = max(sum(c.dtype.itemsize for c in build_cols), sum(c.dtype.itemsize for c in probe_cols))
@@ -304,9 +343,11 @@ class TritonJoin:
             for r in rels:
                 r.close()
             raise
-        del uploader
         t1 = time.perf_counter()
         self.transfer.phases["pass1"] = t1 - t0
+        self.transfer.phases["pass1_staging_copy"] = uploader.stage_s
+        self.transfer.phases["pass1_staging_wait"] = uploader.wait_s
+        del uploader
         R, S = rels
         try:
             with self.streams.compute:  # every allocation and kernel of pass 2 on one stream
@@ -317,8 +358,7 @@ class TritonJoin:
             S.close()
         t2 = time.perf_counter()
         self.transfer.phases["pass2"] = t2 - t1
-        key, bcols, pcols = self.sink.columns(build_cols[0].dtype, [c.dtype for c in build_cols[1:]],
-                                              [c.dtype for c in probe_cols[1:]])
+        key, bcols, pcols = self.sink.columns()
         self.transfer.phases["assemble"] = time.perf_counter() - t2
         stats = {"placement": pl.placement, "pass1_bits": pl.bits, "chunk_rows": pl.chunk_rows,
                  "budget_bytes": pl.budget, "cache_bytes": R.bytes(True) + S.bytes(True),
