@@ -162,7 +162,6 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
         pending = uploader.put([c[starts[0]:starts[0] + chunk_rows] for c in columns])
         for i, a in enumerate(starts):
             views, ev, slot = pending
-            rows = views[0].size
             streams.compute.wait_event(ev)
             with streams.compute:
                 k, vals, offs = radix_partition(views[0], views[1:], digits, stable=False)
