@@ -171,16 +171,18 @@ class Downloader:
                 flat, dst = a.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8)
                 segments += [(flat[lo:lo + size], dst[lo:lo + size]) for lo in range(0, a.nbytes, size)]
         prev = None
-        for i, (src, dst) in enumerate(segments + [None]):
-            if src is not None:
+        for i in range(len(segments) + 1):
+            cur = None
+            if i < len(segments):  # this segment's DMA overlaps the copy out of the previous one
+                src, dst = segments[i]
                 slot = self._slots[i % 2][:src.nbytes]
                 download_async(slot, src, stream)
-                ev = record(stream)
+                cur = (record(stream), slot, dst)
             if prev is not None:
                 pev, pslot, pdst = prev
                 pev.synchronize()
                 parallel_copy(pdst, pslot)
-            prev = (ev, slot, dst) if src is not None else None
+            prev = cur
         self.bytes += sum(a.nbytes for a in arrays)
         return outs
 
