@@ -212,6 +212,15 @@ def cmd_bench_out_of_core(a):
     _write_records(records, a.output)
 
 
+def cmd_bench_out_of_core_group_by(a):
+    from .bench.out_of_core import bench_out_of_core_group_by
+
+    limits = [None if x.lower() == "none" else x for x in _csv_list(a.memory_limit)]
+    records = bench_out_of_core_group_by(a.log2_rows, a.log2_groups, limits, a.runs, a.seed, _csv_list(a.peers),
+                                         log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+    _write_records(records, a.output)
+
+
 def cmd_bench_cpu_joins(a):
     from .bench.cpu_joins import CPU_ALGORITHMS, bench_cpu_joins, summary
 
@@ -351,6 +360,16 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--seed", type=int, default=42)
     bo.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bo.set_defaults(fn=cmd_bench_out_of_core)
+
+    bg = bsub.add_parser("out-of-core-group-by", help="a host table's group-by under a GPU memory limit")
+    bg.add_argument("--log2-rows", type=int, default=28)
+    bg.add_argument("--log2-groups", type=int, default=24)
+    bg.add_argument("--memory-limit", default="16GB", help="comma-separated GPU budgets; 'none' for the free memory")
+    bg.add_argument("--runs", type=int, default=2)
+    bg.add_argument("--peers", default="", help="duckdb")
+    bg.add_argument("--seed", type=int, default=42)
+    bg.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+    bg.set_defaults(fn=cmd_bench_out_of_core_group_by)
 
     bc = bsub.add_parser("cpu-joins", help="paper 002: set intersection of unique 32-bit keys vs threads")
     bc.add_argument("--log2-n", default="22,23,24", help="comma-separated log2 of the keys per side")

@@ -176,3 +176,72 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                         cp.get_default_memory_pool().free_all_blocks()
         del rk, rp, sk, sp, want_r
     return records
+
+
+def bench_out_of_core_group_by(log2_rows: int, log2_groups: int, limits: list[str | None], runs: int = 2,
+                               seed: int = 42, peers: list[str] | None = None, log=print) -> list[dict]:
+    """``gpujoin.group_by`` of a host Arrow table of 2^log2_rows rows (int32 key uniform over
+    2^log2_groups groups, int32 value) with SUM, COUNT and MAX, under each GPU memory limit;
+    checked by the groups' count, the sizes' total and the sums' total (NumPy); DuckDB beside it
+    when installed and asked for."""
+    import cupy as cp
+    import pyarrow as pa
+
+    from ..plan.groupby import GroupBy
+
+    n, g = 1 << log2_rows, 1 << log2_groups
+    rs = cp.random.RandomState(seed)
+    keys = rs.randint(0, g, n, dtype=cp.int64).astype(cp.int32).get()
+    vals = rs.randint(-1000, 1000, n, dtype=cp.int64).astype(cp.int32).get()
+    cp.get_default_memory_pool().free_all_blocks()
+    want_sum = int(vals.sum(dtype=np.int64))
+    table = pa.table({"k": keys, "v": vals})
+    aggs = dict(s=("v", "sum"), c=(None, "size"), m=("v", "max"))
+    base = {"engine": "gpujoin", "device": device_name("cuda"), "commit": commit(), "date": time.strftime("%Y-%m-%d")}
+    records = []
+    for limit in limits:
+        times, stats = [], None
+        for r in range(runs + 1):
+            t0 = time.perf_counter()
+            gb = GroupBy(table, "k", device="cuda", memory_limit=limit)
+            out = gb.agg(**aggs)
+            dt = time.perf_counter() - t0
+            ok = (out.num_rows == len(np.unique(keys[:1 << 16])) if g > n else True) and \
+                int(np.asarray(out["c"]).sum()) == n and int(np.asarray(out["s"]).sum(dtype=np.int64)) == want_sum
+            if not ok:
+                raise AssertionError(f"wrong group-by result at 2^{log2_rows} rows, limit {limit}")
+            if r:
+                times.append(dt)
+                stats = gb.stats
+            del out
+        med = float(np.median(times))
+        rec = {**base, "workload": {"log2_rows": log2_rows, "log2_groups": log2_groups, "memory_limit": limit,
+                                    "aggs": "sum,size,max"},
+               "algorithm": stats.algorithm, "runs": len(times), "median_s": med, "min_s": min(times),
+               "max_s": max(times), "throughput_g_per_s": n / med / 1e9, "groups": stats.groups, "correct": True,
+               **{k: stats.params.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
+                                                     "h2d_bytes", "peak_gpu_bytes")},
+               "phases_s": {k: v for k, v in stats.phases.items() if isinstance(v, float)}}
+        log(f"group-by 2^{log2_rows} rows, 2^{log2_groups} groups, limit={limit}: {med * 1e3:.0f} ms, "
+            f"{rec['throughput_g_per_s']:.2f} G rows/s, {stats.algorithm}, {stats.params.get('placement')} "
+            f"bits={stats.params.get('pass1_bits')} phases={ {k: round(v * 1e3) for k, v in rec['phases_s'].items()} }")
+        records.append(rec)
+    if "duckdb" in (peers or []):
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("t", table)
+        q = "SELECT k, sum(v) AS s, count(*) AS c, max(v) AS m FROM t GROUP BY k"
+        con.execute(f"CREATE TABLE warm AS {q}")
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            con.execute(f"CREATE OR REPLACE TABLE o AS {q}")
+            times.append(time.perf_counter() - t0)
+        med = float(np.median(times))
+        records.append({**base, "engine": "duckdb", "device": "cpu", "workload": records[-1]["workload"],
+                        "algorithm": f"duckdb {duckdb.__version__}", "runs": runs, "median_s": med,
+                        "min_s": min(times), "max_s": max(times), "throughput_g_per_s": n / med / 1e9,
+                        "phases_s": {}})
+        log(f"duckdb {duckdb.__version__}: {med * 1e3:.0f} ms, {n / med / 1e9:.2f} G rows/s")
+    return records
