@@ -63,7 +63,7 @@ if [[ $stage == bench-ooc ]]; then
   # checks are told the machine's size
   grep -E "MemTotal|MemAvailable" /proc/meminfo
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-120GB}
-  gj bench out-of-core --log2-n ${LOG2N_TABLE:-27,28} --memory-limit ${LIMITS:-16GB} --mode sum,table \
+  gj bench out-of-core --log2-n ${LOG2N_TABLE:-27,28} --memory-limit ${LIMITS:-16GB} --mode ${MODES:-sum,table} \
     --runs ${RUNS:-2} -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
   gj bench out-of-core --log2-n ${LOG2N_SUM:-30} --memory-limit ${LIMITS:-16GB} --mode sum \
     --runs ${RUNS:-2} -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
@@ -71,7 +71,7 @@ fi
 if [[ $stage == bench-ooc-gb ]]; then
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-120GB}
   gj bench out-of-core-group-by --log2-rows ${LOG2N_GB:-31} --log2-groups ${LOG2G:-24} --memory-limit ${LIMITS:-16GB} \
-    --runs ${RUNS:-1} --peers ${PEERS:-} -o "$OUT/bench_ooc_gb.jsonl" 2>&1 | grep -v "^log2\|^workload" | tail -12
+    --runs ${RUNS:-1} --peers "${PEERS:-}" -o "$OUT/bench_ooc_gb.jsonl" 2>&1 | grep -v "^log2\|^workload" | tail -12
 fi
 if [[ $stage == bench-host ]]; then
   # in core from host Arrow tables, 4-byte keys and payloads, result an Arrow table (ANCHORS.md:
