@@ -86,7 +86,9 @@ def check_host(need: int, what: str, hint: str) -> None:
     ``what`` names the allocation (e.g. "the join's result of 2,000,000,000 rows"), ``hint``
     what to do instead.
     """
-    have = host_available()
+    from .stream import HostArena
+
+    have = host_available() + sum(b.nbytes for b in HostArena._cache)  # kept spill buffers are reusable
     if need > have:
         raise MemoryError(f"{what} needs about {need / 2**30:.2f} GiB of host memory but "
                           f"{have / 2**30:.2f} GiB is available; {hint} (or set {ENV_HOST} if this "

@@ -108,6 +108,7 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
         limit = max(1, int((placement.budget // 2 - slack(placement.budget)) // PASS2_FACTOR))
         step = max(1, limit // width)
         out_keys, out_cols, chosen = [], [], set()
+        spent = {"fetch": 0.0, "aggregate": 0.0}
 
         def aggregate(dcols):
             dk = dcols[0]
@@ -130,9 +131,14 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
             parts_k, parts_c = [], []
             for lo in range(0, rows, step):  # one range unless the partition is over its share
                 with st.compute:
+                    ta = time.perf_counter()
                     dcols, h2d = rel.fetch(p, lo, min(rows, lo + step), st.compute)
+                    st.compute.synchronize()
+                    tb = time.perf_counter()
                     transfer.h2d += h2d
                     k, c = aggregate(dcols)
+                    spent["fetch"] += tb - ta
+                    spent["aggregate"] += time.perf_counter() - tb
                 parts_k.append(k)
                 parts_c.append(c)
                 del dcols
@@ -152,5 +158,6 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
              "budget_bytes": placement.budget, "cache_bytes": rel.bytes(True), "spill_bytes": rel.bytes(False),
              "h2d_bytes": transfer.h2d, "d2h_bytes": transfer.d2h, "partition_algorithms": sorted(chosen),
              "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
-             "phases": {"pass1": t1 - t0, "pass2": t2 - t1}}
+             "phases": {"pass1": t1 - t0, "pass2": t2 - t1, "pass2_fetch": spent["fetch"],
+                        "pass2_aggregate": spent["aggregate"]}}
     return gkeys, merged, stats

@@ -127,8 +127,8 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
 
     cached[c] says whether chunk c stays in GPU memory.  With ``bits`` 0 (the in-core
     placement: one partition) the chunks are copied into one device array a column.  Returns the PartitionedRelation;
-    every copy it enqueued has finished.  Its spill lives in ``rel.arena``: close it (unregister
-    the memory) when the relation is no longer read.
+    every copy it enqueued has finished.  Its spill lives in ``rel.arena``: close it (the page-locked
+    buffer goes back for reuse) when the relation is no longer read.
     """
     import cupy as cp
 

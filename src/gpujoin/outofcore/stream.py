@@ -16,6 +16,7 @@ the multi-GPU joins of paper 000 move their data through them.
 
 from __future__ import annotations
 
+import atexit
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,19 +63,34 @@ def concatenate(parts: list[np.ndarray], dtype) -> np.ndarray:
 
 class HostArena:
     """Page-locked host memory for the spill: a NumPy buffer registered in place with CUDA
-    (cudaHostRegister pinned 28-31 GB/s on the H200 machine, where cudaHostAlloc took 1.6 s for
-    4 GiB), handed out in 256-byte aligned pieces; ``close()`` unregisters it."""
+    (cudaHostRegister pinned 28-31 GB/s of touched memory on the H200 machine, where
+    cudaHostAlloc took 1.6 s for 4 GiB), handed out in 256-byte aligned pieces.
+
+    Fresh memory is the slow part (the first touch of 26 GB of spill took about 4.5 s there), so
+    a closed arena's buffer stays registered for the next one (:func:`acquire`), as CuPy's pools
+    keep device and pinned memory; :func:`release_host_memory` gives it back.
+    """
+
+    _cache: list = []  # registered buffers of closed arenas, for the next acquire()
 
     def __init__(self, nbytes: int):
-        import cupy as cp
+        self._buf = None
+        for i, buf in enumerate(HostArena._cache):  # the smallest cached buffer that is large enough
+            if buf.nbytes >= nbytes + 256:
+                self._buf = HostArena._cache.pop(i)
+                break
+        if self._buf is None:
+            release_host_memory()
+            import cupy as cp
 
-        self._buf = np.empty(max(1, nbytes) + 256, np.uint8)
+            self._buf = np.empty(max(1, nbytes) + 256, np.uint8)
+            cp.cuda.runtime.hostRegister(self._buf.ctypes.data, self._buf.nbytes, 1)  # portable: any GPU
         self._base = (-self._buf.ctypes.data) % 256
         self._pos = self._base
-        self._registered = False
-        if nbytes:
-            cp.cuda.runtime.hostRegister(self._buf.ctypes.data, self._buf.nbytes, 1)  # portable: any GPU
-            self._registered = True
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._buf is None else self._buf.nbytes
 
     def take(self, n: int, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -86,11 +102,23 @@ class HostArena:
         return out
 
     def close(self) -> None:
-        if self._registered:
-            import cupy as cp
+        """Hand the buffer back for reuse (the pieces must no longer be read)."""
+        if self._buf is not None:
+            HostArena._cache.append(self._buf)
+            HostArena._cache.sort(key=lambda b: b.nbytes)
+            self._buf = None
 
-            cp.cuda.runtime.hostUnregister(self._buf.ctypes.data)
-            self._registered = False
+
+def release_host_memory() -> None:
+    """Unregister and free the page-locked spill buffers kept for reuse."""
+    import cupy as cp
+
+    while HostArena._cache:
+        buf = HostArena._cache.pop()
+        cp.cuda.runtime.hostUnregister(buf.ctypes.data)
+
+
+atexit.register(lambda: HostArena._cache and release_host_memory())
 
 
 def pinned_empty(n: int, dtype) -> np.ndarray:
