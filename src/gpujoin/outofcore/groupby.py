@@ -108,21 +108,35 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
         limit = max(1, int((placement.budget // 2 - slack(placement.budget)) // PASS2_FACTOR))
         step = max(1, limit // width)
         out_keys, out_cols, chosen = [], [], set()
-        spent = {"fetch": 0.0, "aggregate": 0.0}
+        spent = {"fetch": 0.0, "aggregate": 0.0, "resolve": 0.0, "run": 0.0, "download": 0.0}
+
+        decided: dict = {}
 
         def aggregate(dcols):
             dk = dcols[0]
             agg = [AggInput(None if vi is None else dcols[vi], None if mi is None else dcols[mi], ops)
                    for vi, mi, ops in where]
             algo, groups = algorithm, None
-            if algo == "auto":
-                from ..plan.auto import resolve_gpu_group_by
+            ta = time.perf_counter()
+            if algo == "auto":  # decided on the first partition: the others are alike (hashed keys)
+                if "algo" not in decided:
+                    from ..plan.auto import resolve_gpu_group_by
 
-                choice = resolve_gpu_group_by(dk, [a for a in agg if a.values is not None] or agg)
-                algo, groups = choice.algorithm, choice.estimate.groups
+                    choice = resolve_gpu_group_by(dk, [a for a in agg if a.values is not None] or agg)
+                    decided["algo"] = choice.algorithm
+                    decided["per_row"] = choice.estimate.groups / max(1, dk.size)
+                algo = decided["algo"]
+                groups = max(1, int(decided["per_row"] * dk.size))
+            tb = time.perf_counter()
             chosen.add(algo)
             res = run(algo, dk, agg, groups_estimate=groups)
-            return cp.asnumpy(res.keys), [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
+            st.compute.synchronize()
+            tc = time.perf_counter()
+            host = cp.asnumpy(res.keys), [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
+            spent["resolve"] += tb - ta
+            spent["run"] += tc - tb
+            spent["download"] += time.perf_counter() - tc
+            return host
 
         for p in range(rel.fanout):
             rows = int(psz[p])
@@ -142,6 +156,7 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
                 parts_k.append(k)
                 parts_c.append(c)
                 del dcols
+                cp.get_default_memory_pool().free_all_blocks()  # no cached blocks left to fragment the cap
             if len(parts_k) > 1:
                 k, c = _merge_partials(parts_k, parts_c)
             out_keys.append(k)
@@ -158,6 +173,5 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
              "budget_bytes": placement.budget, "cache_bytes": rel.bytes(True), "spill_bytes": rel.bytes(False),
              "h2d_bytes": transfer.h2d, "d2h_bytes": transfer.d2h, "partition_algorithms": sorted(chosen),
              "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
-             "phases": {"pass1": t1 - t0, "pass2": t2 - t1, "pass2_fetch": spent["fetch"],
-                        "pass2_aggregate": spent["aggregate"]}}
+             "phases": {"pass1": t1 - t0, "pass2": t2 - t1, **{f"pass2_{k}": v for k, v in spent.items()}}}
     return gkeys, merged, stats
