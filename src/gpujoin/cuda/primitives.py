@@ -66,12 +66,13 @@ def _u64(x) -> np.uint64:
 @dataclass
 class Digits:
     """Which bits of a key form its partition: bits [shift, shift + bits) of the murmur3 hash
-    (``use_hash``) or of ``key - base`` as an unsigned number (order-preserving when base is
-    the minimum key)."""
+    (``use_hash`` 1), of the murmur3 hash of the key xor a seed (2: independent of the first,
+    for the out-of-core pass 1), or of ``key - base`` as an unsigned number (0/False:
+    order-preserving when base is the minimum key)."""
 
     bits: int
     shift: int = 0
-    use_hash: bool = True
+    use_hash: int = True
     base: int = 0
 
 

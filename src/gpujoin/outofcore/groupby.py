@@ -22,8 +22,6 @@ from .budget import check_host
 from .partition import TransferStats, partition_pass
 from .stream import Streams, Uploader
 
-#: Groups a partition from which the out-of-core group-by's "auto" takes PGB-TR.
-MANY_GROUPS = 1 << 16
 #: How partial aggregates of one group merge.
 _MERGE = {"count": "sum", "sum": "sum", "sum_lo": "sum", "min": "min", "max": "max"}
 
@@ -126,10 +124,7 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
 
                     choice = resolve_gpu_group_by(dk, [a for a in agg if a.values is not None] or agg)
                     decided["per_row"] = choice.estimate.groups / max(1, dk.size)
-                    # many groups a partition: PGB-TR (HGB took 1.1 s a partition of 8M rows and 2^19
-                    # groups under a 2 GB cap on an H200, where PGB-TR's in-core run of all 2^28 rows
-                    # took 9 ms); few: the planner's choice
-                    decided["algo"] = "pgb-tr" if choice.estimate.groups > MANY_GROUPS else choice.algorithm
+                    decided["algo"] = choice.algorithm
                 algo = decided["algo"]
                 groups = max(1, int(decided["per_row"] * dk.size))
             tb = time.perf_counter()

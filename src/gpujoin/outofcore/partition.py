@@ -15,8 +15,8 @@ cannot store to pageable host memory over PCIe, and SM stores to mapped pinned m
 at most 128-byte transactions, so here a whole partitioned chunk is the "second buffer level in
 GPU memory" of the Hierarchical partitioner, flushed to pinned memory by one DMA per column on
 its own stream (the copy engine, 55 GB/s, overlapped with the next chunk's partitioning).  The
-cache/spill layout is per chunk, not per 2 MiB page.  Pass 1 uses the hash's top bits, so the
-in-core join of pass 2 (which partitions and buckets on the low bits) finds them independent.
+cache/spill layout is per chunk, not per 2 MiB page.  Pass 1 hashes with a seed of its own, so
+the in-core algorithms of pass 2 find their hash bits uniform in each partition.
 
 Reusable: :func:`partition_pass` and :class:`PartitionedRelation` serve the Triton join, the
 out-of-core group-by and, per GPU, the multi-GPU hybrid join of paper 000.
@@ -114,10 +114,13 @@ class TransferStats:
 
 
 def hash_digits(bits: int):
-    """The pass-1 digits: the top ``bits`` bits of the 32-bit murmur3 hash of the key."""
+    """The pass-1 digits: the top ``bits`` bits of the seeded murmur3 hash of the key, independent
+    of the unseeded hash whose bits the in-core algorithms and the HyperLogLog sketch use (with
+    the unseeded hash's top bits, each partition's sketch used 1/2^bits of its registers and
+    under-counted its groups 2^bits-fold, which sent HGB into its overflow path)."""
     from ..cuda.primitives import Digits
 
-    return Digits(bits=bits, shift=32 - bits, use_hash=True)
+    return Digits(bits=bits, shift=32 - bits, use_hash=2)
 
 
 def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached: list[bool],

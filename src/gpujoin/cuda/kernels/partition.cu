@@ -20,8 +20,13 @@
 #define UNSTABLE_ITEMS 16
 #define UNSTABLE_TILE (UNSTABLE_BLOCK * UNSTABLE_ITEMS)
 
+// use_hash 2: murmur3 of the key xor a seed, a hash independent of the unseeded one that the
+// in-core joins, group-bys and HyperLogLog sketches use, so that the out-of-core pass 1 leaves
+// their bits uniform inside each of its partitions (paper 001 seeds each level apart too).
+#define PASS1_SEED 0x2545F4914F6CDD1DLL
 template <typename K>
 __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, u32 mask) {
+    if (use_hash == 2) return (hash_key((K)(k ^ (K)PASS1_SEED)) >> shift) & mask;
     if (use_hash) return (hash_key(k) >> shift) & mask;
     return (u32)(((u64)((i64)k - base)) >> shift) & mask;
 }
