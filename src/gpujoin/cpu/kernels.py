@@ -280,4 +280,9 @@ def gather(src, idx, out):
     """out[i] = src[idx[i]], or 0 where idx[i] < 0 (the caller marks those rows null)."""
     for i in prange(idx.size):
         j = idx[i]
-        out[i] = src[j] if j >= 0 else 0
+        # two statements, not `src[j] if j >= 0 else 0`: Numba unifies uint64 with the int literal
+        # as float64, which rounded uint64 values past 2^53
+        if j >= 0:
+            out[i] = src[j]
+        else:
+            out[i] = 0
