@@ -73,6 +73,12 @@ if [[ $stage == bench-ooc-gb ]]; then
   gj bench out-of-core-group-by --log2-rows ${LOG2N_GB:-31} --log2-groups ${LOG2G:-24} --memory-limit ${LIMITS:-16GB} \
     --runs ${RUNS:-1} --peers "${PEERS:-}" -o "$OUT/bench_ooc_gb.jsonl" 2>&1 | grep -v "^log2\|^workload" | tail -12
 fi
+if [[ $stage == bench-ooc-sweep ]]; then
+  # paper 004 Fig. 19 (the cache from none to all of half the budget) and paper 000's 1 against 3 streams
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-120GB}
+  gj bench out-of-core --log2-n ${LOG2N_SWEEP:-29} --memory-limit ${LIMITS:-16GB} --mode sum --cache-fraction 0,0.5,1 \
+    --streams 3,1 --runs ${RUNS:-2} -o "$OUT/bench_ooc_sweep.jsonl" 2>&1 | grep "^2^" | cut -c1-120
+fi
 if [[ $stage == bench-host ]]; then
   # in core from host Arrow tables, 4-byte keys and payloads, result an Arrow table (ANCHORS.md:
   # Polars 9.4 s on the 16 cores at 2^28)
