@@ -202,8 +202,9 @@ def to_arrow_table(data: Any) -> pa.Table:
         if batches and all(isinstance(b, pa.RecordBatch) for b in batches):
             return pa.Table.from_batches(batches)
         if batches:
-            raise TypeError(f"an iterable input must yield pyarrow.RecordBatch objects, got "
-                            f"{type(batches[0]).__name__}")
+            raise TypeError(f"expected a gpujoin.Table, pyarrow.Table, pandas.DataFrame, polars.DataFrame, a dict "
+                            f"of arrays, or an iterable of pyarrow.RecordBatch objects; got a {type(data).__name__} "
+                            f"of {type(batches[0]).__name__}")
         raise ValueError("an empty iterable of record batches has no schema; pass a pyarrow.Table instead")
     mod = type(data).__module__.split(".")[0]
     if mod == "pandas":
