@@ -133,7 +133,7 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                                     raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode arrow")
                                 if r:
                                     times.append(dt)
-                                    stats = {**st.params, "phases": dict(st.phases)}
+                                    stats = {**st.params, "phases": dict(st.phases), "algorithm": st.algorithm}
                                     stats.setdefault("spill_bytes", 0)
                                 del out
                                 continue
@@ -164,7 +164,8 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                         floor = (stats["h2d_bytes"]) / (ceiling["h2d_pinned_GBps"] * 1e9)
                         rec = {**base, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * item_bytes,
                                                     "memory_limit": limit, "cache_fraction": frac, "mode": mode},
-                               "algorithm": "triton", "streams": ns, "runs": len(times), "median_s": med,
+                               "algorithm": stats.get("algorithm") or ("triton" if pl.bits else "phj-tr"),
+                               "streams": ns, "runs": len(times), "median_s": med,
                                "min_s": min(times), "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9,
                                "pcie_floor_s": floor, "spilled_fraction": f, "correct": True,
                                **{k: stats.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
