@@ -49,6 +49,21 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray, min_piece: int = 1 << 22) ->
                                              casting="no"), range(pieces)))
 
 
+def parallel_astype(src: np.ndarray, dtype) -> np.ndarray:
+    """``src.astype(dtype)`` (a safe cast, e.g. int32 to int64) with the work spread over threads;
+    ``src`` itself when it already has ``dtype``."""
+    dtype = np.dtype(dtype)
+    if src.dtype == dtype:
+        return src
+    out = np.empty(src.shape, dtype)
+    n = src.size
+    pieces = max(1, min(COPY_THREADS, (n * dtype.itemsize) >> 22))
+    bounds = np.linspace(0, n, pieces + 1).astype(np.int64)
+    list(_executor().map(lambda i: np.copyto(out[bounds[i]:bounds[i + 1]], src[bounds[i]:bounds[i + 1]],
+                                             casting="safe"), range(pieces)))
+    return out
+
+
 def concatenate(parts: list[np.ndarray], dtype) -> np.ndarray:
     """``np.concatenate(parts)`` with the copies spread over threads (one part: itself)."""
     if len(parts) == 1 and parts[0].dtype == np.dtype(dtype):
