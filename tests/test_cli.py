@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -101,3 +102,22 @@ def test_bench_cpu_joins_and_plot(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 0
     with pytest.raises(SystemExit):
         main(["bench", "cpu-joins", "--algorithms", "nope"])
+
+
+def test_plot_of_out_of_core_records(tmp_path):
+    """The out-of-core records measured on an H200 (docs/) draw with the PCIe ceiling line."""
+    pytest.importorskip("matplotlib")
+    src = Path(__file__).parent.parent / "docs" / "bench_cuda_out_of_core.jsonl"
+    joins = [line for line in src.read_text().splitlines() if '"benchmark": "out-of-core"' in line]
+    assert joins
+    f = tmp_path / "ooc.jsonl"
+    f.write_text("\n".join(joins) + "\n")
+    main(["bench", "plot", str(f), "-o", str(tmp_path / "ooc.png")])
+    assert (tmp_path / "ooc.png").stat().st_size > 0
+
+
+def test_bench_out_of_core_rejects_bad_arguments():
+    p = run("bench", "out-of-core", "--mode", "median")
+    assert p.returncode == 2 and "--mode" in p.stderr
+    p = run("bench", "out-of-core", "--memory-limit", "lots")
+    assert p.returncode == 2 and "--memory-limit" in p.stderr

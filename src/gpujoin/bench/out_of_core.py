@@ -106,7 +106,7 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
     log(f"PCIe: pinned H2D {ceiling['h2d_pinned_GBps']:.1f} GB/s, D2H {ceiling['d2h_pinned_GBps']:.1f} GB/s, "
         f"pageable H2D {ceiling['h2d_pageable_GBps']:.1f} GB/s")
     records = []
-    base = {"engine": "gpujoin", "device": device_name("cuda"), "commit": commit(),
+    base = {"benchmark": "out-of-core", "engine": "gpujoin", "device": device_name("cuda"), "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), **ceiling}
     for log2_n in log2_sizes:
         rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes)
@@ -200,7 +200,8 @@ def bench_out_of_core_group_by(log2_rows: int, log2_groups: int, limits: list[st
     want_sum = int(vals.sum(dtype=np.int64))
     table = pa.table({"k": keys, "v": vals})
     aggs = dict(s=("v", "sum"), c=(None, "size"), m=("v", "max"))
-    base = {"engine": "gpujoin", "device": device_name("cuda"), "commit": commit(), "date": time.strftime("%Y-%m-%d")}
+    base = {"benchmark": "out-of-core-group-by", "engine": "gpujoin", "device": device_name("cuda"), "commit": commit(),
+            "date": time.strftime("%Y-%m-%d")}
     records = []
     for limit in limits:
         times, stats = [], None

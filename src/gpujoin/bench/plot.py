@@ -26,8 +26,10 @@ def plot(jsonl: Path, png: Path) -> Path:
     records = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
     if not records:
         raise ValueError(f"{jsonl} holds no benchmark records")
-    if records[0]["benchmark"] == "cpu-joins":
+    if records[0].get("benchmark") == "cpu-joins":
         return _plot_threads(plt, records, Path(png))
+    if records[0].get("benchmark") == "out-of-core":
+        return _plot_out_of_core(plt, records, Path(png))
     param = swept_parameter(records)
     lines = defaultdict(list)
     for r in records:
@@ -47,6 +49,43 @@ def plot(jsonl: Path, png: Path) -> Path:
     fig.savefig(tmp, dpi=120)
     tmp.replace(png)
     return Path(png)
+
+
+def _save(fig, png: Path) -> Path:
+    tmp = png.with_name(png.name + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    tmp.replace(png)
+    return png
+
+
+def _plot_out_of_core(plt, records: list[dict], png: Path) -> Path:
+    """Paper 004 Fig. 17: throughput against |R| = |S|, one line per result mode, memory limit,
+    cache share and stream count, with the PCIe ceiling (data crossing once) as a line."""
+    lines = defaultdict(list)
+    for r in records:
+        w = r["workload"]
+        label = f"{w['mode']}, limit {w['memory_limit'] or 'none'}"
+        if w.get("cache_fraction") is not None:
+            label += f", cache {w['cache_fraction']}"
+        if r.get("streams", 3) != 3:
+            label += f", {r['streams']} stream"
+        lines[label].append((w["log2_r"], r["throughput_g_per_s"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, pts in sorted(lines.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    for tb in sorted({r["workload"]["tuple_bytes"] for r in records}):
+        gbps = max(r["h2d_pinned_GBps"] for r in records if r["workload"]["tuple_bytes"] == tb)
+        ax.axhline(gbps / tb, linestyle="--", color="gray", linewidth=1,
+                   label=f"PCIe ceiling, {tb}-byte tuples crossing once ({gbps:.1f} GB/s)")
+    ax.set_xlabel("log2 |R| = log2 |S|")
+    ax.set_ylabel("throughput, G tuples/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"gpujoin bench out-of-core, {records[0]['device']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, png)
 
 
 def _plot_threads(plt, records: list[dict], png: Path) -> Path:
