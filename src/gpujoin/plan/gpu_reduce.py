@@ -61,8 +61,10 @@ class GpuReducer:
             self._columns = {r.name: (r, cols[i + 2]) for i, r in enumerate(requests)}
             self.phases = stats["phases"]
             return
-        inputs = [AggInput(None if v is None else cp.asarray(v), None if m is None else cp.asarray(m), ops)
-                  for v, m, ops in host]
+        # in core the row numbers are made on the GPU, not copied (the out-of-core pass 1 carries them)
+        inputs = [AggInput(cp.arange(n, dtype=rows.dtype), None, ("min",))] + \
+            [AggInput(None if v is None else cp.asarray(v), None if m is None else cp.asarray(m), ops)
+             for v, m, ops in host[1:]]
         dkeys = cp.asarray(keys)
         groups = None
         if algorithm == "auto":
