@@ -99,7 +99,7 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
     ``arrow`` calls ``gpujoin.join`` on two Arrow tables and gets an Arrow table back."""
     import cupy as cp
 
-    from ..outofcore.budget import gpu_memory_cap, parse_bytes
+    from ..outofcore.budget import gpu_budget, gpu_memory_cap, parse_bytes
     from ..outofcore.triton import triton_join
 
     ceiling = pcie_bandwidth()
@@ -138,11 +138,9 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                                 del out
                                 continue
                             with gpu_memory_cap(budget):
-                                from ..cuda.runtime import free_bytes
-
-                                b = budget if budget is not None else free_bytes()
-                                pl = plan_placement([n, n], [16, 16], b, cache_bytes=None if frac is None else
-                                                    int(frac * (b // 2)))
+                                b = gpu_budget(budget)
+                                pl = plan_placement([n, n], [2 * item_bytes] * 2, b,
+                                                    cache_bytes=None if frac is None else int(frac * (b // 2)))
                                 t0 = time.perf_counter()
                                 res = triton_join([rk, rp], [sk, sp], "inner", pl, emit_keys=mode == "table",
                                                   aggregate="sum" if mode == "sum" else None, streams=ns)

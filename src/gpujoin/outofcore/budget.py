@@ -64,6 +64,15 @@ def resolve_memory_limit(memory_limit=None) -> int | None:
     return None if memory_limit is None else parse_bytes(memory_limit, what)
 
 
+def gpu_budget(limit: int | None) -> int:
+    """GPU bytes an operation may use: ``limit`` (a resolved memory_limit), else what is free."""
+    if limit is not None:
+        return limit
+    from ..cuda.runtime import free_bytes
+
+    return free_bytes()
+
+
 def host_available() -> int:
     """Host memory available to a new allocation, in bytes (``GPUJOIN_HOST_MEMORY``, else the
     kernel's ``MemAvailable``; without /proc, the physical memory)."""

@@ -60,7 +60,6 @@ class Rel:
     def concat(parts: list[Rel]) -> Rel:
         import cupy as cp
 
-        parts = [p for p in parts if p is not None]
         if len(parts) == 1:
             return parts[0]
         return Rel(cp.concatenate([p.key for p in parts]),

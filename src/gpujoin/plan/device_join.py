@@ -18,7 +18,7 @@ import numpy as np
 from ..backend import resolve_algorithm, resolve_device
 from ..errors import ComputeError, SchemaError
 from ..table import check_columns
-from .join import JoinStats, _resolve_keys, output_layout
+from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, output_layout
 
 
 def _key_dtype(lname, ldt, rname, rdt) -> tuple[np.dtype, np.dtype]:
@@ -128,10 +128,9 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         if check and cp.unique(keys).size != keys.size:
             raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
 
-    build_left = how == "right" or (how in ("inner", "full") and lt.num_rows < rt.num_rows)
+    build_left = build_on_left(how, lt.num_rows, rt.num_rows)
     stats.params["build_side"] = "left" if build_left else "right"
-    mode = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
-            "semi": "semi", "anti": "anti"}[how]
+    mode = JOIN_MODES[how]
     # each side's payloads: the columns its output needs, then their validity masks
     sides = {"l": (lt, []), "r": (rt, [])}
     index, vindex = {}, {}

@@ -126,7 +126,7 @@ def _host_keys(table, names) -> np.ndarray:
 
 def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", device="auto",
                   algorithm="auto", run=False, **kw) -> Plan:
-    from .join import _resolve_keys, execute_join
+    from .join import _resolve_keys, build_on_left, execute_join
 
     dev = resolve_device("cuda" if on_device(left) or on_device(right) else device, "join")
     lk, rk = _resolve_keys(on, left_on, right_on, how)
@@ -155,7 +155,7 @@ def _explain_join(left, right, on=None, *, left_on=None, right_on=None, how="inn
                            [cast_key(b, combined(rt, b), t) for b, t in zip(rk, types)]], False, narrow=True)
         lkeys, rkeys = enc.keys
         lw, rw = [4], [4]  # host tables join on the GPU through row ids (gather maps)
-    build_left = how == "right" or (how in ("inner", "full") and lkeys.size < rkeys.size)
+    build_left = build_on_left(how, lkeys.size, rkeys.size)
     bk, pk, bw, pw = (lkeys, rkeys, lw, rw) if build_left else (rkeys, lkeys, rw, lw)
     est = st.estimate_join(bk, pk, bw, pw)
     from .join import _auto_cpu_join

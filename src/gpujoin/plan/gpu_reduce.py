@@ -36,7 +36,7 @@ class GpuReducer:
         import cupy as cp
 
         from ..cuda.groupby import AggInput, run
-        from ..cuda.runtime import free_bytes
+        from ..outofcore.budget import gpu_budget
         from .placement import plan_placement
 
         n = keys.size
@@ -46,8 +46,7 @@ class GpuReducer:
             ops = ("count", "sum", "min", "max") if r.kind in ("int", "float") else ("count", "min", "max")
             host.append((r.values, r.valid.view(np.uint8) if r.has_valid else None, ops))
         width = keys.itemsize + sum((0 if v is None else v.itemsize) + (0 if m is None else 1) for v, m, _ in host)
-        budget = free_bytes() if memory_limit is None else memory_limit
-        placement = plan_placement([n], [width], budget)
+        placement = plan_placement([n], [width], gpu_budget(memory_limit))
         self.params = {"placement": placement.placement}
         if placement.placement == "out-of-core" and n:
             from ..outofcore.groupby import group_by_out_of_core

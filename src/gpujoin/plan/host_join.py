@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .join import output_layout
+from .join import JOIN_MODES, build_on_left, output_layout
 from .keys import promote_key_types
 
 #: Arrow types carried as raw fixed-width values, with the NumPy type of their storage.
@@ -86,8 +86,7 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
     """
     import time
 
-    from ..cuda.runtime import free_bytes
-    from ..outofcore.budget import gpu_memory_cap
+    from ..outofcore.budget import gpu_budget, gpu_memory_cap
     from ..outofcore.triton import triton_join
     from .placement import plan_placement
 
@@ -103,10 +102,9 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
     lkey, rkey = key(lt, lk[0], ta), key(rt, rk[0], tb)
     layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce)
     nl, nr = lt.num_rows, rt.num_rows
-    build_left = how == "right" or (how in ("inner", "full") and nl < nr)
+    build_left = build_on_left(how, nl, nr)
     stats.params["build_side"] = "left" if build_left else "right"
-    mode = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
-            "semi": "semi", "anti": "anti"}[how]
+    mode = JOIN_MODES[how]
     carried = {"l": [], "r": []}
     for side, name, _, k in layout:
         if not k and name not in carried[side]:
@@ -120,7 +118,7 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
     stats.phases["transform"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     with gpu_memory_cap(memory_limit):
-        budget = free_bytes() if memory_limit is None else memory_limit
+        budget = gpu_budget(memory_limit)
         widths = [sum(c.itemsize for c in bcols), sum(c.itemsize for c in pcols)]
         pl = plan_placement([bcols[0].size, pcols[0].size], widths, budget, force_out_of_core=algorithm == "triton")
         inner = "phj-tr" if algorithm in ("auto", "triton") else algorithm

@@ -58,6 +58,17 @@ def _resolve_keys(on, left_on, right_on, how) -> tuple[list[str], list[str]]:
     return lk, rk
 
 
+#: The GPU and CPU engines' join mode of each join type (the probe side is the one kept).
+JOIN_MODES = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
+              "semi": "semi", "anti": "anti"}
+
+
+def build_on_left(how: str, nl: int, nr: int) -> bool:
+    """Whether the left table is the build side: always for right joins, the smaller side for
+    inner and full joins (where the join type leaves the choice), else the right."""
+    return how == "right" or (how in ("inner", "full") and nl < nr)
+
+
 def _check_unique(keys: np.ndarray, valid, side: str, validate: str) -> None:
     k = keys if valid is None else keys[valid]
     if np.unique(k).size != k.size:
@@ -193,11 +204,9 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", a
     lrows, rrows = _rows(lvalid, nl), _rows(rvalid, nr)
     lk = lkeys if lvalid is None else lkeys[lrows]
     rk = rkeys if rvalid is None else rkeys[rrows]
-    # build on the smaller side where the join type leaves the choice
-    build_left = how == "right" or (how in ("inner", "full") and nl < nr)
+    build_left = build_on_left(how, nl, nr)
     stats.params["build_side"] = "left" if build_left else "right"
-    mode = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "full": "full",
-            "semi": "semi", "anti": "anti"}[how]
+    mode = JOIN_MODES[how]
     if device == "cuda" and algorithm == "auto":  # decided from both sides' statistics
         from .auto import resolve_gpu_join
 

@@ -55,8 +55,7 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
     MemoryError
         The budget cannot hold the out-of-core working set, or host memory the spill or output.
     """
-    from ..runtime import free_bytes
-    from ...outofcore.budget import gpu_memory_cap
+    from ...outofcore.budget import gpu_budget, gpu_memory_cap
     from ...plan.placement import plan_placement
 
     both = [k for k in (build_keys, probe_keys) if k.size]
@@ -65,10 +64,9 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
     bk, pk = build_keys.astype(kdt, copy=False), probe_keys.astype(kdt, copy=False)
     params = {} if params is None else params
     with gpu_memory_cap(memory_limit):
-        budget = free_bytes() if memory_limit is None else memory_limit
         placement = plan_placement([bk.size, pk.size], [bk.itemsize + build_rows.itemsize,
                                                         pk.itemsize + probe_rows.itemsize],
-                                   budget, force_out_of_core=algorithm == "triton")
+                                   gpu_budget(memory_limit), force_out_of_core=algorithm == "triton")
         params["placement"] = placement.placement
         if placement.placement == "in-core":
             return _in_core_maps(algorithm, bk, build_rows, pk, probe_rows, mode, radix_bits)
