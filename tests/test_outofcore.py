@@ -186,3 +186,45 @@ def test_explain_shows_the_placement():
     plan = gpujoin.explain(gpujoin.join, left, right, on="k", device="cuda", memory_limit=TINY, run=True)
     text = str(plan)
     assert "placement" in text and "out-of-core" in text and "spill_bytes" in text
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("limit", [None, TINY])
+def test_columnar_path_streams_output_blocks_to_a_sink(how, limit):
+    """sink=: each block goes out as a record batch as it leaves the GPU (out of core: one or more
+    per partition pair) and the join returns only the schema; the batches are the join."""
+    left, right = _typed_tables()
+    want = gpujoin.join(left, right, "k", how=how, device="cpu")
+    batches = []
+    empty, stats = execute_join(left, right, "k", how=how, device="cuda", memory_limit=limit, sink=batches.append)
+    assert empty.num_rows == 0 and empty.schema == want.schema
+    assert stats.output_rows == want.num_rows
+    if limit is not None and how not in ("semi", "anti"):
+        assert len(batches) > 1
+    assert_tables_equal(pa.Table.from_batches(batches, schema=want.schema), want)
+
+
+def test_out_of_core_join_reports_its_passes():
+    from gpujoin import progress
+
+    class Recorder:
+        def __init__(self):
+            self.tasks = []
+
+        def add_task(self, description, total=None):
+            self.tasks.append([description, total, 0])
+            return len(self.tasks) - 1
+
+        def advance(self, i, n):
+            self.tasks[i][2] += n
+
+        def update(self, i, total=None, completed=None):
+            self.tasks[i][1:] = [total, completed]
+
+    left, right = _typed_tables()
+    rec = Recorder()
+    with progress.reporting(rec):
+        gpujoin.join(left, right, "k", device="cuda", memory_limit=TINY)
+    names = [t[0] for t in rec.tasks]
+    assert names == ["pass 1: partition build side", "pass 1: partition probe side", "pass 2: join partition pairs"]
+    assert all(t[1] == t[2] for t in rec.tasks)

@@ -41,11 +41,9 @@ def read_parquet(path, columns: list[str] | None = None) -> pa.Table:
         missing = [c for c in columns if c not in names]
         if missing:
             raise ColumnNotFoundError(f"column {missing[0]!r} not found in {path}; its columns are {names}")
-    table = _pq.read_table(path, columns=columns)
-    if any(pa.types.is_string_view(f.type) for f in table.schema):
-        table = table.cast(pa.schema([pa.field(f.name, pa.large_string(), f.nullable)
-                                      if pa.types.is_string_view(f.type) else f for f in table.schema]))
-    return table
+    from .io import large_strings
+
+    return large_strings(_pq.read_table(path, columns=columns))
 
 
 __all__ = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -29,26 +30,49 @@ def _csv_list(s: str | None) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()] if s else []
 
 
+@contextmanager
+def _progress():
+    """A Rich progress bar of the passes on stderr while the block runs (when stderr is a terminal)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import progress
+    from .outofcore.stream import release_host_memory
+
+    err = Console(stderr=True)
+    bar = Progress(TextColumn("{task.description:<34}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                   TimeElapsedColumn(), console=err, transient=True) if err.is_terminal else None
+    try:
+        if bar is None:
+            yield
+        else:
+            with bar, progress.reporting(bar):
+                yield
+    finally:
+        release_host_memory()  # Ctrl-C too: no page-locked host memory stays behind
+
+
 def cmd_join(a):
     from . import join
-    from .io import file_format, read_table, write_table
+    from .io import BatchWriter, file_format, read_table
 
     file_format(a.output)
-    left, right = read_table(a.left), read_table(a.right)
     on = _csv_list(a.on) or None
     kw = dict(on=on, left_on=_csv_list(a.left_on) or None, right_on=_csv_list(a.right_on) or None, how=a.how,
               suffix=a.suffix, nulls_equal=a.nulls_equal, validate=a.validate, algorithm=a.algorithm,
               device=a.device, memory_limit=a.memory_limit)
-    if a.explain:
-        from . import explain
+    with _progress(), BatchWriter(a.output) as out:
+        left, right = read_table(a.left, "left"), read_table(a.right, "right")
+        # the output goes to the file batch by batch as the join makes it (out of core: as it leaves the GPU)
+        if a.explain:
+            from . import explain
 
-        plan = explain(join, left, right, run=True, **kw)
-        Console(stderr=True).print(str(plan), markup=False, highlight=False)
-        out = plan.result
-    else:
-        out = join(left, right, **kw)
-    write_table(out, a.output)
-    console.print(f"wrote {out.num_rows} rows, {out.num_columns} columns to {a.output}")
+            plan = explain(join, left, right, run=True, sink=out.write, **kw)
+            Console(stderr=True).print(str(plan), markup=False, highlight=False)
+            schema = plan.result.schema
+        else:
+            schema = join(left, right, sink=out.write, **kw).schema
+        out.commit(schema)
+    console.print(f"wrote {out.rows} rows, {len(schema)} columns to {a.output}")
 
 
 def _parse_agg(spec: str):
@@ -65,18 +89,20 @@ def cmd_group_by(a):
 
     file_format(a.output)
     aggs = dict(_parse_agg(s) for s in a.agg)
-    table = read_table(a.table)
     by = [b for s in a.by for b in _csv_list(s)]
-    if a.explain:
-        from . import explain
+    with _progress():
+        table = read_table(a.table)
+        if a.explain:
+            from . import explain
 
-        plan = explain(group_by, table, by, aggs=aggs, algorithm=a.algorithm, device=a.device, run=True,
-                       memory_limit=a.memory_limit)
-        Console(stderr=True).print(str(plan), markup=False, highlight=False)
-        out = plan.result
-    else:
-        out = group_by(table, by, algorithm=a.algorithm, device=a.device, memory_limit=a.memory_limit).agg(**aggs)
-    write_table(out, a.output)
+            plan = explain(group_by, table, by, aggs=aggs, algorithm=a.algorithm, device=a.device, run=True,
+                           memory_limit=a.memory_limit)
+            Console(stderr=True).print(str(plan), markup=False, highlight=False)
+            out = plan.result
+        else:
+            out = group_by(table, by, algorithm=a.algorithm, device=a.device,
+                           memory_limit=a.memory_limit).agg(**aggs)
+        write_table(out, a.output)
     console.print(f"wrote {out.num_rows} groups to {a.output}")
 
 
@@ -401,6 +427,8 @@ def main(argv=None):
         args.fn(args)
     except (GpujoinError, ValueError, TypeError, FileNotFoundError, RuntimeError, OSError) as exc:
         _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except MemoryError as exc:  # the budget and what to do, before any work or output
+        _fail(f"out of memory: {exc}" if str(exc) else "out of memory", 3)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
 

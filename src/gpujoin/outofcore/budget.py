@@ -99,13 +99,13 @@ def check_host(need: int, what: str, hint: str) -> None:
 
     have = host_available() + sum(b.nbytes for b in HostArena._cache)  # kept spill buffers are reusable
     if need > have:
-        raise MemoryError(f"{what} needs about {need / 2**30:.2f} GiB of host memory but "
-                          f"{have / 2**30:.2f} GiB is available; {hint} (or set {ENV_HOST} if this "
-                          f"machine's memory grows as it is used)")
+        raise MemoryError(f"{what} needs about {gib(need)} of host memory but {gib(have)} is available; "
+                          f"{hint} (or set {ENV_HOST} if this machine's memory grows as it is used)")
 
 
 def gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    """``n`` bytes for a message: GiB with two decimals, or the bytes themselves below 10 MiB."""
+    return f"{n / 2**30:.2f} GiB" if n >= 10 << 20 else f"{n:,} bytes"
 
 
 @contextlib.contextmanager

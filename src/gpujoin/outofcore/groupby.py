@@ -19,6 +19,7 @@ import numpy as np
 
 from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
 from .budget import check_host
+from .. import progress
 from .partition import TransferStats, partition_pass
 from .stream import Streams, Uploader
 
@@ -101,7 +102,7 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
     try:
         uploader = Uploader(st, Uploader.slot_size(placement.chunk_rows * width, len(cols)))
         rel = partition_pass(cols, placement.bits, placement.chunk_rows,
-                             cached_chunks(nchunks, sizes, placement.cache_bytes), st, uploader, transfer)
+                             cached_chunks(nchunks, sizes, placement.cache_bytes), st, uploader, transfer, "rows")
         del uploader
         t1 = time.perf_counter()
         psz = rel.sizes()
@@ -138,10 +139,12 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
             spent["download"] += time.perf_counter() - tc
             return host
 
+        shown = progress.task("pass 2: aggregate partitions" if placement.bits else "aggregate", n)
         for p in range(rel.fanout):
             rows = int(psz[p])
             if rows == 0:
                 continue
+            shown.advance(rows)
             parts_k, parts_c = [], []
             for lo in range(0, rows, step):  # one range unless the partition is over its share
                 with st.compute:

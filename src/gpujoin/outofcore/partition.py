@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import progress
 from .stream import HostArena, Keepalive, Streams, Uploader, d2d_async, download_async, h2d_async, record
 
 
@@ -124,9 +125,9 @@ def hash_digits(bits: int):
 
 
 def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached: list[bool],
-                   streams: Streams, uploader: Uploader, stats: TransferStats) -> PartitionedRelation:
+                   streams: Streams, uploader: Uploader, stats: TransferStats, label: str = "") -> PartitionedRelation:
     """Pass 1 over one relation's host ``columns`` (key first, int32/int64; then any 1-8 byte
-    columns), ``chunk_rows`` rows at a time.
+    columns), ``chunk_rows`` rows at a time; ``label`` names the relation in the progress report.
 
     cached[c] says whether chunk c stays in GPU memory.  With ``bits`` 0 (the in-core
     placement: one partition) the chunks are copied into one device array a column.  Returns the PartitionedRelation;
@@ -142,6 +143,7 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
     starts = list(range(0, n, chunk_rows))
     if not starts:
         return rel
+    shown = progress.task(f"{'copy in' if not bits else 'pass 1: partition'} {label}".rstrip(), n)
     keep = Keepalive()
     width = sum(c.dtype.itemsize for c in columns)
     spilled = sum(min(chunk_rows, n - a) for i, a in enumerate(starts) if not cached[i])
@@ -153,6 +155,7 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
             streams.compute.synchronize()
             for a in starts:
                 uploader.put([c[a:a + chunk_rows] for c in columns], dest=[w[a:a + chunk_rows] for w in whole])
+                shown.advance(min(chunk_rows, n - a))
             streams.copy_in.synchronize()
         except BaseException:
             rel.close()
@@ -185,6 +188,7 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
                 keep.hold(record(streams.copy_out), parts)
                 rel.pieces.append(Piece(host, offsets, False))
             keep.release_done()
+            shown.advance(min(chunk_rows, n - a))
     except BaseException:  # Ctrl-C too: no page-locked memory stays registered
         streams.synchronize()
         rel.close()
@@ -192,4 +196,5 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
     stats.h2d += sum(c.nbytes for c in columns)
     streams.synchronize()
     keep.drain()
+    shown.done()
     return rel

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -125,12 +126,16 @@ class HostArena:
 
 
 def release_host_memory() -> None:
-    """Unregister and free the page-locked spill buffers kept for reuse."""
+    """Unregister and free the page-locked spill buffers kept for reuse, and the free blocks of
+    CuPy's pinned pool (the staging buffers); nothing to do where CuPy was never loaded."""
+    if "cupy" not in sys.modules:
+        return
     import cupy as cp
 
     while HostArena._cache:
         buf = HostArena._cache.pop()
         cp.cuda.runtime.hostUnregister(buf.ctypes.data)
+    cp.get_default_pinned_memory_pool().free_all_blocks()
 
 
 atexit.register(lambda: HostArena._cache and release_host_memory())

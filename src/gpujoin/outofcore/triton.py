@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import progress
 from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
 from .budget import check_host
 from .partition import PartitionedRelation, TransferStats, partition_pass
@@ -122,8 +123,10 @@ class _Sink:
     summed (``aggregate``)."""
 
     def __init__(self, key_dtype, bdtypes, pdtypes, emit_keys: bool, aggregate: str | None, downloader: Downloader,
-                 capacity: int):
-        self.emit_keys, self.aggregate, self.downloader = emit_keys, aggregate, downloader
+                 capacity: int, consumer=None):
+        self.emit_keys, self.aggregate, self.downloader, self.consumer = emit_keys, aggregate, downloader, consumer
+        if consumer is not None:
+            capacity = 1  # blocks go to the consumer: the columns only name the dtypes
         self.key = _Column(key_dtype, capacity) if emit_keys and aggregate is None else None
         self.build = [_Column(d, capacity) for d in bdtypes] if aggregate is None else []
         self.probe = [_Column(d, capacity) for d in pdtypes] if aggregate is None else []
@@ -166,12 +169,16 @@ class _Sink:
         width = sum(c.values.itemsize for c in self.build + self.probe) + \
             (self.key.values.itemsize if self.key is not None else 0)
         self.bytes += n * width
-        check_host(n * width, f"the next {n:,} output rows of the join (already {self.bytes / 2**30:.2f} GiB)",
+        held = "" if self.consumer is not None else f" (already {self.bytes / 2**30:.2f} GiB)"
+        check_host(n * width, f"the next {n:,} output rows of the join{held}",
                    "ask for less output (how='semi', fewer columns, a SUM) or write it in batches with the CLI")
-        srcs, dsts = [], []
         targets = ([] if self.key is None else [(self.key, (key, None))]) + \
             [(c, cols_b[i] if cols_b is not None else None) for i, c in enumerate(self.build)] + \
             [(c, cols_p[i] if cols_p is not None else None) for i, c in enumerate(self.probe)]
+        if self.consumer is not None:
+            self._emit(n, targets)
+            return
+        srcs, dsts = [], []
         masks = []
         for col, src in targets:
             col.reserve(n)
@@ -190,6 +197,28 @@ class _Sink:
         self.downloader.get(srcs + [m.view(np.uint8) if m.dtype != np.uint8 else m for m, _ in masks],
                             dsts + [d.view(np.uint8) for _, d in masks])
 
+    def _emit(self, n: int, targets) -> None:
+        """A block into fresh host arrays, handed to the consumer: (n, key or None, build
+        [(values, valid) ...], probe [...]); (None, None) for a side without a partner (all null)."""
+        srcs, dsts, cols = [], [], []
+        for col, src in targets:
+            if src is None:
+                cols.append((None, None))
+                continue
+            values, mask = src
+            v = np.empty(n, col.values.dtype)
+            srcs.append(values)
+            dsts.append(v)
+            m = None
+            if mask is not None:
+                m = np.empty(n, bool)
+                srcs.append(mask.view(np.uint8) if mask.dtype != np.uint8 else mask)
+                dsts.append(m.view(np.uint8))
+            cols.append((v, m))
+        self.downloader.get(srcs, dsts)
+        key = cols.pop(0)[0] if self.key is not None else None
+        self.consumer(n, key, cols[:len(self.build)], cols[len(self.build):])
+
     def columns(self):
         key = self.key.finish()[0] if self.key is not None else None
         return key, [c.finish() for c in self.build], [c.finish() for c in self.probe]
@@ -200,8 +229,9 @@ class TritonJoin:
     :func:`triton_join`."""
 
     def __init__(self, placement: Placement, algorithm: str, emit_keys: bool, aggregate: str | None,
-                 streams: int):
+                 streams: int, consumer=None):
         self.placement = placement
+        self.consumer = consumer
         self.algorithm = algorithm
         self.emit_keys = emit_keys
         self.aggregate = aggregate
@@ -322,7 +352,7 @@ class TritonJoin:
         nb, np_ = build_cols[0].size, probe_cols[0].size
         guess = {"inner": np_, "probe_outer": np_, "full": np_ + nb, "semi": np_, "anti": np_}[mode]
         self.sink = _Sink(build_cols[0].dtype, [c.dtype for c in build_cols[1:]], [c.dtype for c in probe_cols[1:]],
-                          self.emit_keys, self.aggregate, Downloader(self.streams), guess)
+                          self.emit_keys, self.aggregate, Downloader(self.streams), guess, self.consumer)
         t0 = time.perf_counter()
         rels = []
         widest = max(sum(c.dtype.itemsize for c in build_cols), sum(c.dtype.itemsize for c in probe_cols))
@@ -337,7 +367,8 @@ class TritonJoin:
                 sizes = [min(pl.chunk_rows, n - c * pl.chunk_rows) * width for c in range(nchunks)]
                 share = pl.cache_bytes * (n * width) // max(1, pl.input_bytes)
                 rels.append(partition_pass(cols, pl.bits, pl.chunk_rows, cached_chunks(nchunks, sizes, share),
-                                           self.streams, uploader, self.transfer))
+                                           self.streams, uploader, self.transfer,
+                                           "build side" if cols is build_cols else "probe side"))
         except BaseException:
             for r in rels:
                 r.close()
@@ -377,6 +408,7 @@ class TritonJoin:
             big = set()  # in core: the planner found the whole join fits
         small = [p for p in order if p not in big]
         st = self.streams
+        shown = progress.task("pass 2: join partition pairs" if self.placement.bits else "join", len(order))
         pending = self._fetch_pair(R, S, small[0], rsz, ssz) if small else None
         for i, p in enumerate(small):
             (Rp, Sp), ev = pending
@@ -384,9 +416,11 @@ class TritonJoin:
             pending = self._fetch_pair(R, S, small[i + 1], rsz, ssz) if i + 1 < len(small) else None
             self._join_pair(Rp, Sp, mode)
             del Rp, Sp
+            shown.advance()
         for p in big:
             self.split_partitions += 1
             self._join_big(R, S, p, int(rsz[p]), int(ssz[p]), limit, mode)
+            shown.advance()
 
     def _fetch_pair(self, R, S, p, rsz, ssz):
         """Partition p of both sides into fresh device arrays on the copy-in stream; returns
@@ -429,7 +463,7 @@ class TritonJoin:
 
 def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str, placement: Placement, *,
                 algorithm: str = "phj-tr", emit_keys: bool = False, aggregate: str | None = None,
-                streams: int = 3) -> JoinResult:
+                streams: int = 3, consumer=None) -> JoinResult:
     """The Triton join of host relations R (build) and S (probe) on the current GPU.
 
     Parameters
@@ -445,6 +479,11 @@ def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     aggregate : None (materialize the output in host memory) or "sum": the sum of the first
         probe column over matched pairs (paper 004's measure, inner joins only)
     streams : 3 (copy-in, compute, copy-out overlapped) or 1
+    consumer : None, or a callable that takes each block of output rows as it leaves the GPU,
+        ``consumer(n, key, build, probe)`` with fresh host arrays (key None unless ``emit_keys``;
+        build and probe lists of (values (n,), valid bool (n,) or None), (None, None) for the
+        columns of a side without a partner, all null); the result then holds no rows, so that
+        an output larger than host memory can be written as it comes
 
     Returns
     -------
@@ -480,4 +519,4 @@ def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     if spill:
         check_host(spill, f"the Triton join's spill of {spill:,} bytes (pinned)",
                    "raise memory_limit so that more stays in GPU memory")
-    return TritonJoin(placement, algorithm, emit_keys, aggregate, streams).run(build_cols, probe_cols, mode)
+    return TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer).run(build_cols, probe_cols, mode)

@@ -76,8 +76,10 @@ def eligible(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], how: str,
 
 
 def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], how: str, suffix: str,
-                      coalesce: bool, algorithm: str, memory_limit: int | None, stats) -> pa.Table:
-    """The join of ``eligible`` host tables on the GPU; fills ``stats`` (JoinStats).
+                      coalesce: bool, algorithm: str, memory_limit: int | None, stats, sink=None) -> pa.Table:
+    """The join of ``eligible`` host tables on the GPU; fills ``stats`` (JoinStats).  With ``sink``
+    (a callable taking ``pa.RecordBatch``), each block of output rows goes to it as it leaves the
+    GPU and the result returned is empty (the output's schema).
 
     Raises
     ------
@@ -115,6 +117,23 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
     bcols = [lkey if build_left else rkey] + cols[bside]
     pcols = [rkey if build_left else lkey] + cols[pside]
     emit_keys = any(k for *_, k in layout)
+    ltypes = {name: lt.schema.field(name).type for name in lt.column_names}
+    rtypes = {name: rt.schema.field(name).type for name in rt.column_names}
+
+    def batch(n, key, build, probe) -> pa.RecordBatch:
+        """The output columns of n rows as Polars lays them out (zero-copy over the arrays)."""
+        arrays = []
+        for side, name, _, k in layout:
+            if k:
+                typ, valid = ktype, None
+                values = key.view(np.uint64) if typ == pa.uint64() else key.astype(typ.to_pandas_dtype(), copy=False)
+            else:
+                typ = (ltypes if side == "l" else rtypes)[name]
+                values, valid = (build if side == bside else probe)[carried[side].index(name)]
+            arrays.append(pa.nulls(n, typ) if values is None else _arrow(values, valid, typ))
+        return pa.RecordBatch.from_arrays(arrays, names=[out for _, _, out, _ in layout])
+
+    consumer = None if sink is None else (lambda n, key, build, probe: sink(batch(n, key, build, probe)))
     stats.phases["transform"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     with gpu_memory_cap(memory_limit):
@@ -128,25 +147,13 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
             choice = resolve_gpu_join(bcols[0], pcols[0], bcols[1:], pcols[1:])
             inner, stats.params["auto"] = choice.algorithm, choice.reason
         stats.algorithm = inner if pl.placement == "in-core" else f"triton ({inner})"
-        res = triton_join(bcols, pcols, mode, pl, algorithm=inner, emit_keys=emit_keys)
+        res = triton_join(bcols, pcols, mode, pl, algorithm=inner, emit_keys=emit_keys, consumer=consumer)
     stats.params.update(res.stats)
     stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    names, arrays = [], []
-    for side, name, out, k in layout:
-        t = lt if side == "l" else rt
-        if k:
-            values, valid = res.key, None
-            typ = ktype
-            values = values.view(np.uint64) if typ == pa.uint64() else values.astype(typ.to_pandas_dtype(), copy=False)
-        else:
-            values, valid = (res.build if side == bside else res.probe)[carried[side].index(name)]
-            typ = t.schema.field(name).type
-        arrays.append(_arrow(values, valid, typ))
-        names.append(out)
-    out = pa.Table.from_arrays(arrays, names=names)
+    out = pa.Table.from_batches([batch(0 if sink is not None else res.rows, res.key, res.build, res.probe)])
     stats.phases["materialize"] = time.perf_counter() - t2
-    stats.output_rows = out.num_rows
+    stats.output_rows = res.rows
     return out
 
 

@@ -78,32 +78,48 @@ def _check_unique(keys: np.ndarray, valid, side: str, validate: str) -> None:
 def join(left, right, on: str | Sequence[str] | None = None, *, left_on=None, right_on=None,
          how: str = "inner", suffix: str = "_right", nulls_equal: bool = False,
          validate: str = "m:m", coalesce: bool | None = None, algorithm: str = "auto",
-         device: str = "auto", memory_limit: int | str | None = None) -> pa.Table:
+         device: str = "auto", memory_limit: int | str | None = None, sink=None) -> pa.Table:
     """Join two tables on equal keys (see :func:`execute_join`, which also returns its stats).
 
     ``memory_limit`` (bytes, or a string such as ``"16GB"``; default ``GPUJOIN_MEMORY_LIMIT``,
     else the GPU's free memory) caps the GPU memory the join takes: past it the GPU joins host
     tables out of core (``algorithm="triton"``, paper 004), and a join of tables already in GPU
     memory raises ``MemoryError``.
+
+    ``sink`` (a callable taking one ``pyarrow.RecordBatch``) receives the output in batches, and
+    the join returns an empty table of the output's schema.  On the GPU with integer keys and
+    fixed-width columns (the streaming path) each batch is handed over as it leaves the GPU, so
+    the output never needs host memory as a whole (``gpujoin join -o`` writes it this way);
+    elsewhere the output is computed whole and then handed over in batches.
     """
     return execute_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
                         nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
-                        algorithm=algorithm, device=device, memory_limit=memory_limit)[0]
+                        algorithm=algorithm, device=device, memory_limit=memory_limit, sink=sink)[0]
+
+
+#: Rows a batch of the output handed to a ``sink`` when the whole output is computed first.
+SINK_BATCH_ROWS = 1 << 20
 
 
 def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
                  nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
-                 radix_bits: int | None = None, memory_limit=None) -> tuple[pa.Table, JoinStats]:
+                 radix_bits: int | None = None, memory_limit=None, sink=None) -> tuple[pa.Table, JoinStats]:
     """:func:`gpujoin.join`, returning ``(result, JoinStats)``; ``radix_bits`` overrides the fanout."""
     from ..outofcore.budget import resolve_memory_limit
 
     limit = resolve_memory_limit(memory_limit)  # a bad size fails before any work
+    if sink is not None and not callable(sink):
+        raise TypeError(f"sink must be a callable taking a pyarrow.RecordBatch, got {type(sink).__name__}")
     if how not in HOWS:
         raise ValueError(f"unknown join type how={how!r}; valid: {list(HOWS)}")
     if validate not in VALIDATES:
         raise ValueError(f"unknown validate={validate!r}; valid: {list(VALIDATES)}")
     if on_device(left) or on_device(right):
         from .device_join import execute_device_join
+
+        if sink is not None:
+            raise TypeError("sink= takes the output of host inputs; a join of tables in GPU memory returns a "
+                            "DeviceTable (call .to_arrow() on it, or pass host tables)")
 
         return execute_device_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
                                    nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
@@ -122,7 +138,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         from .host_join import columnar_gpu_join, eligible
 
         if eligible(lt, rt, lk, rk, how, validate, suffix, coalesce):
-            return columnar_gpu_join(lt, rt, lk, rk, how, suffix, coalesce, algo, limit, stats), stats
+            return columnar_gpu_join(lt, rt, lk, rk, how, suffix, coalesce, algo, limit, stats, sink), stats
     t0 = time.perf_counter()
 
     if how == "cross":
@@ -152,6 +168,10 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
     stats.phases["materialize"] = time.perf_counter() - t2
     stats.output_rows = out.num_rows
+    if sink is not None:
+        for b in out.to_batches(max_chunksize=SINK_BATCH_ROWS):
+            sink(b)
+        out = out.schema.empty_table()
     return out, stats
 
 
