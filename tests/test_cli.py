@@ -121,3 +121,5 @@ def test_bench_out_of_core_rejects_bad_arguments():
     assert p.returncode == 2 and "--mode" in p.stderr
     p = run("bench", "out-of-core", "--memory-limit", "lots")
     assert p.returncode == 2 and "--memory-limit" in p.stderr
+    p = run("bench", "out-of-core", "--baselines", "npj-cuckoo")
+    assert p.returncode == 2 and "--baselines" in p.stderr and "npj-perfect" in p.stderr

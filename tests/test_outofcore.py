@@ -228,3 +228,22 @@ def test_out_of_core_join_reports_its_passes():
     names = [t[0] for t in rec.tasks]
     assert names == ["pass 1: partition build side", "pass 1: partition probe side", "pass 2: join partition pairs"]
     assert all(t[1] == t[2] for t in rec.tasks)
+
+
+@pytest.mark.parametrize("hashing", ["perfect", "linear"])
+def test_streamed_npj_baselines_sum_the_matches(hashing):
+    """Paper 004's NPJ baselines: R's table in GPU memory, S streamed in small chunks."""
+    from gpujoin.outofcore.npj import streamed_npj
+
+    rng = np.random.default_rng(5)
+    n = 100_000
+    rk, rp = rng.permutation(n).astype(np.int64), rng.integers(0, 1000, n)
+    sk, sp = rng.integers(-10, n + 10, 3 * n), rng.integers(-50, 50, 3 * n)
+    hit = (sk >= 0) & (sk < n)
+    m, total, phases = streamed_npj([rk, rp], [sk, sp], hashing, 1 << 30, chunk_rows=30_000)
+    assert (m, total) == (int(hit.sum()), int(sp[hit].sum()))
+    with pytest.raises(MemoryError, match="budget"):
+        streamed_npj([rk, rp], [sk, sp], hashing, 1 << 16, chunk_rows=30_000)
+    if hashing == "perfect":
+        with pytest.raises(ValueError, match="unique"):
+            streamed_npj([np.zeros(4, np.int64), rp[:4]], [sk, sp], hashing, 1 << 30)

@@ -231,10 +231,16 @@ def cmd_bench_out_of_core(a):
     if bad:
         raise ValueError(f"unknown --mode {bad[0]!r}; use sum, table, arrow")
     fracs = [float(x) for x in _csv_list(a.cache_fraction)] if a.cache_fraction else None
+    from .bench.out_of_core import BASELINES
+
+    baselines = _csv_list(a.baselines)
+    bad = [b for b in baselines if b not in BASELINES]
+    if bad:
+        raise ValueError(f"unknown --baselines {bad[0]!r}; use {','.join(BASELINES)}")
     records = bench_out_of_core([int(x) for x in _csv_list(a.log2_n)], limits, modes, a.runs, fracs,
                                 [int(x) for x in _csv_list(a.streams)], a.seed,
                                 log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False),
-                                item_bytes=a.item_bytes)
+                                item_bytes=a.item_bytes, baselines=baselines)
     _write_records(records, a.output)
 
 
@@ -382,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--item-bytes", type=int, default=8, choices=[4, 8], help="key and payload width")
     bo.add_argument("--cache-fraction", help="comma-separated shares of half the budget kept as cache (Fig. 19)")
     bo.add_argument("--streams", default="3", help="comma-separated: 3 (overlapped) and/or 1")
+    bo.add_argument("--baselines", default="", help="comma-separated, SUM mode: npj-perfect, npj-linear (R's table "
+                    "in GPU memory, S streamed), cpu-radix, duckdb, polars")
     bo.add_argument("--runs", type=int, default=3)
     bo.add_argument("--seed", type=int, default=42)
     bo.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")

@@ -90,10 +90,94 @@ def _arrow_join(rk, rp, sk, sp, limit):
     return out, stats
 
 
+#: Paper 004's baselines beside the Triton join, in SUM mode: the no-partitioning joins with R's
+#: table in GPU memory and S streamed (perfect hashing, linear probing), the CPU engine's radix
+#: join, and DuckDB and Polars on the host's cores.
+BASELINES = ("npj-perfect", "npj-linear", "cpu-radix", "duckdb", "polars")
+
+
+def _baseline(name: str, rk, rp, sk, sp, budget: int | None):
+    """One SUM-mode run of baseline ``name``: (matches, sum, phases), or a string saying why it
+    cannot run here."""
+    if name.startswith("npj-"):
+        from ..outofcore.budget import gpu_budget
+        from ..outofcore.npj import streamed_npj
+
+        try:
+            return streamed_npj([rk, rp], [sk, sp], name[4:], gpu_budget(budget))
+        except MemoryError as e:
+            return f"does not fit: {e}"
+    if name == "cpu-radix":
+        from ..cpu.join.phj import hash_join
+
+        t0 = time.perf_counter()
+        rows = lambda n: np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # noqa: E731
+        pidx, _ = hash_join(rk.astype(np.int64, copy=False), rows(rk.size), sk.astype(np.int64, copy=False),
+                            rows(sk.size), "inner")
+        return pidx.size, int(sp[pidx].sum(dtype=np.int64)), {"join": time.perf_counter() - t0}
+    import pyarrow as pa
+
+    R, S = pa.table({"k": rk, "r": rp}), pa.table({"k": sk, "s": sp})
+    if name == "duckdb":
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("R", R)
+        con.register("S", S)
+        m, total = con.execute("SELECT count(*), sum(S.s) FROM S JOIN R ON S.k = R.k").fetchone()
+        return int(m), int(total), {}
+    import polars as pl
+
+    out = pl.from_arrow(S).join(pl.from_arrow(R), on="k").select(pl.len(), pl.col("s").sum())
+    return int(out[0, 0]), int(out[0, 1]), {}
+
+
+def bench_baselines(names: list[str], log2_n: int, rk, rp, sk, sp, limit: str | None, runs: int, base: dict,
+                    want_sum: int, log=print) -> list[dict]:
+    """Records of ``names`` (BASELINES) on one workload, SUM mode, checked like the Triton join."""
+    import cupy as cp
+
+    from ..outofcore.budget import parse_bytes
+
+    records = []
+    n = rk.size
+    for name in names:
+        if name not in BASELINES:
+            raise ValueError(f"unknown baseline {name!r}; valid: {list(BASELINES)}")
+        times, phases, why = [], {}, None
+        for r in range(runs + (1 if name.startswith("npj-") else 0)):  # the GPU's first run warms up
+            t0 = time.perf_counter()
+            res = _baseline(name, rk, rp, sk, sp, parse_bytes(limit) if limit else None)
+            dt = time.perf_counter() - t0
+            if isinstance(res, str):
+                why = res
+                break
+            if res[:2] != (n, want_sum):
+                raise AssertionError(f"{name} got {res[:2]} at 2^{log2_n}, want {(n, want_sum)}")
+            if r or not name.startswith("npj-"):
+                times.append(dt)
+                phases = res[2]
+        cp.get_default_memory_pool().free_all_blocks()
+        if why:
+            log(f"2^{log2_n} limit={limit} {name}: {why}")
+            continue
+        med = float(np.median(times))
+        cpu = not name.startswith("npj-")
+        records.append({**base, "engine": name if name in ("duckdb", "polars") else "gpujoin",
+                        "device": device_name("cpu") if cpu else base["device"], "algorithm": name,
+                        "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * rk.itemsize,
+                                     "memory_limit": None if cpu else limit, "mode": "sum"},
+                        "runs": len(times), "median_s": med, "min_s": min(times), "max_s": max(times),
+                        "throughput_g_per_s": 2 * n / med / 1e9, "correct": True, "phases_s": phases})
+        log(f"2^{log2_n} limit={limit} {name}: {med * 1e3:.0f} ms, {2 * n / med / 1e9:.2f} G tuples/s")
+    return records
+
+
 def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: list[str], runs: int = 3,
                       cache_fractions: list[float | None] | None = None, streams: list[int] | None = None,
-                      seed: int = 42, log=print, item_bytes: int = 8) -> list[dict]:
-    """Time the Triton join over the sweeps; one record a (size, limit, cache, streams, mode).
+                      seed: int = 42, log=print, item_bytes: int = 8, baselines: list[str] = ()) -> list[dict]:
+    """Time the Triton join over the sweeps; one record a (size, limit, cache, streams, mode),
+    then each of ``baselines`` (BASELINES) a (size, limit) in SUM mode.
 
     Modes: ``sum`` and ``table`` call the array-level join (outofcore.triton.triton_join);
     ``arrow`` calls ``gpujoin.join`` on two Arrow tables and gets an Arrow table back."""
@@ -175,6 +259,11 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
                             f"phases={ {k: round(v * 1e3) for k, v in stats['phases'].items()} }")
                         records.append(rec)
                         cp.get_default_memory_pool().free_all_blocks()
+            gpu_side = [b for b in baselines if b.startswith("npj-")]
+            records += bench_baselines(gpu_side, log2_n, rk, rp, sk, sp, limit, runs, base, want_sum, log)
+        # the CPU baselines once a size (no GPU budget applies), one run: each takes seconds
+        records += bench_baselines([b for b in baselines if not b.startswith("npj-")], log2_n, rk, rp, sk, sp,
+                                   None, 1, base, want_sum, log)
         del rk, rp, sk, sp, want_r
     return records
 

@@ -124,8 +124,23 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
 
         times, rows = _timed(ours, runs)
         st = _median_run(stats[1:], times)
-        records.append(_record("join", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev), times,
-                               items, st.phases, rows))
+        rec = _record("join", w.describe(), "gpujoin", _algorithm_fields(algo, st), device_name(dev), times,
+                      items, st.phases, rows)
+        if dev == "cuda":  # one more run for its peak GPU memory against inputs and output (issue 14 item 5)
+            from ..cuda.runtime import PeakMemory
+
+            stats.clear()
+            with PeakMemory() as m:
+                held = execute_join(left, right, "k", algorithm=algo, device=dev)[0]  # held: the output's bytes
+                sync()
+            assert held.num_rows == rows
+            inputs = sum(a.nbytes for t in (left, right) for a in t.values())
+            output = m.end - m.start
+            del held
+            rec["memory"] = {"inputs_bytes": inputs, "output_bytes": output, "peak_bytes": m.peak - m.start + inputs,
+                             "peak_over_inputs": (m.peak - m.start + inputs) / inputs,
+                             "peak_over_inputs_output": (m.peak - m.start + inputs) / (inputs + output)}
+        records.append(rec)
     if peers:
         if dev == "cuda":  # the peers join the same workload from host memory
             r_host, s_host = make_join(w)

@@ -78,6 +78,30 @@ def check_memory(need: int, what: str) -> None:
             f"set); use smaller inputs, a larger memory_limit, device='cpu', or free GPU memory")
 
 
+class PeakMemory:
+    """The peak of GPU memory in use (CuPy's default pool) while the block runs, in bytes:
+    ``with PeakMemory() as m: ...; m.peak, m.start, m.end``.  Every allocation goes through a
+    Python wrapper meanwhile: for measuring runs, not timed ones."""
+
+    def __enter__(self) -> PeakMemory:
+        cp = _cupy()
+        pool = cp.get_default_memory_pool()
+        self.start = self.peak = pool.used_bytes()
+
+        def malloc(n):
+            mem = pool.malloc(n)
+            self.peak = max(self.peak, pool.used_bytes())
+            return mem
+
+        cp.cuda.set_allocator(malloc)
+        self._pool = pool
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _cupy().cuda.set_allocator(self._pool.malloc)
+        self.end = self._pool.used_bytes()
+
+
 def out_of_memory(exc: Exception, what: str) -> MemoryError:
     """A MemoryError with the budget, for a CuPy allocation that failed mid-way."""
     return MemoryError(f"{what} ran out of GPU memory ({exc}); {free_bytes() / 2**30:.2f} GiB free "

@@ -41,16 +41,46 @@ def nphj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp
         raise out_of_memory(e, "NPHJ") from None
 
 
+def _grid(n: int) -> tuple[int]:
+    return (max(1, min((n + BLOCK - 1) // BLOCK, 132 * 16)),)
+
+
+def build_table(bk: cp.ndarray, slots: int | None = None) -> tuple[cp.ndarray, cp.ndarray, np.uint64]:
+    """The linear-probing table of build keys ``bk`` (int32/int64, fewer than 2^31): (slot keys,
+    slot row ids (int32, -1 empty), slot mask)."""
+    nb = bk.size
+    slots = slots or 1 << max(1, (2 * nb - 1).bit_length())
+    slot_key = cp.empty(slots, bk.dtype)
+    slot_row = cp.full(slots, -1, cp.int32)
+    mask = np.uint64(slots - 1)
+    if nb:
+        kernel("hashjoin.cu", f"nphj_build<{key_type(bk)}>")(_grid(nb), (BLOCK,),
+                                                            (bk, np.int64(nb), slot_key, slot_row, mask))
+    return slot_key, slot_row, mask
+
+
+def probe_sum(table, pk: cp.ndarray, pvals: cp.ndarray, bvals: cp.ndarray) -> tuple[cp.ndarray, cp.ndarray]:
+    """Probe ``table`` (from :func:`build_table`) with keys ``pk``, the pairs' build values
+    ``bvals`` and probe values ``pvals`` written out as a join does: (matched pairs, sum of
+    ``pvals`` over them) as int64 device scalars (paper 004's NPJ baseline, ``outofcore/npj.py``)."""
+    slot_key, slot_row, mask = table
+    fn = kernel("hashjoin.cu", f"nphj_probe<{key_type(pk)}, {word_type(bvals.dtype)}, {word_type(pvals.dtype)}>")
+
+    def launch(out_b, out_p, out_k, counter, cap):
+        if pk.size:
+            fn(_grid(pk.size), (BLOCK,), (pk, np.int64(pk.size), slot_key, slot_row, mask, bvals, pvals,
+                                          out_b, out_p, ptr(None), counter, cap, ptr(None), ptr(None)))
+
+    _, out_p, _ = run_match(launch, pk.size, bvals.dtype, pvals.dtype, None, "NPJ probe")
+    return cp.asarray(out_p.size, cp.int64), out_p.astype(cp.int64).sum()
+
+
 def _nphj(bk, pk, bpay, ppay, mode, emit_keys, slots):
     nb, np_ = bk.size, pk.size
     timer = PhaseTimer()
     kt = key_type(bk)
-    slot_key = cp.empty(slots, bk.dtype)
-    slot_row = cp.full(slots, -1, cp.int32)
-    mask = np.uint64(slots - 1)
-    grid = lambda n: (max(1, min((n + BLOCK - 1) // BLOCK, 132 * 16)),)  # noqa: E731
-    if nb:
-        kernel("hashjoin.cu", f"nphj_build<{kt}>")(grid(nb), (BLOCK,), (bk, np.int64(nb), slot_key, slot_row, mask))
+    slot_key, slot_row, mask = build_table(bk, slots)
+    grid = _grid
     timer.mark("transform")
     bsrc, psrc = direct_column(bpay), direct_column(ppay)
     bdt = bsrc.dtype if bsrc is not None else position_dtype(nb)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from ..primitives import Digits, hash_partition_bits, key_type, radix_partition, word_type
+from ..primitives import Digits, _passes, hash_partition_bits, key_type, radix_partition, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
@@ -54,14 +54,36 @@ def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.
     """
     nb, np_ = build_keys.size, probe_keys.size
     bits = max(1, radix_bits if radix_bits is not None else hash_partition_bits(nb, CAP_BUILD // 2))
-    kb = build_keys.dtype.itemsize
-    carried = lambda n, cols: n * (kb + (4 if method == "ur" else sum(c.dtype.itemsize for c in cols)))  # noqa: E731
-    check_memory(2 * (carried(nb, build_payloads) + carried(np_, probe_payloads)) + np_ * 16,
-                 f"PHJ-{method.upper()} of {nb:,} x {np_:,} rows")
+    check_memory(working_bytes(build_keys, probe_keys, build_payloads, probe_payloads, mode, method, emit_keys,
+                               bits), f"PHJ-{method.upper()} of {nb:,} x {np_:,} rows")
     try:
         return _phj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method, emit_keys, bits)
     except cp.cuda.memory.OutOfMemoryError as e:
         raise out_of_memory(e, f"PHJ-{method.upper()}") from None
+
+
+def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, bits: int) -> int:
+    """GPU memory PHJ takes beyond its inputs, at its peak, with an output guess of one row a
+    probe row: the partitioned build side, while the probe side is partitioned (an LSD radix
+    partition of more than one pass holds its input's copy and output at once), or both
+    partitioned sides with the match's flags and output.  For 8-byte rows joined 1:1 (TR) the
+    peak is 2.5x the inputs."""
+    nb, np_ = bk.size, pk.size
+    passes = len(_passes(Digits(bits=bits)))
+    kb = bk.dtype.itemsize
+    pos = lambda n: np.dtype(position_dtype(n)).itemsize  # noqa: E731
+
+    def side(n, cols):  # a partitioned copy, and the temporaries of partitioning it
+        part = n * (kb + (pos(n) if method == "ur" else sum(c.dtype.itemsize for c in cols)))
+        rows = n * pos(n) if method == "ur" else 0  # the row ids partitioned with the keys (GFUR)
+        return part, rows + part * (2 if passes > 1 else 1) + n  # n: histograms, under a byte a row
+
+    b_part, b_peak = side(nb, bpay)
+    p_part, p_peak = side(np_, ppay)
+    width = lambda n, cols: pos(n) if (method == "ur" or len(cols) != 1) else cols[0].dtype.itemsize  # noqa: E731
+    out = np_ * (width(nb, bpay) + width(np_, ppay) + (kb if emit_keys else 0)) if emits_pairs(mode) else 0
+    flags = (np_ if needs_probe_flags(mode) else 0) + (nb if needs_build_flags(mode) else 0)
+    return max(b_peak, b_part + p_peak, b_part + p_part + flags + out)
 
 
 def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
