@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
-#                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|all]
+#                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|
+#                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -66,7 +67,22 @@ if [[ $stage == bench-ooc ]]; then
   gj bench out-of-core --log2-n ${LOG2N_TABLE:-27,28} --memory-limit ${LIMITS:-16GB} --mode ${MODES:-sum,table} \
     --runs ${RUNS:-2} -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
   gj bench out-of-core --log2-n ${LOG2N_SUM:-30} --memory-limit ${LIMITS:-16GB} --mode sum \
-    --runs ${RUNS:-2} -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
+    --runs ${RUNS:-2} --baselines "${BASELINES:-}" -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
+fi
+if [[ $stage == bench-mem ]]; then
+  # every in-core join's peak GPU memory against its inputs and output (issue 14 item 5)
+  f="$OUT/bench_mem.jsonl"
+  gj bench join --device cuda --algorithm all --log2-r ${LOG2R:-27} --runs 2 -o "$f" >/dev/null
+  gj bench join --device cuda --algorithm all --log2-r ${LOG2R:-27} --key-bytes 8 --payload-bytes 8 --runs 2 -o "$f" >/dev/null
+  python3 - "$f" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); m = r.get("memory")
+    if m:
+        print(f"{r['algorithm']:8} {r['workload']} {r['median_s']*1e3:8.1f} ms  inputs {m['inputs_bytes']/2**30:.2f} GiB "
+              f"output {m['output_bytes']/2**30:.2f} peak {m['peak_bytes']/2**30:.2f}  x inputs {m['peak_over_inputs']:.2f}  "
+              f"x (inputs+output) {m['peak_over_inputs_output']:.2f}")
+PY
 fi
 if [[ $stage == bench-ooc-gb ]]; then
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-120GB}

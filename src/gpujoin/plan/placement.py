@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: GPU memory an in-core join takes per byte of its input pair, beyond the input itself: the
-#: partitioned copies, a ping-pong buffer, the match output guess (PHJ's check_memory asks for
-#: 2x the carried bytes plus 16 B a probe row) and the materialized output.  Measured peak of
-#: PHJ-TR on 16-byte tuples, match ratio 1: about 3.7x its input (issue 14).
-IN_CORE_FACTOR = 4.0
+#: partitioned copies with the ping-pong buffer of a multi-pass radix partition, or both
+#: partitioned sides with the match output (PHJ-TR's ``working_bytes``: 1.5x for 1:1 joins of
+#: equal sides, up to 2x when the probe side dominates).  A join that still runs out of GPU
+#: memory is joined in blocks by the streaming executor, not failed.
+IN_CORE_FACTOR = 2.0
 #: Pass 2 holds the pair being joined, the next pair being copied in, and the join's state.
-PASS2_FACTOR = IN_CORE_FACTOR + 2.0
+PASS2_FACTOR = 6.0
 #: Pass 1's chunk: two upload slots, the partitioned copy and the radix scatter's scratch.
 PASS1_FACTOR = 5.0
 #: Largest pass-1 chunk (more does not help a DMA, smaller chunks start the pipeline sooner, and
