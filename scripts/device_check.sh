@@ -55,7 +55,7 @@ fi
 if [[ $stage == tests-ooc ]]; then
   # the out-of-core join and group-by (issue 14) against the CPU engine, tiny memory limits
   timeout ${TEST_TIMEOUT:-500} python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf \
-    -W ignore::Warning tests/test_outofcore.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_ooc.log" | tail -60
+    -W ignore::Warning tests/test_outofcore.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest_ooc.log" | tail -60
   rc=${PIPESTATUS[0]}
 fi
 if [[ $stage == bench-ooc ]]; then

@@ -97,8 +97,9 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
     synchronized result.
     """
     dev = resolve_device(device, "join")
-    # "all": every algorithm that answers the benchmark's inner join (bitmap joins are semi/anti only)
-    algos = _algorithms(algorithm, [a for a in algorithms(dev)["join"] if a not in SEMI_ANTI_ONLY])
+    # "all": every algorithm that answers the benchmark's inner join in GPU memory (bitmap joins
+    # are semi/anti only; the Triton join streams host tables: `gpujoin bench out-of-core`)
+    algos = _algorithms(algorithm, [a for a in algorithms(dev)["join"] if a not in SEMI_ANTI_ONLY | {"triton"}])
     if dev == "cuda":
         import cupy as cp
 

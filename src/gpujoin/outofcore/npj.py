@@ -112,9 +112,9 @@ def streamed_npj(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], has
             (k, p), ev, slot = pending
             st.compute.wait_event(ev)
             if hashing == "perfect":
-                slot = cp.where((k >= 0) & (k < payload.size), k, -1)
-                hit = (slot >= 0) & (present[slot] != 0)
-                pair_b, pair_p = payload[slot[hit]], p[hit]  # the pairs, as a join writes them
+                at = cp.where((k >= 0) & (k < payload.size), k, -1)
+                hit = (at >= 0) & (present[at] != 0)
+                pair_b, pair_p = payload[at[hit]], p[hit]  # the pairs, as a join writes them
                 total += pair_p.astype(cp.int64).sum()
                 matches += pair_b.size
             else:
