@@ -245,5 +245,6 @@ def test_streamed_npj_baselines_sum_the_matches(hashing):
     with pytest.raises(MemoryError, match="budget"):
         streamed_npj([rk, rp], [sk, sp], hashing, 1 << 16, chunk_rows=30_000)
     if hashing == "perfect":
-        with pytest.raises(ValueError, match="unique"):
-            streamed_npj([np.zeros(4, np.int64), rp[:4]], [sk, sp], hashing, 1 << 30)
+        for bad in (np.zeros(4, np.int64), np.array([0, 1, 2, 9])):  # duplicates; a key past |R|
+            with pytest.raises(ValueError, match="permutation"):
+                streamed_npj([bad, rp[:4]], [sk, sp], hashing, 1 << 30)

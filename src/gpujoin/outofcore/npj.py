@@ -4,8 +4,8 @@ matches as the result (paper 004's measure).
 
 Two tables, as the paper's baselines:
 
-- ``perfect``: perfect hashing for a dense primary key, one slot a key value in [0, max key]:
-  the slot holds R's payload; a probe is one load.
+- ``perfect``: perfect hashing for a dense primary key (R's keys a permutation of [0, |R|)),
+  one slot a key value: the slot holds R's payload; a probe is one load.
 - ``linear``: linear probing (gpujoin's NPHJ table, 2^k slots for at least twice |R|): keys
   and row ids in the table, R's payload column beside it.
 
@@ -31,7 +31,7 @@ def table_bytes(hashing: str, build_cols: list[np.ndarray]) -> int:
     n = build_cols[0].size
     kb, pb = build_cols[0].dtype.itemsize, build_cols[1].dtype.itemsize
     if hashing == "perfect":
-        return (int(build_cols[0].max()) + 1) * (pb + 1) if n else 0
+        return n * (pb + 1)
     slots = 1 << max(1, (2 * n - 1).bit_length())
     return slots * (kb + 4) + n * (kb + pb)
 
@@ -43,7 +43,7 @@ def streamed_npj(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], has
     Parameters
     ----------
     build_cols, probe_cols : [keys, payload] host NumPy arrays (n,); int32 or int64 keys of
-        one dtype; for ``perfect`` R's keys are unique and non-negative
+        one dtype; for ``perfect`` R's keys are a permutation of [0, |R|) (checked on the GPU)
     hashing : "perfect" or "linear"
     budget : GPU bytes the table, R's payload and two S chunks may take
     chunk_rows : S rows a chunk
@@ -57,7 +57,7 @@ def streamed_npj(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], has
     MemoryError
         The table does not fit in the budget (nothing is allocated).
     ValueError
-        ``perfect`` with negative or duplicate R keys.
+        ``perfect`` with R keys that are not a permutation of [0, |R|).
 
     References
     ----------
@@ -69,8 +69,6 @@ def streamed_npj(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], has
         raise ValueError(f"unknown hashing {hashing!r}; valid: {list(HASHINGS)}")
     (rk, rp), (sk, sp) = build_cols[:2], probe_cols[:2]
     nr, ns = rk.size, sk.size
-    if hashing == "perfect" and nr and int(rk.min()) < 0:
-        raise ValueError("perfect hashing needs non-negative build keys (a dense primary key)")
     need = table_bytes(hashing, build_cols) + 2 * chunk_rows * (sk.dtype.itemsize + sp.dtype.itemsize)
     if need > budget:
         raise MemoryError(f"the {hashing} NPJ table needs {need:,} bytes of GPU memory with its S chunks; the "
@@ -81,17 +79,21 @@ def streamed_npj(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], has
     t0 = time.perf_counter()
     with st.compute:
         if hashing == "perfect":
-            domain = int(rk.max()) + 1 if nr else 1
-            payload = cp.empty(domain, rp.dtype)
-            present = cp.zeros(domain, cp.uint8)
+            payload = cp.empty(max(1, nr), rp.dtype)
+            present = cp.zeros(max(1, nr), cp.uint8)
+            outside = cp.zeros(1, cp.int64)
             for a in range(0, nr, chunk_rows):
                 (k, p), ev, slot = up.put([rk[a:a + chunk_rows], rp[a:a + chunk_rows]])
                 st.compute.wait_event(ev)
-                payload[k] = p
-                present[k] = 1
+                inside = (k >= 0) & (k < nr)
+                outside += k.size - inside.sum(dtype=cp.int64)
+                at = cp.where(inside, k, 0)
+                payload[at] = p
+                present[at] = 1
                 up.release(slot, record(st.compute))
-            if int(present.sum(dtype=cp.int64)) != nr:
-                raise ValueError("perfect hashing needs unique build keys; R has duplicates")
+            if int(outside.get()[0]) or int(present.sum(dtype=cp.int64)) != nr:
+                raise ValueError("perfect hashing needs R's keys to be a permutation of [0, |R|) (a dense "
+                                 "primary key); use hashing='linear'")
         else:
             from ..cuda.join.nphj import build_table
 
