@@ -248,3 +248,25 @@ def test_streamed_npj_baselines_sum_the_matches(hashing):
         for bad in (np.zeros(4, np.int64), np.array([0, 1, 2, 9])):  # duplicates; a key past |R|
             with pytest.raises(ValueError, match="permutation"):
                 streamed_npj([bad, rp[:4]], [sk, sp], hashing, 1 << 30)
+
+
+@pytest.mark.parametrize("typ", [pa.int8(), pa.uint16(), pa.int32(), pa.uint32(), pa.int64(), pa.date32(),
+                                 pa.uint64(), pa.string()])
+@pytest.mark.parametrize("limit", [None, "2MiB"])
+def test_group_by_key_types_with_and_without_first_rows(typ, limit):
+    """Keys whose codes are their values come back from the codes (no row numbers carried); the
+    others (uint64, strings) from each group's first row: both as the CPU engine's."""
+    rng = np.random.default_rng(8)
+    n = 60_000
+    raw = rng.integers(0, 100, n)
+    k = pa.array(raw.astype(str)) if typ == pa.string() else \
+        pa.array(raw.astype(np.int32)).view(pa.date32()) if typ == pa.date32() else pa.array(raw).cast(typ)
+    t = pa.table({"k": k, "v": rng.integers(-99, 99, n)})
+    aggs = dict(s=("v", "sum"), n=(None, "size"))
+    want = gpujoin.group_by(t, "k", device="cpu").agg(**aggs)
+    g = gpujoin.group_by(t, "k", device="cuda", memory_limit=limit)
+    got = g.agg(**aggs)
+    same = typ not in (pa.uint64(), pa.string())
+    assert g.stats.params["key_from"] == ("codes" if same else "first rows")
+    assert got.schema == want.schema
+    assert_tables_equal(got, want)

@@ -19,6 +19,13 @@ class GpuReducer:
     requests : the front end's prepared columns (int64 or float64 values, validity)
     memory_limit : GPU bytes it may take (None: the free memory); past it the group-by runs out
         of core (``outofcore/groupby.py``)
+    first_rows : also find each group's first row (to take key columns that were encoded);
+        without it ``first_rows`` is None and ``group_keys`` holds the keys themselves, which
+        saves a row-number column (8 bytes a row out of core: generated, moved, partitioned)
+
+    Attributes
+    ----------
+    group_keys : (groups,) host array of each group's key; first_rows : int64 (groups,) or None
 
     Raises
     ------
@@ -26,13 +33,14 @@ class GpuReducer:
         The group-by does not fit in free GPU memory.
     """
 
-    def __init__(self, algorithm: str, keys: np.ndarray, requests: list, memory_limit: int | None = None):
+    def __init__(self, algorithm: str, keys: np.ndarray, requests: list, memory_limit: int | None = None,
+                 first_rows: bool = True):
         from ..outofcore.budget import gpu_memory_cap
 
         with gpu_memory_cap(memory_limit):
-            self._init(algorithm, keys, requests, memory_limit)
+            self._init(algorithm, keys, requests, memory_limit, first_rows)
 
-    def _init(self, algorithm, keys, requests, memory_limit):
+    def _init(self, algorithm, keys, requests, memory_limit, first_rows):
         import cupy as cp
 
         from ..cuda.groupby import AggInput, run
@@ -40,8 +48,11 @@ class GpuReducer:
         from .placement import plan_placement
 
         n = keys.size
-        rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
-        host = [(rows, None, ("min",)), (None, None, ("count",))]
+        rows_dtype = np.int32 if n <= 2**31 else np.int64  # row numbers up to n - 1
+        lead = 1 if first_rows else 0  # aggregates before the count: the first row's "min"
+        host = [(None, None, ("count",))]
+        if first_rows:  # out of core the row numbers travel with the rows; in core they are made on the GPU
+            host.insert(0, (np.arange(n, dtype=rows_dtype), None, ("min",)))
         for r in requests:
             ops = ("count", "sum", "min", "max") if r.kind in ("int", "float") else ("count", "min", "max")
             host.append((r.values, r.valid.view(np.uint8) if r.has_valid else None, ops))
@@ -55,30 +66,31 @@ class GpuReducer:
             self.params.update(stats)
             self.algorithm = "out-of-core " + "+".join(stats["partition_algorithms"])
             self.num_groups = int(gkeys.size)
-            self.first_rows = cols[0]["min"].astype(np.int64)
-            self._sizes = cols[1]["count"]
-            self._columns = {r.name: (r, cols[i + 2]) for i, r in enumerate(requests)}
+            self.group_keys = gkeys
+            self.first_rows = cols[0]["min"].astype(np.int64) if first_rows else None
+            self._sizes = cols[lead]["count"]
+            self._columns = {r.name: (r, cols[i + lead + 1]) for i, r in enumerate(requests)}
             self.phases = stats["phases"]
             return
-        # in core the row numbers are made on the GPU, not copied (the out-of-core pass 1 carries them)
-        inputs = [AggInput(cp.arange(n, dtype=rows.dtype), None, ("min",))] + \
+        inputs = ([AggInput(cp.arange(n, dtype=rows_dtype), None, ("min",))] if first_rows else []) + \
             [AggInput(None if v is None else cp.asarray(v), None if m is None else cp.asarray(m), ops)
-             for v, m, ops in host[1:]]
+             for v, m, ops in host[lead:]]
         dkeys = cp.asarray(keys)
         groups = None
         if algorithm == "auto":
             from .auto import resolve_gpu_group_by
 
-            choice = resolve_gpu_group_by(dkeys, inputs[2:] or inputs)
+            choice = resolve_gpu_group_by(dkeys, inputs[lead + 1:] or inputs)
             algorithm = choice.algorithm
             self.params["auto"] = choice.reason
             groups = choice.estimate.groups
         self.algorithm = algorithm
         out = run(algorithm, dkeys, inputs, groups_estimate=groups)
         self.num_groups = out.num_groups
-        self.first_rows = cp.asnumpy(out.columns[0]["min"]).astype(np.int64)
-        self._sizes = cp.asnumpy(out.columns[1]["count"])
-        self._columns = {r.name: (r, {k: cp.asnumpy(v) for k, v in out.columns[i + 2].items()})
+        self.group_keys = cp.asnumpy(out.keys)
+        self.first_rows = cp.asnumpy(out.columns[0]["min"]).astype(np.int64) if first_rows else None
+        self._sizes = cp.asnumpy(out.columns[lead]["count"])
+        self._columns = {r.name: (r, {k: cp.asnumpy(v) for k, v in out.columns[i + lead + 1].items()})
                          for i, r in enumerate(requests)}
         self.phases = out.phases
         self.params.update(out.params)

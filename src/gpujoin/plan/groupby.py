@@ -132,7 +132,10 @@ class GroupBy:
             from .gpu_reduce import GpuReducer
 
             enc = encode_keys([keys], nulls_equal=True, narrow=True)
-            reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()), self._memory_limit)
+            same = _keys_are_codes(keys)  # the codes are the key values: no first rows to take them from
+            reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()), self._memory_limit,
+                                 first_rows=not same)
+            stats.params["key_from"] = "codes" if same else "first rows"
             stats.params.update(reducer.params)
             stats.algorithm = reducer.algorithm
         else:
@@ -141,7 +144,10 @@ class GroupBy:
         t1 = time.perf_counter()
         stats.phases["group_ids"] = t1 - t0
         stats.groups = reducer.num_groups
-        out_cols = {name: col for name, col in zip(self._by, take(t.select(self._by), reducer.first_rows).columns)}
+        if reducer.first_rows is None:
+            out_cols = {self._by[0]: _key_column(reducer.group_keys, keys[0].type)}
+        else:
+            out_cols = {name: col for name, col in zip(self._by, take(t.select(self._by), reducer.first_rows).columns)}
         for name, col, fn in specs:
             out_cols[name] = _aggregate(requests.get(col), fn, reducer)
         stats.phases["aggregate"] = time.perf_counter() - t1
@@ -248,6 +254,22 @@ class _Request:
         if (pa.types.is_date32(typ) or pa.types.is_timestamp(typ)) and fn in ("sum", "mean"):
             raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
                                         f"dates and timestamps support count, n_unique, size, min and max")
+
+
+def _keys_are_codes(keys: list[pa.Array]) -> bool:
+    """Whether ``encode_keys`` gives back the key values themselves: one integer (not uint64) or
+    date32 column without nulls."""
+    if len(keys) != 1 or keys[0].null_count:
+        return False
+    t = keys[0].type
+    return (pa.types.is_integer(t) and t != pa.uint64()) or pa.types.is_date32(t)
+
+
+def _key_column(codes: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """The key column of type ``typ`` from codes that are its values (``_keys_are_codes``)."""
+    if pa.types.is_date32(typ):
+        return pa.array(codes.astype(np.int32, copy=False)).view(typ)
+    return pa.array(codes.astype(typ.to_pandas_dtype(), copy=False))
 
 
 def _request(t: pa.Table, col: str) -> _Request:

@@ -145,6 +145,11 @@ class EncodedKeys:
     valid: list[np.ndarray | None]
 
 
+def _no_nulls(a: pa.Array) -> pa.Array:
+    """``a`` with null slots zeroed (itself, not a copy, when it has none)."""
+    return a.fill_null(0) if a.null_count else a
+
+
 def _narrow_physical(t: pa.DataType) -> bool:
     """Keys of this type keep 4-byte physical values under ``encode_keys(narrow=True)``."""
     return (pa.types.is_date32(t) or t in (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16()))
@@ -176,7 +181,7 @@ def encode_keys(sides: list[list[pa.Array]], nulls_equal: bool, narrow: bool = F
         if is_string_type(arrs[0].type):
             phys = [[codes] for codes in string_codes(arrs)]
         elif narrow and k == 1 and _narrow_physical(arrs[0].type):
-            phys = [[np.asarray((a.view(pa.int32()) if pa.types.is_date32(a.type) else a).fill_null(0)
+            phys = [[np.asarray(_no_nulls(a.view(pa.int32()) if pa.types.is_date32(a.type) else a)
                                 ).astype(np.int32, copy=False)] for a in arrs]
         else:
             phys = [physical(a) for a in arrs]
