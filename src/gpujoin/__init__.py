@@ -13,7 +13,9 @@ from .backend import algorithms, devices
 from .errors import ColumnNotFoundError, ComputeError, GpujoinError, InvalidOperationError, SchemaError
 from .plan.explain import Plan, explain
 from .plan.groupby import GroupBy, group_by
+from .expr import col
 from .plan.join import JoinStats, join
+from .plan.join_where import join_where
 from .table import Table
 
 __version__ = "0.1.0"
@@ -47,6 +49,6 @@ def read_parquet(path, columns: list[str] | None = None) -> pa.Table:
 
 
 __all__ = [
-    "Table", "join", "group_by", "GroupBy", "JoinStats", "explain", "Plan", "read_parquet", "algorithms", "devices",
+    "Table", "join", "join_where", "col", "group_by", "GroupBy", "JoinStats", "explain", "Plan", "read_parquet", "algorithms", "devices",
     "GpujoinError", "ColumnNotFoundError", "SchemaError", "ComputeError", "InvalidOperationError",
 ]
