@@ -153,3 +153,18 @@ def test_random_tables_match_polars(data, ops):
     if data.draw(st.booleans()):  # several predicates on one right column: a band
         preds = [(f"a{i}", op, "b0") for i, op in enumerate(ops)]
     _check(left, right, preds)
+
+
+def test_interval_join_narrows_on_the_other_column():
+    """lo <= t <= hi with narrow intervals: candidates stay near the output, not |L| x |R| / 2."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    left = pa.table({"t": rng.integers(0, 10**6, n)})
+    lo = rng.integers(0, 10**6, n)
+    right = pa.table({"lo": lo, "hi": lo + rng.integers(0, 500, n)})
+    preds = [("t", ">=", "lo"), ("t", "<=", "hi")]
+    _check(left, right, preds)
+    from gpujoin.plan.join_where import execute_join_where
+
+    _, stats = execute_join_where(left, right, col("t") >= col("lo"), col("t") <= col("hi"), device="cpu")
+    assert stats.algorithm == "band" and stats.params["candidates"] < 20 * max(1, stats.output_rows) + n

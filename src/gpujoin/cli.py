@@ -253,6 +253,20 @@ def cmd_bench_out_of_core_group_by(a):
     _write_records(records, a.output)
 
 
+def cmd_bench_join_where(a):
+    from .bench.join_where import bench_join_where
+
+    algos = _csv_list(a.algorithm)
+    bad = [x for x in algos if x not in ("nlj", "band", "auto")]
+    if bad:
+        raise ValueError(f"unknown --algorithm {bad[0]!r}; use nlj, band, auto")
+    records = bench_join_where([int(x) for x in _csv_list(a.log2_n)], a.width, algos, a.device, a.runs)
+    _write_records(records, a.output)
+    for r in records:
+        console.print(f"2^{r['workload']['log2_l']} {r['algorithm']:5} on {r['device']}: {r['median_s'] * 1e3:,.1f} ms, "
+                      f"{r['output_rows']:,} rows, {r['throughput_g_per_s']:.3f} G input rows/s")
+
+
 def cmd_bench_cpu_joins(a):
     from .bench.cpu_joins import CPU_ALGORITHMS, bench_cpu_joins, summary
 
@@ -404,6 +418,15 @@ def build_parser() -> argparse.ArgumentParser:
     bg.add_argument("--seed", type=int, default=42)
     bg.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bg.set_defaults(fn=cmd_bench_out_of_core_group_by)
+
+    bw = bsub.add_parser("join-where", help="join_where's band join |a - b| <= w (paper 000's band workload)")
+    bw.add_argument("--log2-n", default="20", help="comma-separated log2 of |L| = |R|")
+    bw.add_argument("--width", type=int, default=4, help="the band's half width w")
+    bw.add_argument("--algorithm", default="band", help="comma-separated: band, nlj, auto")
+    bw.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bw.add_argument("--runs", type=int, default=3)
+    bw.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+    bw.set_defaults(fn=cmd_bench_join_where)
 
     bc = bsub.add_parser("cpu-joins", help="paper 002: set intersection of unique 32-bit keys vs threads")
     bc.add_argument("--log2-n", default="22,23,24", help="comma-separated log2 of the keys per side")

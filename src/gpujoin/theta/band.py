@@ -3,7 +3,9 @@ on one of its columns and binary-searching, per left row, the contiguous run of 
 the conditions on that column allow (several conditions on the same right column, such as
 ``lo <= t`` and ``t <= hi``, narrow the same run: a band).  The other predicates filter the
 candidates, so the work is the candidates' count, not |L| x |R| (paper 000 §3.2's range match
-on sorted runs; DuckDB's piecewise merge join does the same for one inequality).
+on sorted runs; DuckDB's piecewise merge join does the same for one inequality).  A condition on
+another right column narrows the run too, through the spread of the two columns' difference
+(``_derived``): ``lo <= a <= hi`` with intervals of bounded width is a band on ``lo``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,32 @@ def band_plan(ops: list[str], right_columns: list[str]) -> list[int] | None:
     return max(groups.values(), key=lambda g: (any(ops[i] == "==" for i in g), len(g)))
 
 
+#: Values whose differences int64 holds: bounds are derived only within this range.
+_SAFE = 1 << 61
+
+
+def _derived(xp, lcols, rcols, ops, driver) -> list[tuple]:
+    """Bounds on the driver column D implied by a condition on another right column E: with
+    d = E - D over the right rows in [dmin, dmax], "E >= v" gives "D >= v - dmax" and "E <= v"
+    gives "D <= v - dmin" (as "v op D" pairs).  This makes an interval join such as
+    ``lo <= a and a <= hi`` a band: D = lo runs over [a - max(hi - lo), a], not all of lo <= a."""
+    if not rcols[0].size or not lcols[0].size:
+        return []
+    d_col = rcols[driver[0]]
+    out = []
+    for i, (v, op, e) in enumerate(zip(lcols, ops, rcols)):
+        if i in driver or op == "!=" or e is d_col:
+            continue
+        if max(abs(int(x)) for x in (e.min(), e.max(), d_col.min(), d_col.max(), v.min(), v.max())) >= _SAFE:
+            continue  # differences could overflow: this condition stays a filter only
+        d = e - d_col
+        if op in ("<", "<=", "=="):  # E >= v: D >= v - max(d)
+            out.append((v - int(d.max()), "<="))
+        if op in (">", ">=", "=="):  # E <= v: D <= v - min(d)
+            out.append((v - int(d.min()), ">="))
+    return out
+
+
 def band_join(xp, lcols, rcols, ops, driver: list[int], block_pairs: int = 1 << 24) -> ThetaPairs:
     """The pairs of the conjunction ``lcols[k] ops[k] rcols[k]`` (int64 arrays) whose right
     column under ``driver`` (``band_plan``) is sorted and searched.
@@ -40,8 +68,8 @@ def band_join(xp, lcols, rcols, ops, driver: list[int], block_pairs: int = 1 << 
     sorted_key = key[order]
     lo = xp.zeros(n_l, xp.int64)
     hi = xp.full(n_l, n_r, xp.int64)
-    for i in driver:  # "v op r" bounds r within the sorted run
-        v, op = lcols[i], ops[i]
+    for v, op in [(lcols[i], ops[i]) for i in driver] + _derived(xp, lcols, rcols, ops, driver):
+        # "v op r" bounds r within the sorted run
         if op in ("<", "<=", "=="):  # r > v, r >= v: the run starts at the first such r
             lo = xp.maximum(lo, xp.searchsorted(sorted_key, v, side="right" if op == "<" else "left"))
         if op in (">", ">=", "=="):  # r < v, r <= v: the run ends before the first r past it
