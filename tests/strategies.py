@@ -58,3 +58,13 @@ def join_pair(draw, max_rows=30, key_type="int"):
                              pa.int64())
         tables.append(pa.table(cols))
     return tables[0], tables[1]
+
+
+@st.composite
+def theta_tables(draw, predicates, max_rows=25):
+    """(left, right) Arrow tables with int64 columns a0.. and b0.. (one pair a predicate) for
+    join_where, each of up to ``max_rows`` rows of ``int_keys``."""
+    nl, nr = draw(st.integers(0, max_rows)), draw(st.integers(0, max_rows))
+    left = pa.table({f"a{i}": pa.array(draw(int_keys(nl)), pa.int64()) for i in range(predicates)})
+    right = pa.table({f"b{i}": pa.array(draw(int_keys(nr)), pa.int64()) for i in range(predicates)})
+    return left, right

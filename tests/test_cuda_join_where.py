@@ -12,7 +12,7 @@ import gpujoin
 from gpujoin import col
 from gpujoin.testing import assert_tables_equal
 
-from strategies import int_keys
+from strategies import theta_tables
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -57,9 +57,7 @@ def test_gpu_matches_cpu(op, algorithm, blocks):
 @settings(max_examples=30, deadline=None)
 @given(data=st.data(), ops=st.lists(st.sampled_from(OPS), min_size=1, max_size=3))
 def test_gpu_random_tables(data, ops):
-    nl, nr = data.draw(st.integers(0, 30)), data.draw(st.integers(0, 30))
-    left = pa.table({f"a{i}": pa.array(data.draw(int_keys(nl)), pa.int64()) for i in range(len(ops))})
-    right = pa.table({f"b{i}": pa.array(data.draw(int_keys(nr)), pa.int64()) for i in range(len(ops))})
+    left, right = data.draw(theta_tables(len(ops), max_rows=30))
     p = [_pred(f"a{i}", op, f"b{i}") for i, op in enumerate(ops)]
     assert_tables_equal(gpujoin.join_where(left, right, *p, device="cuda"),
                         gpujoin.join_where(left, right, *p, device="cpu"))

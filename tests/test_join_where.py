@@ -14,7 +14,7 @@ from gpujoin import col
 from gpujoin.errors import ColumnNotFoundError, SchemaError
 from gpujoin.testing import assert_tables_equal
 
-from strategies import EXTREMES, int_keys
+from strategies import EXTREMES, theta_tables
 
 pl = pytest.importorskip("polars")
 OPS = ["<", "<=", ">", ">=", "==", "!="]
@@ -146,9 +146,7 @@ def test_blocks_smaller_than_a_row_s_run(monkeypatch):
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), ops=st.lists(st.sampled_from(OPS), min_size=1, max_size=3))
 def test_random_tables_match_polars(data, ops):
-    nl, nr = data.draw(st.integers(0, 25)), data.draw(st.integers(0, 25))
-    left = pa.table({f"a{i}": pa.array(data.draw(int_keys(nl)), pa.int64()) for i in range(len(ops))})
-    right = pa.table({f"b{i}": pa.array(data.draw(int_keys(nr)), pa.int64()) for i in range(len(ops))})
+    left, right = data.draw(theta_tables(len(ops)))
     preds = [(f"a{i}", op, f"b{i}") for i, op in enumerate(ops)]
     if data.draw(st.booleans()):  # several predicates on one right column: a band
         preds = [(f"a{i}", op, "b0") for i, op in enumerate(ops)]

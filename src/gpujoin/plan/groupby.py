@@ -14,7 +14,7 @@ from ..cpu.groupby import pgb
 from ..cpu.kernels import factorize
 from ..errors import ComputeError, InvalidOperationError
 from ..table import check_columns, combined, is_string_type, on_device, take, to_arrow_table
-from .keys import encode_keys
+from .keys import decimal64, encode_keys, integer_view
 
 FUNCTIONS = ("sum", "count", "size", "min", "max", "mean", "n_unique")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -193,20 +193,13 @@ def _int_values(name: str, arr: pa.Array) -> np.ndarray:
     """int64 values of an integer-like, date, timestamp or decimal column (null slots arbitrary)."""
     t = arr.type
     if pa.types.is_decimal128(t):
-        words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
-        lo, hi = words[0::2], words[1::2]
-        valid = np.asarray(arr.is_valid()) if arr.null_count else slice(None)
-        if not np.array_equal(hi[valid], (lo >> 63)[valid]):
+        lo = decimal64(arr)
+        if lo is None:
             raise ComputeError(f"column {name!r} ({t}) holds values beyond 64 bits, which aggregates do not "
                                f"support yet; cast it to float64 or to a decimal with precision <= 18")
-        return np.ascontiguousarray(lo)
-    if pa.types.is_date32(t):
-        arr = arr.view(pa.int32())
-    elif pa.types.is_timestamp(t):
-        arr = arr.view(pa.int64())
-    elif pa.types.is_boolean(t):
-        arr = arr.cast(pa.int8())
-    elif pa.types.is_uint64(t):
+        return lo
+    arr = integer_view(arr)
+    if pa.types.is_uint64(t):
         try:
             arr = arr.cast(pa.int64())
         except pa.ArrowInvalid:

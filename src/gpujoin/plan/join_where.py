@@ -23,7 +23,7 @@ from ..errors import ColumnNotFoundError, SchemaError
 from ..expr import FLIPPED, Predicate, predicates_of
 from ..table import combined, to_arrow_table
 from .join import JoinStats, _materialize
-from .keys import cast_key, key_kind, promote_key_types
+from .keys import cast_key, decimal64, integer_view, key_kind, promote_key_types
 
 ALGORITHMS = ("auto", "nlj", "band")
 #: Candidate pairs a block on the CPU (about 64 bytes of temporaries each); on the GPU a 512th
@@ -65,18 +65,11 @@ def _ordered(arr: pa.Array) -> np.ndarray:
         bits = np.where(np.isnan(x), np.nan, x).view(np.int64)  # one NaN, above +inf
         return bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))  # negative floats in reverse
     if pa.types.is_decimal128(t):
-        words = np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
-        lo, hi = words[0::2], words[1::2]
-        valid = np.asarray(arr.is_valid()) if arr.null_count else slice(None)
-        if not np.array_equal(hi[valid], (lo >> 63)[valid]):
+        lo = decimal64(arr)
+        if lo is None:
             raise SchemaError(f"join_where compares decimals of at most 18 digits; {t} holds larger values")
-        return np.ascontiguousarray(lo)
-    if pa.types.is_boolean(t):
-        arr = arr.cast(pa.int8())
-    elif pa.types.is_date32(t):
-        arr = arr.view(pa.int32())
-    elif pa.types.is_timestamp(t):
-        arr = arr.view(pa.int64())
+        return lo
+    arr = integer_view(arr)
     x = (arr.fill_null(0) if arr.null_count else arr).to_numpy(zero_copy_only=False)
     if x.dtype == np.uint64:  # order of unsigned values as signed: flip the top bit
         return (x ^ np.uint64(1 << 63)).view(np.int64)

@@ -99,6 +99,28 @@ def _validity(arr: pa.Array) -> np.ndarray | None:
     return np.asarray(arr.is_valid()) if arr.null_count else None
 
 
+def integer_view(arr: pa.Array) -> pa.Array:
+    """The integers behind a date32 (days), timestamp (its unit) or boolean (0/1) column, in the
+    same order; any other column itself."""
+    t = arr.type
+    if pa.types.is_date32(t):
+        return arr.view(pa.int32())
+    if pa.types.is_timestamp(t):
+        return arr.view(pa.int64())
+    if pa.types.is_boolean(t):
+        return arr.cast(pa.int8())
+    return arr
+
+
+def decimal64(arr: pa.Array) -> np.ndarray | None:
+    """The int64 unscaled values of a decimal128 column when every value fits in 64 bits (null
+    slots arbitrary), else None."""
+    words = np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
+    lo, hi = words[0::2], words[1::2]
+    valid = np.asarray(arr.is_valid()) if arr.null_count else slice(None)
+    return np.ascontiguousarray(lo) if np.array_equal(hi[valid], (lo >> 63)[valid]) else None
+
+
 def physical(arr: pa.Array) -> list[np.ndarray]:
     """The int64 column(s) whose equality is the key's equality (fixed-width types only).
 
@@ -113,12 +135,7 @@ def physical(arr: pa.Array) -> list[np.ndarray]:
         x = arr.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 + 0.0 == +0.0
         x = np.where(np.isnan(x), np.nan, x)  # one NaN bit pattern
         return [x.view(np.int64)]
-    if pa.types.is_boolean(t):
-        return [np.asarray(arr.cast(pa.int8()).fill_null(0)).astype(np.int64)]
-    if pa.types.is_date32(t):
-        arr = arr.view(pa.int32())
-    elif pa.types.is_timestamp(t):
-        arr = arr.view(pa.int64())
+    arr = integer_view(arr)
     x = arr.to_numpy(zero_copy_only=False) if arr.null_count == 0 else arr.fill_null(0).to_numpy()
     if x.dtype == np.uint64:
         return [x.view(np.int64)]
