@@ -66,8 +66,8 @@ def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, b
     """GPU memory PHJ takes beyond its inputs, at its peak, with an output guess of one row a
     probe row: the partitioned build side, while the probe side is partitioned (an LSD radix
     partition of more than one pass holds its input's copy and output at once), or both
-    partitioned sides with the match's flags and output.  For 8-byte rows joined 1:1 (TR) the
-    peak is 2.5x the inputs."""
+    partitioned sides with the match's flags and output.  On an H200, a 1:1 join (TR) whose
+    output carries the key peaked at 2.75x its inputs (docs/BENCHMARKS.md); 2.5x without the key."""
     nb, np_ = bk.size, pk.size
     passes = len(_passes(Digits(bits=bits)))
     kb = bk.dtype.itemsize
