@@ -198,41 +198,65 @@ def d2d_async(dst, src, stream) -> None:
 
 class Downloader:
     """Device arrays to pageable host arrays through two reused pinned slots: the DMA of one
-    segment (copy-out stream, at the link's rate) overlaps the threads' copy of the previous one
-    out of the other slot (a plain copy to pageable memory ran at 7-8 GB/s on the H200 machine)."""
+    segment (copy-out stream, at the link's rate) overlaps the host's copy of the previous one
+    out of the other slot (a plain copy to pageable memory ran at 7-8 GB/s on the H200 machine).
+
+    ``get(..., wait=False)`` returns once the copies are enqueued: a worker thread waits for each
+    segment's DMA and copies it out of its slot, so the caller's next GPU work overlaps them
+    (paper 000's copy-out stream); ``flush()`` waits for all of them.  The device arrays stay
+    referenced until their DMA is done (the pool must not hand their memory to other work)."""
 
     def __init__(self, streams: Streams, slot_bytes: int = 64 << 20):
+        import cupy as cp
+
         self.streams = streams
         self._slots = [pinned_empty(_aligned(slot_bytes), np.uint8) for _ in range(2)]
+        self._busy = [None, None]  # the worker's copy still reading each slot
+        self._next = 0
+        self._pending: list = []
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpujoin-download")
+        self._device = cp.cuda.Device().id
         self.bytes = 0
 
-    def get(self, arrays: list, outs: list[np.ndarray] | None = None) -> list[np.ndarray]:
+    def _copy_out(self, event, slot, dst, keep) -> None:
+        import cupy as cp
+
+        with cp.cuda.Device(self._device):
+            event.synchronize()
+        parallel_copy(dst, slot)
+
+    def get(self, arrays: list, outs: list[np.ndarray] | None = None, wait: bool = True) -> list[np.ndarray]:
         """Host copies of ``arrays`` (CuPy, written by work on the compute stream), into ``outs``
-        (host arrays of the same sizes and dtypes) when given."""
+        (host arrays of the same sizes and dtypes) when given; with ``wait=False`` they are
+        complete only after :meth:`flush`."""
         stream = self.streams.copy_out
         stream.wait_event(record(self.streams.compute))
         outs = [np.empty(a.shape, a.dtype) for a in arrays] if outs is None else outs
         size = self._slots[0].nbytes
-        segments = []  # (source bytes, destination bytes) of at most one slot
         for a, out in zip(arrays, outs):
-            if a.nbytes:
-                flat, dst = a.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8)
-                segments += [(flat[lo:lo + size], dst[lo:lo + size]) for lo in range(0, a.nbytes, size)]
-        prev = None
-        for i in range(len(segments) + 1):
-            cur = None
-            if i < len(segments):  # this segment's DMA overlaps the copy out of the previous one
-                src, dst = segments[i]
-                slot = self._slots[i % 2][:src.nbytes]
+            if not a.nbytes:
+                continue
+            flat, dst = a.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8)
+            for lo in range(0, a.nbytes, size):
+                s = self._next
+                self._next ^= 1
+                if self._busy[s] is not None:
+                    self._busy[s].result()  # the slot's previous segment has left it
+                src = flat[lo:lo + size]
+                slot = self._slots[s][:src.nbytes]
                 download_async(slot, src, stream)
-                cur = (record(stream), slot, dst)
-            if prev is not None:
-                pev, pslot, pdst = prev
-                pev.synchronize()
-                parallel_copy(pdst, pslot)
-            prev = cur
+                self._busy[s] = self._worker.submit(self._copy_out, record(stream), slot, dst[lo:lo + size], a)
+                self._pending.append(self._busy[s])
         self.bytes += sum(a.nbytes for a in arrays)
+        if wait:
+            self.flush()
         return outs
+
+    def flush(self) -> None:
+        """Wait until every enqueued copy has reached its host array (and raise its error)."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
 
 
 def download_async(dst: np.ndarray, src, stream) -> None:

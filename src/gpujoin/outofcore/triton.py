@@ -178,6 +178,8 @@ class _Sink:
         if self.consumer is not None:
             self._emit(n, targets)
             return
+        if any(col.n + n > col.values.size for col, _ in targets):
+            self.downloader.flush()  # a column about to grow: its pending copies land first
         srcs, dsts = [], []
         masks = []
         for col, src in targets:
@@ -194,8 +196,9 @@ class _Sink:
                         col.valid = np.ones(col.values.size, bool)
                     masks.append((mask, col.valid[lo:lo + n]))
             col.n += n
+        # the copies out of the pinned slots overlap the next block's join (flushed in columns())
         self.downloader.get(srcs + [m.view(np.uint8) if m.dtype != np.uint8 else m for m, _ in masks],
-                            dsts + [d.view(np.uint8) for _, d in masks])
+                            dsts + [d.view(np.uint8) for _, d in masks], wait=False)
 
     def _emit(self, n: int, targets) -> None:
         """A block into fresh host arrays, handed to the consumer: (n, key or None, build
@@ -220,6 +223,7 @@ class _Sink:
         self.consumer(n, key, cols[:len(self.build)], cols[len(self.build):])
 
     def columns(self):
+        self.downloader.flush()
         key = self.key.finish()[0] if self.key is not None else None
         return key, [c.finish() for c in self.build], [c.finish() for c in self.probe]
 
