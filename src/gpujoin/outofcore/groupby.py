@@ -176,5 +176,6 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
              "budget_bytes": placement.budget, "cache_bytes": rel.bytes(True), "spill_bytes": rel.bytes(False),
              "h2d_bytes": transfer.h2d, "d2h_bytes": transfer.d2h, "partition_algorithms": sorted(chosen),
              "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
-             "phases": {"pass1": t1 - t0, "pass2": t2 - t1, **{f"pass2_{k}": v for k, v in spent.items()}}}
+             "phases": {"pass1": t1 - t0, "pass2": t2 - t1, **{f"pass2_{k}": v for k, v in spent.items()}},
+             "predicted_phases": placement.predict()}
     return gkeys, merged, stats

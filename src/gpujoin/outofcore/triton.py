@@ -355,6 +355,9 @@ class TritonJoin:
         pl = self.placement
         nb, np_ = build_cols[0].size, probe_cols[0].size
         guess = {"inner": np_, "probe_outer": np_, "full": np_ + nb, "semi": np_, "anti": np_}[mode]
+        out_width = (build_cols[0].itemsize if self.emit_keys else 0) + sum(c.itemsize for c in probe_cols[1:]) + \
+            (sum(c.itemsize for c in build_cols[1:]) if mode not in ("semi", "anti") else 0)
+        out_bytes = guess * out_width  # the output the prediction expects: one row a probe row
         self.sink = _Sink(build_cols[0].dtype, [c.dtype for c in build_cols[1:]], [c.dtype for c in probe_cols[1:]],
                           self.emit_keys, self.aggregate, Downloader(self.streams), guess, self.consumer)
         t0 = time.perf_counter()
@@ -400,7 +403,8 @@ class TritonJoin:
                  "d2h_bytes": self.transfer.d2h + self.sink.bytes, "blocks": self.blocks,
                  "split_partitions": self.split_partitions, "streams": self.streams.count,
                  "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
-                 "phases": dict(self.transfer.phases)}
+                 "phases": dict(self.transfer.phases),
+                 "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes)}
         return JoinResult(key, bcols, pcols, self.sink.rows, self.sink.total if self.aggregate else None, stats)
 
     def _pass2(self, R: PartitionedRelation, S: PartitionedRelation, mode: str) -> None:

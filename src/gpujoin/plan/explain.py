@@ -59,7 +59,7 @@ class Plan:
             for k, v in self.placement.items():
                 if k.endswith("_bytes"):
                     v = f"{v / 2**30:.3f} GiB"
-                elif k == "phases":
+                elif k in ("phases", "predicted_phases"):
                     v = ", ".join(f"{a} {b * 1e3:.1f} ms" for a, b in v.items())
                 lines.append(f"  {k:16} {_fmt(v)}")
         return "\n".join(lines)
@@ -67,7 +67,8 @@ class Plan:
 
 #: What JoinStats.params / GroupByStats.params say of the placement (plan.placement, outofcore/).
 PLACEMENT_KEYS = ("placement", "pass1_bits", "chunk_rows", "budget_bytes", "cache_bytes", "spill_bytes",
-                  "h2d_bytes", "d2h_bytes", "peak_gpu_bytes", "split_partitions", "streams", "phases")
+                  "h2d_bytes", "d2h_bytes", "peak_gpu_bytes", "split_partitions", "streams", "phases",
+                  "predicted_phases")
 
 
 def _placement(params: dict) -> dict:

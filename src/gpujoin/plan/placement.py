@@ -23,6 +23,11 @@ PASS1_FACTOR = 5.0
 #: Largest pass-1 chunk (more does not help a DMA, smaller chunks start the pipeline sooner, and
 #: its two pinned staging slots are pinned once a process: about 0.4 s a GiB).
 MAX_CHUNK_BYTES = 512 << 20
+#: Rates of :meth:`Placement.predict`, bytes/s, measured on the H200 machine (docs/BENCHMARKS.md,
+#: issue 14): pinned PCIe 5 each way; the host's copy of pageable input into pinned staging on 16
+#: threads (pass 1); its copy out of the pinned slots into fresh pageable columns (the output);
+#: the in-core joins of pass 2 over their input bytes (2^30 x 2^30 16-byte tuples: 0.1 s).
+PCIE_BPS, HOST_IN_BPS, HOST_OUT_BPS, GPU_JOIN_BPS = 55e9, 30e9, 18e9, 300e9
 #: Room left for CuPy's rounding, the kernels' counters and the output guess of one block
 #: (an eighth of smaller budgets: the tests run with a few MiB).
 SLACK = 64 << 20
@@ -55,6 +60,15 @@ class Placement:
     @property
     def spill_bytes(self) -> int:
         return max(0, self.input_bytes - self.cache_bytes)
+
+    def predict(self, output_bytes: int = 0) -> dict[str, float]:
+        """Seconds of pass 1 and pass 2 on the streaming path: the inputs cross once at the
+        slower of PCIe and the host's staging copy, the spill comes back over PCIe, the GPU joins
+        each partition pair, and ``output_bytes`` leave through the pinned slots into host
+        columns (paper 004's transfer-bound model with this host's copy rates)."""
+        pass1 = self.input_bytes / min(PCIE_BPS, HOST_IN_BPS)
+        pass2 = self.spill_bytes / PCIE_BPS + self.input_bytes / GPU_JOIN_BPS
+        return {"pass1": pass1, "pass2": pass2 + output_bytes / min(PCIE_BPS, HOST_OUT_BPS)}
 
 
 def plan_placement(rows: list[int], widths: list[int], budget: int, *, bits: int | None = None,
