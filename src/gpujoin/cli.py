@@ -106,6 +106,63 @@ def cmd_group_by(a):
     console.print(f"wrote {out.num_rows} groups to {a.output}")
 
 
+def cmd_dist_model(a):
+    from dataclasses import replace
+
+    from .dist import model as m
+
+    rates = replace(m.H200, **{k: v for k, v in dict(
+        inter_Bps=a.inter_node_GBps and a.inter_node_GBps * 1e9, intra_Bps=a.intra_node_GBps and a.intra_node_GBps * 1e9,
+        alpha_s=a.message_us is not None and a.message_us * 1e-6, partition_Bps=a.partition_GBps and a.partition_GBps * 1e9,
+        join_tuples_per_s=a.join_gtuples and a.join_gtuples * 1e9).items() if v})
+    base = m.TPCH if a.workload == "tpch" else m.RANDOM
+    if a.rows_per_gpu:
+        base = replace(base, left_rows=a.rows_per_gpu, right_rows=a.rows_per_gpu)
+    ratios = [1.0] + ([a.compression_ratio] if a.compression_ratio and a.compression_ratio != 1.0 else [])
+    phases = ["partition", "compress", "all-to-all", "decompress", "local join"]
+    short = {"partition": "part", "compress": "comp", "all-to-all": "a2a", "decompress": "decomp", "local join": "join"}
+    t = RichTable(title=f"paper 001's join, {a.workload} workload, {base.left_rows / 1e6:,.0f}M x "
+                        f"{base.right_rows / 1e6:,.0f}M rows a GPU (model; per-phase ms on every GPU)")
+    for c in ["GPUs", "shuffle", "ratio"] + [short[p] for p in phases] + ["total", "G tuples/s"]:
+        t.add_column(c, justify="right")
+    for g in [int(x) for x in _csv_list(a.gpus)]:
+        for shuffle in _csv_list(a.shuffle):
+            for ratio in ratios:
+                r = m.predict(replace(base, compression=ratio), g, a.gpus_per_node, rates, shuffle)
+                t.add_row(str(g), shuffle.replace("-level", "-lvl"), f"{ratio:g}x" if ratio != 1.0 else "none",
+                          *[f"{r['phases'][p] * 1e3:,.1f}" for p in phases], f"{r['total_s'] * 1e3:,.1f}",
+                          f"{r['tuples_per_s'] / 1e9:,.1f}")
+    console.print(t)
+    console.print("rates: " + ", ".join(f"{k} {v:.3g}" for k, v in m.rates_dict(rates).items()))
+    # beside paper 001's figures, at the paper's scales (8 GPUs a node), with these rates
+    P = m.PAPER
+    fig6 = m.predict(m.RANDOM, 1024, 8, rates)["tuples_per_s"]
+    cross = m.crossover(512, 8, rates)
+    alpha = m.alpha_for_crossover(P["fig7_crossover_rows_512"], 512, 8, rates)
+    tp_u = m.predict(m.TPCH, 1024, 8, rates)
+    tp_c = m.predict(replace(m.TPCH, compression=a.tpch_ratio), 1024, 8, rates)
+    c = RichTable(title="the model beside paper 001 (1,024 A100s, 200 Gb/s HDR InfiniBand)")
+    for col in ("figure", "paper", "model", "model / paper"):
+        c.add_column(col, justify="right" if col != "figure" else "left")
+    rows = [("Fig. 6 random, 1024 GPUs, G tuples/s", P["fig6_random_1024_one_level_tuples_per_s"] / 1e9, fig6 / 1e9),
+            ("Fig. 7 crossover at 512 GPUs, M rows a GPU", P["fig7_crossover_rows_512"] / 1e6, cross / 1e6),
+            ("Fig. 8 TPC-H uncompressed, G tuples/s", P["fig8_tpch_1024_uncompressed_tuples_per_s"] / 1e9,
+             tp_u["tuples_per_s"] / 1e9),
+            (f"Fig. 8 TPC-H compressed ({a.tpch_ratio:g}x), G tuples/s", P["fig8_tpch_1024_compressed_tuples_per_s"] / 1e9,
+             tp_c["tuples_per_s"] / 1e9),
+            ("Fig. 8 speedup from compression", P["fig8_tpch_1024_compressed_tuples_per_s"] /
+             P["fig8_tpch_1024_uncompressed_tuples_per_s"], tp_c["tuples_per_s"] / tp_u["tuples_per_s"]),
+            ("Fig. 9 TPC-H all-to-all uncompressed, ms", P["fig9_all_to_all_uncompressed_s"] * 1e3,
+             tp_u["phases"]["all-to-all"] * 1e3),
+            ("Fig. 9 TPC-H all-to-all compressed, ms", P["fig9_all_to_all_compressed_s"] * 1e3,
+             tp_c["phases"]["all-to-all"] * 1e3)]
+    for name, paper, model in rows:
+        c.add_row(name, f"{paper:,.2f}", f"{model:,.2f}", f"{model / paper:.2f}" if paper else "")
+    console.print(c)
+    if alpha is not None:
+        console.print(f"a per-message time of {alpha * 1e6:.1f} us puts the model's crossover at the paper's 25M rows")
+
+
 def cmd_calibrate(a):
     from .plan.calibrate import cache_file, calibrate
 
@@ -442,6 +499,26 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("file")
     bp.add_argument("-o", "--output", required=True)
     bp.set_defaults(fn=cmd_bench)
+
+    d = sub.add_parser("dist", help="distributed joins (paper 001)")
+    dsub = d.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    dm = dsub.add_parser("model", help="predict the one- and two-level joins' phases at any scale")
+    dm.add_argument("--gpus", default="8,64,512,1024", help="comma-separated GPU counts")
+    dm.add_argument("--gpus-per-node", type=int, default=8)
+    dm.add_argument("--inter-node-GBps", type=float, help="bytes a GPU sends to other nodes, GB/s (default 25: "
+                    "200 Gb/s HDR)")
+    dm.add_argument("--intra-node-GBps", type=float, help="all-to-all GB/s sent per GPU within a node (default "
+                    "337, measured between two H200s)")
+    dm.add_argument("--message-us", type=float, help="microseconds a message of an all-to-all (default 10)")
+    dm.add_argument("--partition-GBps", type=float, help="one radix-partition pass, GB/s (default 610, H200)")
+    dm.add_argument("--join-gtuples", type=float, help="local join, G input tuples/s (default 14.8, H200 PHJ-TR)")
+    dm.add_argument("--workload", default="random", choices=["random", "tpch"])
+    dm.add_argument("--rows-per-gpu", type=float, help="rows of each table a GPU (default: the paper's)")
+    dm.add_argument("--compression-ratio", type=float, help="also model the inter-node bytes compressed this much")
+    dm.add_argument("--tpch-ratio", type=float, default=3.9, help="TPC-H compression ratio for the Fig. 8 check "
+                    "(default 3.9: Fig. 9's all-to-all, 648 ms against 167)")
+    dm.add_argument("--shuffle", default="one-level,two-level")
+    dm.set_defaults(fn=cmd_dist_model)
 
     c = sub.add_parser("calibrate", help="measure this GPU's bandwidths for the cost models (cached)")
     c.add_argument("--force", action="store_true", help="measure again even when cached")
