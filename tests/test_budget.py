@@ -148,3 +148,16 @@ def test_placement_predicts_the_streaming_path_from_its_bytes():
     assert table["pass1"] == sum_mode["pass1"] and table["pass2"] > sum_mode["pass2"] + 1.0
     in_core = plan_placement([1 << 20] * 2, [16, 16], 16 * 10**9)
     assert in_core.spill_bytes == 0 and in_core.predict()["pass2"] < 1e-3
+
+
+def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
+    """A cross join, and a many-to-many join of all-equal keys, of 3,000 x 3,000 rows (9M output
+    rows) under a 1 MB host: MemoryError naming the rows, before anything of that size exists."""
+    t = gpujoin.Table({"k": np.zeros(3000, np.int64), "v": np.arange(3000)}).to_arrow()
+    monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "1MB")
+    with pytest.raises(MemoryError, match="9,000,000 rows"):
+        gpujoin.join(t, t, how="cross", device="cpu")
+    with pytest.raises(MemoryError, match="9,000,000 output rows"):
+        gpujoin.join(t, t, on="k", device="cpu")
+    monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "100GB")
+    assert gpujoin.join(t.slice(0, 30), t.slice(0, 30), on="k", device="cpu").num_rows == 900

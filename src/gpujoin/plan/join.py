@@ -143,6 +143,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
 
     if how == "cross":
         nl, nr = lt.num_rows, rt.num_rows
+        _check_output(nl * nr, lt, rt, lt.column_names, rt.column_names, "the cross join")
         lidx = np.repeat(np.arange(nl, dtype=np.int64), nr)
         ridx = np.tile(np.arange(nr, dtype=np.int64), nl)
         stats.phases["transform"] = stats.phases["match"] = 0.0
@@ -165,6 +166,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo, limit)
         stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()
+    _check_output(lidx.size, lt, rt, lt.column_names, rt.column_names if ridx is not None else [], "the join")
     out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
     stats.phases["materialize"] = time.perf_counter() - t2
     stats.output_rows = out.num_rows
@@ -190,6 +192,17 @@ def _auto_cpu_join(how: str, lkeys: np.ndarray, rkeys: np.ndarray) -> str:
                     for k in (lkeys, rkeys))
     return "bucket" if in_domain else "phj"
 
+
+
+def _check_output(rows: int, lt: pa.Table, rt: pa.Table, lcols: list[str], rcols: list[str], what: str) -> None:
+    """MemoryError before ``rows`` output rows of these columns are built when host memory cannot
+    hold them (bytes a row: each column's average; rather a clear error than the kernel's OOM killer)."""
+    from ..outofcore.budget import check_host
+
+    per_row = sum(lt.column(c).nbytes / max(1, lt.num_rows) for c in lcols) + \
+        sum(rt.column(c).nbytes / max(1, rt.num_rows) for c in rcols)
+    check_host(int(rows * per_row), f"{what}'s output of {rows:,} rows",
+               "filter the inputs, select fewer columns, ask for less (how='semi'), or write it with sink=")
 
 
 def _rows(valid, n) -> np.ndarray:
