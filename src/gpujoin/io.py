@@ -100,11 +100,10 @@ class BatchWriter:
     def __init__(self, path: str | Path, rows: int = WRITE_ROWS):
         self.path = Path(path)
         self.format = FORMATS.get(self.path.suffix.lower()) or file_format(self.path)
-        folder = self.path.parent if str(self.path.parent) else Path(".")
-        if not folder.is_dir():
-            raise FileNotFoundError(f"output folder does not exist: {folder}")
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
-        os.close(fd)
+        self.folder = self.path.parent if str(self.path.parent) else Path(".")
+        if not self.folder.is_dir():
+            raise FileNotFoundError(f"output folder does not exist: {self.folder}")
+        self.tmp = None  # made on entering the with block, so that its exit always removes it
         self.rows_per_write = rows
         self.rows = 0
         self._writer = None
@@ -154,11 +153,17 @@ class BatchWriter:
             except Exception:  # noqa: BLE001 - the file is removed next either way
                 pass
             self._writer = None
-        if os.path.exists(self.tmp):
+        if self.tmp is not None and os.path.exists(self.tmp):
             os.unlink(self.tmp)
         self._done = True
 
     def __enter__(self) -> BatchWriter:
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.folder)
+            os.close(fd)
+        except BaseException:  # Ctrl-C between the two: the file must not stay
+            self.abort()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
