@@ -1,0 +1,97 @@
+"""Paper 000's transfer-cost models (Eqs. 1-7) of its multi-GPU joins of host-resident tables.
+
+Each model counts the bytes an algorithm moves between host and GPUs (and between GPUs) and
+turns them into seconds with the links' bandwidths; in-core compute is left out, as in the
+paper (§3.4: transfers dominate out of core).  Sizes are in bytes, bandwidths in bytes a second.
+
+- ``nl`` (block nested loop, §3.1): R is split into M chunks; every R chunk meets all of S.
+  Without peer-to-peer copies S is read from the host once per R chunk (Eq. 1: |R| + M|S|); with
+  the ring, each S chunk is read from the host by one GPU and passed to the D - 1 others over
+  peer links (Eq. 2: |R| + (M/D)|S| host bytes, M|S|(D - 1)/D peer bytes); with the D peer
+  links working at once the peer term counts 1/D of that (Eq. 3).
+- ``gsm`` (global sort-merge, §3.2): run generation reads and writes both tables (2(|R| + |S|)
+  at the duplex rate), log2 M and log2 N merge rounds each read and write them again, and the
+  final merge join reads them once (Eqs. 4-5).
+- ``hybrid`` (radix partition, then per-partition sort-merge, §3.3): the partition pass reads
+  and writes both tables (duplex), the join reads them once (Eqs. 6-7).
+
+Where this project's hardware differs from the paper's one shared PCIe 3 tree: each GPU of an
+H200 host has its own PCIe 5 x16 link, so the host term divides by D when the host's memory keeps
+up (``host_links=D``); the paper's single tree is ``host_links=1``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALGORITHMS = ("nl", "gsm", "hybrid")
+
+
+@dataclass(frozen=True)
+class Links:
+    """Bandwidths of one machine, bytes a second: ``h2d`` one way between host and one GPU,
+    ``duplex`` both ways at once (the paper measured 12 and 22 GB/s on PCIe 3), ``p2p`` one way
+    between two GPUs; ``host_links`` how many GPUs reach the host at ``h2d`` at once."""
+
+    h2d: float
+    duplex: float
+    p2p: float
+    host_links: int = 1
+
+
+#: An H200 host (ANCHORS.md, docs/BENCHMARKS.md): pinned PCIe 5 55.3 GB/s each way, both ways at
+#: once about twice that (the copy-out and copy-in streams overlapped at full rate), a device-to-
+#: peer copy over NVLink 396 GB/s; each GPU on a link of its own.
+H200_HOST = Links(h2d=55.3e9, duplex=110e9, p2p=396e9, host_links=8)
+
+
+def transfer_bytes(algorithm: str, r: float, s: float, m: int, n: int, gpus: int, p2p: bool = True) -> dict:
+    """Bytes moved by ``algorithm`` on |R| = ``r`` and |S| = ``s`` bytes split into ``m`` and ``n``
+    chunks on ``gpus`` GPUs: {"host": one-way host bytes, "duplex": host bytes moved both ways at
+    once, "p2p": peer bytes} (paper 000 Eqs. 1, 2, 4, 6).
+
+    Raises
+    ------
+    ValueError
+        An unknown algorithm, or fewer than one chunk or GPU.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown multi-GPU join {algorithm!r}; valid: {list(ALGORITHMS)}")
+    if min(m, n, gpus) < 1:
+        raise ValueError("chunk counts and GPUs must be at least 1")
+    d = gpus
+    if algorithm == "nl":
+        if not p2p or d == 1:
+            return {"host": r + m * s, "duplex": 0.0, "p2p": 0.0}  # Eq. 1
+        return {"host": r + (m / d) * s, "duplex": 0.0, "p2p": m * s * (d - 1) / d}  # Eq. 2
+    if algorithm == "gsm":
+        merge = r * math.log2(m) + s * math.log2(n)
+        return {"host": r + s, "duplex": 2 * (r + s) + 2 * merge, "p2p": 0.0}  # Eq. 4
+    return {"host": r + s, "duplex": 2 * (r + s), "p2p": 0.0}  # Eq. 6
+
+
+def transfer_seconds(algorithm: str, r: float, s: float, m: int, n: int, gpus: int, links: Links,
+                     p2p: bool = True) -> float:
+    """Seconds of ``transfer_bytes`` over ``links`` (paper 000 Eqs. 3, 5, 7): duplex bytes at the
+    duplex rate (a read and a write overlap: half the bytes each way), one-way bytes at ``h2d``,
+    both over min(gpus, host_links) host links; peer bytes over the D links of the ring at once."""
+    b = transfer_bytes(algorithm, r, s, m, n, gpus, p2p)
+    links_used = max(1, min(gpus, links.host_links))
+    host = b["host"] / (links.h2d * links_used) + b["duplex"] / (links.duplex * links_used)
+    peer = b["p2p"] / (links.p2p * gpus) if b["p2p"] else 0.0  # Eq. 3: D links in parallel
+    return host + peer
+
+
+def choose(r: float, s: float, m: int, n: int, gpus: int, links: Links, algorithms=ALGORITHMS,
+           equi: bool = True) -> tuple[str, dict[str, float]]:
+    """The algorithm with the least predicted transfer time, and every candidate's prediction;
+    ``hybrid`` only answers equi-joins (and integer ranges), ``nl`` any θ."""
+    cands = [a for a in algorithms if equi or a != "hybrid"]
+    pred = {a: transfer_seconds(a, r, s, m, n, gpus, links) for a in cands}
+    return min(pred, key=pred.get), pred
+
+
+def nl_ring_gain(gpus: int) -> float:
+    """Paper 000 §3.1's improvement of the ring over host reads, |R| ignored: D^2 / (2D - 1)."""
+    return gpus * gpus / (2 * gpus - 1)

@@ -1,0 +1,42 @@
+"""Paper 000's transfer-cost models (Eqs. 1-7), issue 15 item 3's arithmetic."""
+
+import math
+
+import pytest
+
+from gpujoin.plan import multi_gpu_cost as mc
+
+PAPER = mc.Links(h2d=12e9, duplex=22e9, p2p=12e9, host_links=1)  # paper 000's PCIe 3 figures
+
+
+def test_nl_ring_matches_eqs_1_to_3():
+    r = s = 8e9
+    m, d = 8, 4
+    assert mc.transfer_bytes("nl", r, s, m, m, d, p2p=False)["host"] == r + m * s  # Eq. 1
+    b = mc.transfer_bytes("nl", r, s, m, m, d)
+    assert b["host"] == r + m / d * s and b["p2p"] == m * s * (d - 1) / d  # Eq. 2
+    t = mc.transfer_seconds("nl", 0.0, s, m, m, d, PAPER)
+    assert t == pytest.approx(m * s * (2 * d - 1) / d**2 / PAPER.h2d)  # Eq. 3
+    no_ring = mc.transfer_seconds("nl", 0.0, s, m, m, d, PAPER, p2p=False)
+    assert no_ring / t == pytest.approx(mc.nl_ring_gain(d))
+
+
+def test_gsm_and_hybrid_match_eqs_4_to_7():
+    r, s, m, n = 4e9, 8e9, 16, 32
+    b = mc.transfer_bytes("gsm", r, s, m, n, 2)
+    assert b["host"] + b["duplex"] == 3 * (r + s) + 2 * (r * math.log2(m) + s * math.log2(n))  # Eq. 4
+    assert mc.transfer_seconds("gsm", r, s, m, n, 2, PAPER) == pytest.approx(
+        (r + s) / PAPER.h2d + (2 * (r + s) + 2 * (r * 4 + s * 5)) / PAPER.duplex)
+    h = mc.transfer_bytes("hybrid", r, s, m, n, 2)
+    assert h["host"] + h["duplex"] == 3 * (r + s)  # Eq. 6
+    # Eq. 7 with the paper's footnote: duplex at 22 GB/s against 12 one way
+    assert mc.transfer_seconds("hybrid", r, s, m, n, 2, PAPER) == pytest.approx((r + s) / 12e9 + 2 * (r + s) / 22e9)
+
+
+def test_choice_prefers_hybrid_for_equi_joins_and_nl_is_the_theta_fallback():
+    best, pred = mc.choose(16e9, 16e9, 32, 32, 2, mc.H200_HOST)
+    assert best == "hybrid" and pred["hybrid"] < pred["gsm"] < pred["nl"]
+    best, pred = mc.choose(16e9, 16e9, 32, 32, 2, mc.H200_HOST, equi=False)
+    assert "hybrid" not in pred
+    with pytest.raises(ValueError, match="unknown"):
+        mc.transfer_bytes("ring", 1, 1, 1, 1, 1)
