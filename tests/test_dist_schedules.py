@@ -1,0 +1,67 @@
+"""The multi-GPU joins' host-side plans (issue 15): paper 000's ring schedule and the merge-path
+cuts of the global sort-merge join, with duplicates and bands across the cuts."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gpujoin.dist.merge_path import join_ranges, split
+from gpujoin.dist.nested_loop import ring_schedule
+
+
+@pytest.mark.parametrize("m,n,d", [(1, 1, 1), (4, 4, 2), (8, 8, 4), (5, 7, 2), (3, 10, 4), (7, 2, 3), (2, 9, 8)])
+def test_ring_joins_every_chunk_pair_once(m, n, d):
+    rounds = ring_schedule(m, n, d)
+    pairs = [(st_.r, st_.s) for rnd in rounds for st_ in rnd]
+    assert sorted(pairs) == [(i, j) for i in range(m) for j in range(n)]
+    for rnd in rounds:  # a GPU does one thing a round, and keeps its R chunk
+        assert len({x.gpu for x in rnd}) == len(rnd)
+        assert all(x.r % d == x.gpu for x in rnd)
+    host = sum(1 for rnd in rounds for x in rnd if x.source is None)
+    groups = -(-m // d)
+    assert host == sum(n for _ in range(groups))  # S crosses PCIe once a group of R chunks
+    held = {}  # a peer step receives what the previous GPU held the round before
+    for rnd in rounds:
+        now = {x.gpu: x.s for x in rnd}
+        for x in rnd:
+            if x.source is not None:
+                assert held.get(x.source) == x.s
+        held = now
+
+
+def test_ring_refuses_nothing_to_do():
+    with pytest.raises(ValueError, match="at least one"):
+        ring_schedule(0, 3, 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.lists(st.integers(-5, 5), max_size=30), b=st.lists(st.integers(-5, 5), max_size=30),
+       data=st.data())
+def test_split_is_the_merge_prefix(a, b, data):
+    a, b = np.sort(np.array(a, np.int64)), np.sort(np.array(b, np.int64))
+    diag = data.draw(st.integers(0, a.size + b.size))
+    i, j = split(a, b, diag)
+    assert i + j == diag
+    merged = np.sort(np.concatenate([a, b]), kind="stable")
+    assert sorted(np.concatenate([a[:i], b[:j]]).tolist()) == merged[:diag].tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(r=st.lists(st.integers(-20, 20), max_size=40), s=st.lists(st.integers(-20, 20), max_size=40),
+       parts=st.integers(1, 6), band=st.integers(0, 4), extreme=st.booleans())
+def test_join_ranges_find_every_pair_once(r, s, parts, band, extreme):
+    r, s = np.sort(np.array(r, np.int64)), np.sort(np.array(s, np.int64))
+    if extreme:  # keys at the ends of int64: the band must not wrap around
+        r = np.sort(np.concatenate([r, [np.iinfo(np.int64).min, np.iinfo(np.int64).max]]))
+        s = np.sort(np.concatenate([s, [np.iinfo(np.int64).min + 1, np.iinfo(np.int64).max - 1]]))
+    pieces = join_ranges(r, s, parts, band)
+    assert len(pieces) <= parts
+    covered = [i for lo, hi, _, _ in pieces for i in range(lo, hi)]
+    assert covered == list(range(r.size))  # R's rows: each in exactly one piece
+    want = sorted((i, j) for i in range(r.size) for j in range(s.size) if abs(int(r[i]) - int(s[j])) <= band)
+    got = sorted((i, j) for lo, hi, slo, shi in pieces for i in range(lo, hi) for j in range(slo, shi)
+                 if abs(int(r[i]) - int(s[j])) <= band)
+    assert got == want
+    if band == 0:  # equality: no key straddles a cut, so no S row is read by two pieces
+        assert all(a[3] <= b[2] for a, b in zip(pieces, pieces[1:]))
+        assert all(r[a[1] - 1] < r[b[0]] for a, b in zip(pieces, pieces[1:]))
