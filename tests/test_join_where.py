@@ -166,3 +166,14 @@ def test_interval_join_narrows_on_the_other_column():
 
     _, stats = execute_join_where(left, right, col("t") >= col("lo"), col("t") <= col("hi"), device="cpu")
     assert stats.algorithm == "band" and stats.params["candidates"] < 20 * max(1, stats.output_rows) + n
+
+
+def test_dictionary_columns_and_timestamp_units():
+    left = pa.table({"s": pa.array(["a", "b", "c", None]).dictionary_encode(),
+                     "t": pa.array([1, 2, 3, 4], pa.timestamp("ms"))})
+    right = pa.table({"u": ["b", "c"], "v": pa.array([2500, 5], pa.timestamp("us"))})
+    got = gpujoin.join_where(left, right, col("s") <= col("u"), device="cpu")
+    assert sorted(zip(got["s"].to_pylist(), got["u"].to_pylist())) == [("a", "b"), ("a", "c"), ("b", "b"),
+                                                                       ("b", "c"), ("c", "c")]
+    got = gpujoin.join_where(left, right, col("t") <= col("v"), device="cpu")  # 1 ms and 2 ms <= 2500 us
+    assert sorted(x.value for x in got["t"]) == [1, 2]

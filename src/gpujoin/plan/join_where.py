@@ -84,6 +84,7 @@ def comparable(lname: str, larr: pa.Array, rname: str, rarr: pa.Array) -> tuple[
     SchemaError
         The types cannot be compared (Polars: an integer with a float, a string with a number).
     """
+    larr, rarr = (a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in (larr, rarr))
     kinds = {key_kind(larr.type), key_kind(rarr.type)}
     if None in kinds or len(kinds) > 1 and not (pa.types.is_null(larr.type) or pa.types.is_null(rarr.type)):
         raise SchemaError(f"join_where cannot compare {lname!r} ({larr.type}) with {rname!r} ({rarr.type}); "
