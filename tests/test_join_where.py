@@ -177,3 +177,15 @@ def test_dictionary_columns_and_timestamp_units():
                                                                        ("b", "c"), ("c", "c")]
     got = gpujoin.join_where(left, right, col("t") <= col("v"), device="cpu")  # 1 ms and 2 ms <= 2500 us
     assert sorted(x.value for x in got["t"]) == [1, 2]
+
+
+def test_explain_names_the_algorithm_and_the_candidates():
+    left = pa.table({"t": [1, 5, 9]})
+    right = pa.table({"lo": [0, 4, 8], "hi": [2, 6, 10]})
+    plan = gpujoin.explain(gpujoin.join_where, left, right, col("t") >= col("lo"), col("t") <= col("hi"),
+                           device="cpu", run=True)
+    text = str(plan)
+    assert plan.choice == "band" and "'lo' sorted" in text and "candidates" in text
+    assert plan.result.num_rows == 3 and plan.statistics["candidates"] == 3
+    plan = gpujoin.explain(gpujoin.join_where, left, right, col("t") != col("lo"), device="cpu")
+    assert plan.choice == "nlj" and plan.result is None

@@ -86,21 +86,58 @@ def _fmt(v) -> str:
 
 
 def explain(fn, *args, run: bool = False, **kwargs) -> Plan:
-    """Plan ``fn(*args, **kwargs)`` for ``fn`` = :func:`gpujoin.join` or :func:`gpujoin.group_by`
-    (whose aggregates go in ``aggs={name: (column, function)}``); with ``run=True`` also run it
+    """Plan ``fn(*args, **kwargs)`` for ``fn`` = :func:`gpujoin.join`, :func:`gpujoin.join_where` or
+    :func:`gpujoin.group_by` (whose aggregates go in ``aggs={name: (column, function)}``); with ``run=True`` also run it
     with the chosen algorithm and record the result and its measured phases.
 
     Raises
     ------
     ValueError
-        ``fn`` is neither join nor group_by, or its arguments are invalid (as the call would).
+        ``fn`` is none of join, join_where and group_by, or its arguments are invalid (as the call would).
     """
     name = getattr(fn, "__name__", "")
     if name == "join":
         return _explain_join(*args, run=run, **kwargs)
+    if name == "join_where":
+        return _explain_join_where(*args, run=run, **kwargs)
     if name == "group_by":
         return _explain_group_by(*args, run=run, **kwargs)
-    raise ValueError(f"explain() takes gpujoin.join or gpujoin.group_by, got {fn!r}")
+    raise ValueError(f"explain() takes gpujoin.join, gpujoin.join_where or gpujoin.group_by, got {fn!r}")
+
+
+def _explain_join_where(left, right, *predicates, suffix="_right", algorithm="auto", device="auto", run=False,
+                        **kw) -> Plan:
+    """The θ-join's plan: which algorithm, on which column the band join sorts; with ``run``, the
+    candidate pairs it walked against the rows it kept."""
+    from ..expr import predicates_of
+    from ..theta import band_plan
+    from .join_where import ALGORITHMS, execute_join_where, resolve
+
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown join_where algorithm {algorithm!r}; valid: {list(ALGORITHMS)}")
+    lt, rt = to_arrow_table(left), to_arrow_table(right)
+    preds = resolve(predicates_of(list(predicates)), lt, rt, suffix)
+    driver = band_plan([p.op for p in preds], [p.right for p in preds])
+    dev = resolve_device(device, "join")
+    choice = "nlj" if algorithm == "nlj" or driver is None else "band"
+    if algorithm != "auto":
+        reason = "given by the caller"
+    elif driver is None:
+        reason = "no range or equality condition: the block nested loop tests every pair"
+    else:
+        reason = (f"the right column {preds[driver[0]].right!r} sorted; each left row's run of it searched, "
+                  f"the other conditions filter")
+    stats = {"left_rows": lt.num_rows, "right_rows": rt.num_rows,
+             "predicates": "; ".join(f"left.{p.left} {p.op} right.{p.right}" for p in preds)}
+    plan = Plan("join_where", dev, "none: the candidate pairs decide", stats, {}, choice, reason)
+    if run:
+        t0 = time.perf_counter()
+        plan.result, jstats = execute_join_where(lt, rt, *predicates, suffix=suffix, algorithm=choice, device=dev,
+                                                 **kw)
+        plan.measured_s = time.perf_counter() - t0
+        plan.phases = dict(jstats.phases)
+        plan.statistics.update({"candidates": jstats.params["candidates"], "output_rows": jstats.output_rows})
+    return plan
 
 
 def _model(dev: str) -> tuple[str, object]:
