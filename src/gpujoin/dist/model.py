@@ -1,0 +1,172 @@
+"""A model of paper 001's distributed join at scales this project cannot run (issue 16 item 5).
+
+Per GPU the join partitions its slices, optionally compresses what crosses nodes, exchanges
+partitions all-to-all, decompresses and joins locally (paper 001 §3-§5); nothing overlaps (§8).
+The phases' times come from per-GPU kernel rates (measured on an H200 by default: see
+``H200``) and the links' bandwidths and per-message latency given for the machine modelled:
+
+- partition: ``passes(parts) * bytes / partition_Bps``, one LSD pass per 8 radix bits;
+- all-to-all: ``max(inter-node bytes / inter_Bps, intra-node bytes / intra_Bps) + messages * alpha``
+  with ``(1 - 1/P)`` of the local bytes leaving a GPU, the share for peers on other nodes divided
+  by the compression ratio (paper 001 §3.3's message counts: P - 1 per GPU for the one-level
+  shuffle; N - 1 over the rail, then M - 1 over NVLink for the two-level one, §4);
+- (de)compression of the inter-node bytes at ``compress_Bps`` / ``decompress_Bps``;
+- local join of the received tuples at ``join_tuples_per_s``.
+
+Throughput is every GPU's input tuples over the slowest (here: every) GPU's time, as the paper
+reports it (input tuples per second).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-GPU kernel rates (bytes or tuples a second) and link figures of one machine."""
+
+    partition_Bps: float      # one radix-partition pass over tuple bytes
+    join_tuples_per_s: float  # the in-core join over its input tuples
+    compress_Bps: float       # cascaded compression of the bytes sent between nodes
+    decompress_Bps: float
+    intra_Bps: float          # all-to-all bytes sent per GPU within a node (NVLink)
+    inter_Bps: float          # bytes a GPU sends to other nodes (its NIC; 200 Gb/s HDR = 25 GB/s)
+    alpha_s: float            # time per message of an all-to-all (latency and setup)
+
+
+#: Measured here (docs/BENCHMARKS.md, ANCHORS.md; one NVIDIA H200): a 16-bit radix partition of
+#: 2^27 8-byte tuples in two 8-bit passes, 3.52 ms (610 GB/s a pass); PHJ-TR on 2^27 x 2^27
+#: tuples of an 8-byte key and payload, 18.09 ms (14.8 G tuples/s); NCCL all-to-all between two
+#: H200s, 337 GB/s sent per GPU at 4 GiB a rank.  Not measured here (no codec yet, one host):
+#: (de)compression, taken from paper 001 Fig. 9 (46 ms and 20 ms for the TPC-H slice of one
+#: A100, 146.48M x 12 + 585.94M x 8 bytes: 140 and 320 GB/s); the NIC (200 Gb/s HDR, the
+#: paper's); the per-message time (10 us, an assumption: see ``crossover``).
+H200 = Rates(partition_Bps=610e9, join_tuples_per_s=14.8e9, compress_Bps=140e9, decompress_Bps=320e9,
+             intra_Bps=337e9, inter_Bps=25e9, alpha_s=10e-6)
+
+RADIX_BITS_PER_PASS = 8
+
+
+def _passes(parts: int) -> int:
+    return max(1, math.ceil(math.log2(parts) / RADIX_BITS_PER_PASS)) if parts > 1 else 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Rows per GPU of each table and their bytes a row (key and payload), and the compression
+    ratio of what crosses nodes (1: none)."""
+
+    left_rows: float
+    right_rows: float
+    left_bytes: int = 16
+    right_bytes: int = 16
+    compression: float = 1.0
+
+    @property
+    def tuples(self) -> float:
+        return self.left_rows + self.right_rows
+
+    @property
+    def bytes(self) -> float:
+        return self.left_rows * self.left_bytes + self.right_rows * self.right_bytes
+
+
+#: Paper 001's workloads: the random one (8-byte key and payload, 500M rows a table per GPU;
+#: Figs. 6, 9) and TPC-H SF100k lineitem x orders (per GPU 585.94M lineitem keys of 8 bytes and
+#: 146.48M orders of an 8-byte key and 4-byte priority; Figs. 8, 9).
+RANDOM = Workload(500e6, 500e6)
+TPCH = Workload(146.48e6, 585.94e6, 12, 8)
+
+
+def predict(w: Workload, gpus: int, gpus_per_node: int, rates: Rates = H200, shuffle: str = "one-level") -> dict:
+    """Seconds of each phase on every GPU, their total, and the input tuples a second.
+
+    Raises
+    ------
+    ValueError
+        ``gpus`` not a multiple of ``gpus_per_node``, or an unknown ``shuffle``.
+    """
+    if gpus < 1 or gpus_per_node < 1 or gpus % min(gpus, gpus_per_node):
+        raise ValueError(f"--gpus ({gpus}) must be a positive multiple of --gpus-per-node ({gpus_per_node}), "
+                         f"or fewer GPUs than a node has")
+    if shuffle not in ("one-level", "two-level"):
+        raise ValueError(f"unknown shuffle {shuffle!r}; use one-level or two-level")
+    P, M = gpus, min(gpus_per_node, gpus)
+    N = P // M
+    B, c = w.bytes, w.compression
+    compressed = c != 1.0
+    phases: dict[str, float] = {}
+    if shuffle == "one-level":
+        inter = B * (P - M) / P  # to GPUs of other nodes (compressed), and to this node's peers
+        intra = B * (M - 1) / P
+        phases["partition"] = _passes(P) * B / rates.partition_Bps
+        phases["compress"] = inter / rates.compress_Bps if compressed else 0.0
+        phases["all-to-all"] = max(inter / c / rates.inter_Bps, intra / rates.intra_Bps) + (P - 1) * rates.alpha_s
+        phases["decompress"] = inter / rates.decompress_Bps if compressed else 0.0
+    else:
+        inter = B * (N - 1) / N  # rail-aligned: to GPU y of every other node
+        intra = B * (M - 1) / M  # then within the node over NVLink, uncompressed
+        phases["partition"] = (_passes(N) + _passes(M)) * B / rates.partition_Bps
+        phases["compress"] = inter / rates.compress_Bps if compressed else 0.0
+        phases["all-to-all"] = (inter / c / rates.inter_Bps + (N - 1) * rates.alpha_s if N > 1 else 0.0) + \
+            (intra / rates.intra_Bps + (M - 1) * rates.alpha_s if M > 1 else 0.0)
+        phases["decompress"] = inter / rates.decompress_Bps if compressed else 0.0
+    phases["local join"] = w.tuples / rates.join_tuples_per_s
+    total = sum(phases.values())
+    return {"phases": phases, "total_s": total, "tuples_per_s": P * w.tuples / total,
+            "gb_per_s": P * B / total / 1e9}
+
+
+def crossover(gpus: int, gpus_per_node: int, rates: Rates = H200, lo: float = 1e3, hi: float = 1e11) -> float:
+    """Rows a table per GPU (random workload) above which the one-level shuffle is faster than
+    the two-level one (paper 001 Fig. 7: about 25M at 512 GPUs); 0 when the one-level shuffle
+    is faster at every size, infinity when the two-level one is."""
+    def gap(rows):  # > 0 while the two-level shuffle is the faster
+        w = replace(RANDOM, left_rows=rows, right_rows=rows)
+        return predict(w, gpus, gpus_per_node, rates, "one-level")["total_s"] - \
+            predict(w, gpus, gpus_per_node, rates, "two-level")["total_s"]
+
+    if gap(lo) <= 0:
+        return 0.0
+    if gap(hi) > 0:
+        return math.inf
+    for _ in range(80):  # bisection in log space
+        mid = math.sqrt(lo * hi)
+        if (gap(mid) > 0) == (gap(lo) > 0):
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+def alpha_for_crossover(rows: float, gpus: int, gpus_per_node: int, rates: Rates = H200) -> float | None:
+    """The per-message time that puts the crossover at ``rows`` (paper 001: 25M at 512 GPUs),
+    or None when no time in [1 ns, 10 ms] does."""
+    lo, hi = 1e-9, 1e-2
+    cross = lambda a: crossover(gpus, gpus_per_node, replace(rates, alpha_s=a))  # noqa: E731
+    if not cross(lo) <= rows <= cross(hi):
+        return None
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        if cross(mid) < rows:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+#: Paper 001's published figures the model is compared with.
+PAPER = {
+    "fig6_random_1024_one_level_tuples_per_s": 667e9,
+    "fig7_crossover_rows_512": 25e6,
+    "fig8_tpch_1024_uncompressed_tuples_per_s": 1015e9,
+    "fig8_tpch_1024_compressed_tuples_per_s": 1793e9,
+    "fig9_all_to_all_uncompressed_s": 0.648,
+    "fig9_all_to_all_compressed_s": 0.167,
+}
+
+
+def rates_dict(rates: Rates) -> dict:
+    return asdict(rates)
