@@ -123,3 +123,18 @@ def test_bench_out_of_core_rejects_bad_arguments():
     assert p.returncode == 2 and "--memory-limit" in p.stderr
     p = run("bench", "out-of-core", "--baselines", "npj-cuckoo")
     assert p.returncode == 2 and "--baselines" in p.stderr and "npj-perfect" in p.stderr
+
+
+def test_join_where_files(tmp_path):
+    pq.write_table(pa.table({"t": [1, 5, 9], "id": [1, 2, 3]}), tmp_path / "l.parquet")
+    pq.write_table(pa.table({"start": [0, 4], "end": [6, 10], "id": [7, 8]}), tmp_path / "r.parquet")
+    out = tmp_path / "o.parquet"
+    main(["join-where", str(tmp_path / "l.parquet"), str(tmp_path / "r.parquet"), "--where", "t >= start",
+          "--where", "t<=end", "--device", "cpu", "-o", str(out)])
+    t = pq.read_table(out).sort_by([("t", "ascending"), ("id_right", "ascending")])
+    assert t.column_names == ["t", "id", "start", "end", "id_right"]
+    assert list(zip(t["t"].to_pylist(), t["id_right"].to_pylist())) == [(1, 7), (5, 7), (5, 8), (9, 8)]
+    p = run("join-where", str(tmp_path / "l.parquet"), str(tmp_path / "r.parquet"), "--where", "t ~ start",
+            "-o", str(tmp_path / "x.parquet"))
+    assert p.returncode == 2 and "LEFT_COLUMN OP RIGHT_COLUMN" in p.stderr
+    assert not (tmp_path / "x.parquet").exists()

@@ -75,6 +75,45 @@ def cmd_join(a):
     console.print(f"wrote {out.rows} rows, {len(schema)} columns to {a.output}")
 
 
+def _parse_where(spec: str):
+    """``"t >= start"`` as a predicate (one comparison of two column names)."""
+    import re
+
+    from .expr import col
+
+    m = re.fullmatch(r"\s*([^<>=!]+?)\s*(<=|>=|==|!=|<|>|=)\s*([^<>=!]+?)\s*", spec)
+    if not m:
+        raise ValueError(f"--where {spec!r} is not LEFT_COLUMN OP RIGHT_COLUMN with OP one of < <= > >= == != "
+                         f"(for example 't >= start')")
+    a, op, b = m.groups()
+    op = "==" if op == "=" else op
+    return {"<": col(a) < col(b), "<=": col(a) <= col(b), ">": col(a) > col(b), ">=": col(a) >= col(b),
+            "==": col(a) == col(b), "!=": col(a) != col(b)}[op]
+
+
+def cmd_join_where(a):
+    from . import join_where
+    from .io import BatchWriter, file_format, read_table
+
+    file_format(a.output)
+    preds = [_parse_where(w) for w in a.where]
+    with _progress(), BatchWriter(a.output) as out:
+        left, right = read_table(a.left, "left"), read_table(a.right, "right")
+        if a.explain:
+            from . import explain
+
+            plan = explain(join_where, left, right, *preds, suffix=a.suffix, algorithm=a.algorithm,
+                           device=a.device, run=True, memory_limit=a.memory_limit)
+            Console(stderr=True).print(str(plan), markup=False, highlight=False)
+            result = plan.result
+        else:
+            result = join_where(left, right, *preds, suffix=a.suffix, algorithm=a.algorithm, device=a.device,
+                                memory_limit=a.memory_limit)
+        out.write(result)
+        out.commit(result.schema)
+    console.print(f"wrote {out.rows} rows, {len(result.schema)} columns to {a.output}")
+
+
 def _parse_agg(spec: str):
     name, sep, rest = spec.partition("=")
     col, sep2, fn = rest.rpartition(":")
@@ -408,6 +447,19 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("-o", "--output", required=True)
     common(j, explain=True)
     j.set_defaults(fn=cmd_join)
+
+    jw = sub.add_parser("join-where", help="θ-join of two files on comparisons of columns (Polars' join_where)")
+    jw.add_argument("left")
+    jw.add_argument("right")
+    jw.add_argument("--where", action="append", required=True,
+                    help="LEFT_COLUMN OP RIGHT_COLUMN, OP one of < <= > >= == != (repeat: all must hold)")
+    jw.add_argument("--suffix", default="_right")
+    jw.add_argument("-o", "--output", required=True)
+    jw.add_argument("--algorithm", default="auto", choices=["auto", "band", "nlj"])
+    jw.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    jw.add_argument("--explain", action="store_true", help="print the plan and the candidates it walked")
+    jw.add_argument("--memory-limit", help="GPU memory the join may take, e.g. 16GB")
+    jw.set_defaults(fn=cmd_join_where)
 
     g = sub.add_parser("group-by", help="grouped aggregation of a file")
     g.add_argument("table")
