@@ -14,7 +14,7 @@ from ..cpu.groupby import pgb
 from ..cpu.kernels import factorize
 from ..errors import ComputeError, InvalidOperationError
 from ..table import check_columns, combined, is_string_type, on_device, take, to_arrow_table
-from .keys import decimal64, encode_keys, integer_view
+from .keys import decimal64, encode_keys, integer_view, no_nulls
 
 FUNCTIONS = ("sum", "count", "size", "min", "max", "mean", "n_unique")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -207,9 +207,7 @@ def _int_values(name: str, arr: pa.Array) -> np.ndarray:
                                f"not support; cast it to float64") from None
     from ..outofcore.stream import parallel_astype
 
-    if arr.null_count:
-        arr = arr.fill_null(0)
-    return parallel_astype(arr.to_numpy(zero_copy_only=False), np.int64)  # widened by threads: 2^30 rows
+    return parallel_astype(no_nulls(arr).to_numpy(zero_copy_only=False), np.int64)  # widened by threads: 2^30 rows
 
 
 def _from_words(w0: np.ndarray, w1: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:

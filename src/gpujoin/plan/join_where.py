@@ -23,7 +23,7 @@ from ..errors import ColumnNotFoundError, SchemaError
 from ..expr import FLIPPED, Predicate, predicates_of
 from ..table import combined, to_arrow_table
 from .join import JoinStats, _materialize
-from .keys import cast_key, decimal64, integer_view, key_kind, promote_key_types
+from .keys import cast_key, decimal64, integer_view, key_kind, no_nulls, physical, promote_key_types
 
 ALGORITHMS = ("auto", "nlj", "band")
 #: Candidate pairs a block on the CPU (about 64 bytes of temporaries each); on the GPU a 512th
@@ -60,17 +60,15 @@ def resolve(preds: list[Predicate], lt: pa.Table, rt: pa.Table, suffix: str) -> 
 def _ordered(arr: pa.Array) -> np.ndarray:
     """int64 values whose order and equality are those of ``arr``'s values (null slots arbitrary)."""
     t = arr.type
-    if pa.types.is_floating(t):
-        x = arr.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False) + 0.0  # -0.0 + 0.0 == 0.0
-        bits = np.where(np.isnan(x), np.nan, x).view(np.int64)  # one NaN, above +inf
-        return bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))  # negative floats in reverse
+    if pa.types.is_floating(t):  # the keys' bits (one zero, one NaN: above +inf), negative floats reversed
+        bits = physical(arr)[0]
+        return bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
     if pa.types.is_decimal128(t):
         lo = decimal64(arr)
         if lo is None:
             raise SchemaError(f"join_where compares decimals of at most 18 digits; {t} holds larger values")
         return lo
-    arr = integer_view(arr)
-    x = (arr.fill_null(0) if arr.null_count else arr).to_numpy(zero_copy_only=False)
+    x = no_nulls(integer_view(arr)).to_numpy(zero_copy_only=False)
     if x.dtype == np.uint64:  # order of unsigned values as signed: flip the top bit
         return (x ^ np.uint64(1 << 63)).view(np.int64)
     return x.astype(np.int64, copy=False)

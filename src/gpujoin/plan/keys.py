@@ -99,6 +99,17 @@ def _validity(arr: pa.Array) -> np.ndarray | None:
     return np.asarray(arr.is_valid()) if arr.null_count else None
 
 
+def no_nulls(a: pa.Array) -> pa.Array:
+    """``a`` with null slots zeroed (itself, not a copy, when it has none: Arrow's fill_null copies)."""
+    return a.fill_null(0) if a.null_count else a
+
+
+def _decimal_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The low and high int64 words of a decimal128 column's values (strided views)."""
+    words = np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
+    return words[0::2], words[1::2]
+
+
 def integer_view(arr: pa.Array) -> pa.Array:
     """The integers behind a date32 (days), timestamp (its unit) or boolean (0/1) column, in the
     same order; any other column itself."""
@@ -115,8 +126,7 @@ def integer_view(arr: pa.Array) -> pa.Array:
 def decimal64(arr: pa.Array) -> np.ndarray | None:
     """The int64 unscaled values of a decimal128 column when every value fits in 64 bits (null
     slots arbitrary), else None."""
-    words = np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
-    lo, hi = words[0::2], words[1::2]
+    lo, hi = _decimal_words(arr)
     valid = np.asarray(arr.is_valid()) if arr.null_count else slice(None)
     return np.ascontiguousarray(lo) if np.array_equal(hi[valid], (lo >> 63)[valid]) else None
 
@@ -129,14 +139,12 @@ def physical(arr: pa.Array) -> list[np.ndarray]:
     """
     t = arr.type
     if pa.types.is_decimal128(t):
-        words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
-        return [np.ascontiguousarray(words[0::2]), np.ascontiguousarray(words[1::2])]
+        return [np.ascontiguousarray(w) for w in _decimal_words(arr)]
     if pa.types.is_floating(t):
         x = arr.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 + 0.0 == +0.0
         x = np.where(np.isnan(x), np.nan, x)  # one NaN bit pattern
         return [x.view(np.int64)]
-    arr = integer_view(arr)
-    x = arr.to_numpy(zero_copy_only=False) if arr.null_count == 0 else arr.fill_null(0).to_numpy()
+    x = no_nulls(integer_view(arr)).to_numpy(zero_copy_only=False)
     if x.dtype == np.uint64:
         return [x.view(np.int64)]
     return [x.astype(np.int64, copy=False)]
@@ -160,11 +168,6 @@ class EncodedKeys:
 
     keys: list[np.ndarray]
     valid: list[np.ndarray | None]
-
-
-def _no_nulls(a: pa.Array) -> pa.Array:
-    """``a`` with null slots zeroed (itself, not a copy, when it has none)."""
-    return a.fill_null(0) if a.null_count else a
 
 
 def _narrow_physical(t: pa.DataType) -> bool:
@@ -198,8 +201,7 @@ def encode_keys(sides: list[list[pa.Array]], nulls_equal: bool, narrow: bool = F
         if is_string_type(arrs[0].type):
             phys = [[codes] for codes in string_codes(arrs)]
         elif narrow and k == 1 and _narrow_physical(arrs[0].type):
-            phys = [[np.asarray(_no_nulls(a.view(pa.int32()) if pa.types.is_date32(a.type) else a)
-                                ).astype(np.int32, copy=False)] for a in arrs]
+            phys = [[np.asarray(no_nulls(integer_view(a))).astype(np.int32, copy=False)] for a in arrs]
         else:
             phys = [physical(a) for a in arrs]
             if pa.types.is_decimal128(arrs[0].type) and all(
