@@ -2,7 +2,8 @@
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|
-#                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|all]
+#                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
+#                            tests-multi|bench-multi|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -51,6 +52,24 @@ if [[ $stage == gb-ncu ]]; then
     --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section LaunchStats --section Occupancy python3 scripts/profile_groupby.py ${LOG2N:-24} once 2>&1 \
     | grep -v "^g=2" | cut -c1-150 | tail -90
+fi
+# NVLink multicast stays off on shared hosts (KINDS.md), for every process and thread we start
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [[ $stage == tests-multi ]]; then
+  # paper 000's multi-GPU joins (issue 15): the hybrid join and the ring, two workers (two GPUs
+  # when the machine has them), then the out-of-core and join_where tests they share code with
+  nvidia-smi topo -m | head -5
+  timeout ${TEST_TIMEOUT:-400} python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf \
+    -W ignore::Warning tests/test_multi_gpu.py ${PYTEST_EXTRA:-} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
+    | tee "$OUT/pytest_multi.log" | tail -40
+  rc=${PIPESTATUS[0]}
+fi
+if [[ $stage == bench-multi ]]; then
+  # paper 000's workloads on 1 and 2 GPUs: link ceilings, the hybrid join, the ring's band join
+  grep -E "MemTotal" /proc/meminfo
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
+  gj bench multi-gpu --log2-n "${LOG2N-28}" --gpus ${GPUS:-1,2} --memory-limit ${LIMIT:-16GB} \
+    --inner ${INNER:-phj-tr} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} -o "$OUT/bench_multi.jsonl" 2>&1 | tail -30
 fi
 if [[ $stage == tests-ooc ]]; then
   # the out-of-core join and group-by (issue 14) against the CPU engine, tiny memory limits

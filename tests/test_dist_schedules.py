@@ -65,3 +65,50 @@ def test_join_ranges_find_every_pair_once(r, s, parts, band, extreme):
     if band == 0:  # equality: no key straddles a cut, so no S row is read by two pieces
         assert all(a[3] <= b[2] for a, b in zip(pieces, pieces[1:]))
         assert all(r[a[1] - 1] < r[b[0]] for a, b in zip(pieces, pieces[1:]))
+
+
+def test_resolve_gpus(monkeypatch):
+    import gpujoin.dist.devices as devices
+
+    monkeypatch.setattr(devices, "device_count", lambda: 2)
+    assert devices.resolve_gpus(None) is None
+    assert devices.resolve_gpus(2) == [0, 1] and devices.resolve_gpus([1]) == [1]
+    for bad, err, match in [(3, ValueError, "more GPUs than this host has"), (0, ValueError, "no GPU"),
+                            ([0, 0], ValueError, "twice"), ([2], ValueError, "no device 2"),
+                            ("2", TypeError, "number of GPUs"), ([0.5], TypeError, "device ids"),
+                            (True, TypeError, "number of GPUs")]:
+        with pytest.raises(err, match=match):
+            devices.resolve_gpus(bad)
+
+
+def test_join_rejects_gpus_on_the_cpu():
+    import gpujoin
+
+    t = {"k": np.arange(3)}
+    with pytest.raises(ValueError, match="device='cpu'"):
+        gpujoin.join(t, t, "k", device="cpu", gpus=2)
+
+
+def test_assign_partitions_balances_pairs():
+    from gpujoin.dist.hybrid import assign_partitions
+
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(1, 1000, 64)
+    sizes[5] = 0
+    parts = assign_partitions(sizes, 3)
+    assert sorted(p for ps in parts for p in ps) == [p for p in range(64) if p != 5]
+    loads = [int(sizes[ps].sum()) for ps in parts]
+    assert max(loads) <= sum(loads) / 3 + sizes.max()  # LPT: within one pair of the mean
+    assert assign_partitions(np.zeros(4, np.int64), 2) == [[], []]
+
+
+def test_multi_gpu_placement():
+    from gpujoin.plan.placement import plan_placement
+
+    one = plan_placement([1 << 30, 1 << 30], [8, 8], 16 << 30)
+    two = plan_placement([1 << 30, 1 << 30], [8, 8], 16 << 30, gpus=2)
+    assert two.gpus == 2 and two.bits >= max(one.bits, 4)
+    assert two.spill_bytes == max(0, two.input_bytes - 2 * two.cache_bytes) < one.spill_bytes
+    assert two.predict()["pass2"] < one.predict()["pass2"]
+    small = plan_placement([1000, 1000], [8, 8], 16 << 30, gpus=4)  # fits, but 4 GPUs share it: partitioned
+    assert small.placement == "out-of-core" and small.bits == 5 and small.spill_bytes == 0

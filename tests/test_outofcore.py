@@ -20,6 +20,16 @@ if not gpujoin.backend.cuda_available():
     pytest.skip("no usable GPU", allow_module_level=True)
 
 HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+
+
+@pytest.fixture(autouse=True)
+def one_gpu(monkeypatch):
+    """The Triton join on one GPU, also on a machine of several (where a join past one GPU's
+    budget would go to the hybrid join: tests/test_multi_gpu.py)."""
+    import gpujoin.plan.streaming as streaming
+    from gpujoin.dist.devices import resolve_gpus
+
+    monkeypatch.setattr(streaming, "choose_gpus", lambda gpus, single, algorithm: resolve_gpus(gpus))
 #: Small enough that tables of some 10^5 rows partition, spill and split.
 TINY = "4MiB"
 

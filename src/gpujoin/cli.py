@@ -349,6 +349,22 @@ def cmd_bench_out_of_core_group_by(a):
     _write_records(records, a.output)
 
 
+def cmd_bench_multi_gpu(a):
+    from .bench.multi_gpu import bench_multi_gpu
+    from .outofcore.budget import parse_bytes
+
+    parse_bytes(a.memory_limit, "--memory-limit")
+    inner = _csv_list(a.inner)
+    bad = [x for x in inner if x not in ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj")]
+    if bad:
+        raise ValueError(f"unknown --inner {bad[0]!r}; use phj-tr, phj-ur, smj-tr, smj-ur, nphj")
+    records = bench_multi_gpu([int(x) for x in _csv_list(a.log2_n)], [int(x) for x in _csv_list(a.gpus)],
+                              a.memory_limit, inner, [int(x) for x in _csv_list(a.band_log2_n)], a.band_width,
+                              a.runs, a.streams, log=lambda m: Console(stderr=True).print(m, markup=False,
+                                                                                            highlight=False))
+    _write_records(records, a.output)
+
+
 def cmd_bench_join_where(a):
     from .bench.join_where import bench_join_where
 
@@ -536,6 +552,20 @@ def build_parser() -> argparse.ArgumentParser:
     bw.add_argument("--runs", type=int, default=3)
     bw.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bw.set_defaults(fn=cmd_bench_join_where)
+
+    bm = bsub.add_parser("multi-gpu", help="paper 000: the hybrid join and the ring's band join on 1..D GPUs")
+    bm.add_argument("--log2-n", default="28", help="comma-separated log2 of |R| = |S| (int32 key + int32 payload); "
+                    "'' for none")
+    bm.add_argument("--gpus", default="1,2", help="comma-separated GPU counts")
+    bm.add_argument("--memory-limit", default="16GB", help="each GPU's budget")
+    bm.add_argument("--inner", default="phj-tr", help="comma-separated in-core joins of the partition pairs "
+                    "(smj-tr: paper 000's sort-merge)")
+    bm.add_argument("--band-log2-n", default="24", help="comma-separated log2 of |L| = |R| of the ring's band join")
+    bm.add_argument("--band-width", type=int, default=4)
+    bm.add_argument("--streams", type=int, default=3, choices=[1, 3])
+    bm.add_argument("--runs", type=int, default=3)
+    bm.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+    bm.set_defaults(fn=cmd_bench_multi_gpu)
 
     bc = bsub.add_parser("cpu-joins", help="paper 002: set intersection of unique 32-bit keys vs threads")
     bc.add_argument("--log2-n", default="22,23,24", help="comma-separated log2 of the keys per side")

@@ -4,19 +4,23 @@ R is cut into M chunks and S into N chunks.  GPUs take R chunks D at a time (GPU
 the group); for each stage, every GPU reads a different S chunk from host memory and joins it with
 its R chunk, then D - 1 ring rounds pass each S chunk to the next GPU, (g + 1) mod D, which joins
 it in turn; after a stage every GPU of the group has met the stage's D S chunks.  S crosses PCIe
-once per R group (M/D times, not M), and the peer links carry the rest (Eqs. 2-3).  The paper's
+once per R group (M/D times, not M), and the peer links carry the rest (Eqs. 2-3).  Round t's
+copies (the next chunk from the host or the previous GPU) run on the copy-in stream while round
+t's pairs are joined on the compute stream (paper 000 §3.2.4).  The paper's
 Algorithm 1 has confused indices; this follows its prose.  When M or N is not a multiple of D,
 the last group or stage has fewer chunks: only GPUs that hold an R chunk join, and a stage with
 fewer S chunks than GPUs passes empty slots round the ring (no transfer, no join).
 
 :func:`ring_schedule` is the schedule alone, so that tests can check it covers every chunk pair
-once; the executor that moves chunks through the streaming path and joins them with the in-core
-algorithms (issue 15) follows it.
+once; :func:`ring_join` runs it, one host thread a GPU, joining each chunk pair with
+``gpujoin.theta`` (the sort-based band join, or the block nested loop for any θ).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -52,3 +56,137 @@ def ring_schedule(m: int, n: int, gpus: int) -> list[list[Step]]:
                 rounds.append([Step(g, base + g, held[g], (g - 1) % active)
                                for g in range(active) if held[g] is not None])
     return [r for r in rounds if r]
+
+
+def _chunks(n: int, rows: int) -> list[tuple[int, int]]:
+    return [(a, min(n, a + rows)) for a in range(0, n, rows)]
+
+
+def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], driver: list[int] | None,
+              gpus: list[int], *, r_chunk_rows: int | None = None, s_chunk_rows: int | None = None,
+              block_pairs: int = 1 << 24, streams: int = 3, memory_limit: int | None = None):
+    """The θ-join of host rows on the GPUs ``gpus`` by the peer-to-peer ring (paper 000 §3.1).
+
+    Parameters
+    ----------
+    lcols, rcols : int64 host arrays (n_l,) and (n_r,), one pair a predicate (order-preserving
+        values, ``plan.join_where.comparable``); the left side is R (kept), the right S (passed)
+    ops : the predicates' comparisons ("<", "<=", ">", ">=", "==", "!=")
+    driver : ``theta.band_plan``'s predicates for the sort-based band join of each block, or
+        None for the block nested loop
+    gpus : device ids, one host thread each (an id may repeat: several workers on one GPU)
+    r_chunk_rows, s_chunk_rows : chunk sizes (paper 000's M); default: one R chunk and one S
+        chunk a GPU (the whole ring in one stage)
+    block_pairs : candidate pairs a GPU tests at once
+    streams : 3 (the next round's chunk copies in while this one is joined) or 1
+    memory_limit : each GPU's cap on CuPy's pool (bytes), None for none
+
+    Returns
+    -------
+    (left_idx, right_idx, stats): int64 host arrays of the matching pairs (unspecified order);
+    stats with the rounds, bytes from the host and over peer links, each GPU's pairs and times.
+
+    Raises
+    ------
+    MemoryError
+        A chunk pair and its block do not fit a GPU's budget (smaller chunks: r/s_chunk_rows).
+    """
+    import threading
+    import time
+
+    import cupy as cp
+
+    from ..outofcore.budget import gpu_memory_cap
+    from ..outofcore.stream import Streams, Uploader, d2d_async, record
+    from ..theta import band_join, nested_loop_join
+    from .devices import enable_peer_access, on_each
+
+    n_l, n_r = (int(c[0].size) if c else 0 for c in (lcols, rcols))
+    d = len(gpus)
+    empty = np.empty(0, np.int64)
+    if n_l == 0 or n_r == 0:
+        return empty, empty, {"rounds": 0, "gpus": list(gpus)}
+    rch = _chunks(n_l, r_chunk_rows or -(-n_l // d))
+    sch = _chunks(n_r, s_chunk_rows or -(-n_r // d))
+    rounds = ring_schedule(len(rch), len(sch), d)
+    steps = [[next((s for s in rnd if s.gpu == g), None) for rnd in rounds] for g in range(d)]
+    enable_peer_access(gpus)
+    held: list = [None] * d  # the S chunk each GPU joins this round (device arrays), for its successor
+    barrier = threading.Barrier(d)
+    found: list = [[] for _ in range(d)]
+    per_gpu = [{"device": gpus[g], "steps": 0, "candidates": 0, "pairs": 0, "h2d_bytes": 0, "p2p_bytes": 0,
+                "join_s": 0.0} for g in range(d)]
+    width = 8 * len(lcols)
+
+    def work(g):
+        st = Streams(streams)
+        up = Uploader(st, Uploader.slot_size(max(rch[0][1] - rch[0][0], sch[0][1] - sch[0][0]) * 8, 1))
+        me = per_gpu[g]
+        loaded_r = [None, None]  # (chunk index, device columns)
+
+        def upload(cols, lo, hi):
+            with st.compute:
+                out = [cp.empty(hi - lo, cp.int64) for _ in cols]
+            st.copy_in.wait_event(record(st.compute))
+            for c, o in zip(cols, out):
+                up.put([c[lo:hi]], dest=[o])
+            me["h2d_bytes"] += (hi - lo) * width
+            return out
+
+        def fetch(t):
+            """Round t's R and S chunks of this GPU, copies enqueued on the copy-in stream."""
+            step = steps[g][t]
+            if step is None:
+                return None
+            if loaded_r[0] != step.r:
+                loaded_r[:] = [step.r, upload(lcols, *rch[step.r])]
+            if step.source is None:
+                s = upload(rcols, *sch[step.s])
+            else:  # the chunk the previous GPU joined last round, over the peer link
+                src = held[step.source]
+                with st.compute:
+                    s = [cp.empty(a.size, cp.int64) for a in src]
+                st.copy_in.wait_event(record(st.compute))
+                for dst, a in zip(s, src):
+                    d2d_async(dst, a, st.copy_in)
+                me["p2p_bytes"] += int(src[0].size) * width
+            return step, loaded_r[1], s
+
+        with gpu_memory_cap(memory_limit):
+            try:
+                nxt = fetch(0)
+                for t in range(len(rounds)):
+                    cur = nxt
+                    st.copy_in.synchronize()
+                    held[g] = None if cur is None else cur[2]
+                    barrier.wait()  # every GPU's round-t chunk is in place
+                    nxt = fetch(t + 1) if t + 1 < len(rounds) else None
+                    if cur is not None:
+                        step, rc, sc = cur
+                        t0 = time.perf_counter()
+                        r0, s0 = rch[step.r][0], sch[step.s][0]
+                        with st.compute:
+                            pairs = (band_join(cp, rc, sc, ops, driver, block_pairs) if driver is not None
+                                     else nested_loop_join(cp, rc, sc, ops, block_pairs))
+                            for a, b in pairs.blocks():
+                                found[g].append((cp.asnumpy(a) + r0, cp.asnumpy(b) + s0))
+                                me["pairs"] += int(a.size)
+                        me["candidates"] += pairs.bound
+                        me["steps"] += 1
+                        me["join_s"] += time.perf_counter() - t0
+                    st.synchronize()
+                    barrier.wait()  # every copy out of the round-t chunks is done
+            except BaseException:
+                barrier.abort()
+                raise
+
+    t0 = time.perf_counter()
+    on_each(gpus, work)
+    elapsed = time.perf_counter() - t0
+    parts = [p for f in found for p in f]
+    lidx = np.concatenate([a for a, _ in parts]) if parts else empty
+    ridx = np.concatenate([b for _, b in parts]) if parts else empty
+    stats = {"gpus": list(gpus), "r_chunks": len(rch), "s_chunks": len(sch), "rounds": len(rounds),
+             "streams": streams, "h2d_bytes": sum(p["h2d_bytes"] for p in per_gpu),
+             "p2p_bytes": sum(p["p2p_bytes"] for p in per_gpu), "ring_s": elapsed, "per_gpu": per_gpu}
+    return lidx, ridx, stats

@@ -35,11 +35,13 @@ from .stream import HostArena, Keepalive, Streams, Uploader, d2d_async, download
 @dataclass
 class Piece:
     """One chunk after pass 1: its columns (key first) ordered by partition, in GPU memory
-    (``cached``) or pinned host memory, and its partition offsets (int64 (2**bits + 1,))."""
+    (``cached``: of GPU ``device``) or pinned host memory, and its partition offsets (int64
+    (2**bits + 1,))."""
 
     columns: list
     offsets: np.ndarray
     cached: bool
+    device: int = 0
 
 
 @dataclass
@@ -74,16 +76,19 @@ class PartitionedRelation:
     def bytes(self, cached: bool) -> int:
         return sum(int(pc.offsets[-1]) * self.width for pc in self.pieces if pc.cached == cached)
 
-    def fetch(self, p: int, lo: int, hi: int, stream, out: list | None = None):
-        """Rows [lo, hi) of partition ``p`` (in piece order) into device arrays, copies enqueued on
-        ``stream``: cached pieces device to device, spilled pieces host to device.  ``out``: the
-        arrays to fill (allocated here when None).  Returns (arrays, H2D bytes)."""
+    def fetch(self, p: int, lo: int, hi: int, stream, out: list | None = None, stats: TransferStats | None = None):
+        """Rows [lo, hi) of partition ``p`` (in piece order) into device arrays of the current GPU,
+        copies enqueued on ``stream``: cached pieces device to device (over the peer link from
+        another GPU's cache), spilled pieces host to device.  ``out``: the arrays to fill
+        (allocated here when None).  Returns (arrays, H2D bytes); ``stats`` also counts them,
+        and the peer-to-peer bytes."""
         import cupy as cp
 
         n = hi - lo
         if out is None:
             out = [cp.empty(n, d) for d in self.dtypes]
-        pos, seen, h2d = 0, 0, 0
+        here = cp.cuda.Device().id
+        pos, seen, h2d, p2p = 0, 0, 0, 0
         for pc in self.pieces:
             a, b = int(pc.offsets[p]), int(pc.offsets[p + 1])
             # this piece holds partition rows [seen, seen + b - a); take their overlap with [lo, hi)
@@ -96,21 +101,26 @@ class PartitionedRelation:
                 piece = col[src0:src0 + s1 - s0]
                 if pc.cached:
                     d2d_async(dst[pos:pos + s1 - s0], piece, stream)
+                    p2p += piece.nbytes if pc.device != here else 0
                 else:
                     h2d_async(dst[pos:pos + s1 - s0], piece, stream)
                     h2d += piece.nbytes
             pos += s1 - s0
             if seen >= hi:
                 break
+        if stats is not None:
+            stats.h2d += h2d
+            stats.p2p += p2p
         return out, h2d
 
 
 @dataclass
 class TransferStats:
-    """Bytes that crossed PCIe each way, and pass times (seconds)."""
+    """Bytes that crossed PCIe each way and between GPUs, and pass times (seconds)."""
 
     h2d: int = 0
     d2h: int = 0
+    p2p: int = 0
     phases: dict = field(default_factory=dict)
 
 
@@ -125,11 +135,14 @@ def hash_digits(bits: int):
 
 
 def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached: list[bool],
-                   streams: Streams, uploader: Uploader, stats: TransferStats, label: str = "") -> PartitionedRelation:
+                   streams: Streams, uploader: Uploader, stats: TransferStats, label: str = "",
+                   starts: list[int] | None = None) -> PartitionedRelation:
     """Pass 1 over one relation's host ``columns`` (key first, int32/int64; then any 1-8 byte
     columns), ``chunk_rows`` rows at a time; ``label`` names the relation in the progress report.
+    ``starts``: the first rows of the chunks this GPU takes (default: every chunk; the
+    multi-GPU joins give each GPU every D-th chunk, paper 000 §3.1's round-robin).
 
-    cached[c] says whether chunk c stays in GPU memory.  With ``bits`` 0 (the in-core
+    cached[c] says whether chunk c (of ``starts``) stays in GPU memory.  With ``bits`` 0 (the in-core
     placement: one partition) the chunks are copied into one device array a column.  Returns the PartitionedRelation;
     every copy it enqueued has finished.  Its spill lives in ``rel.arena``: close it (the page-locked
     buffer goes back for reuse) when the relation is no longer read.
@@ -140,15 +153,20 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
 
     n = columns[0].size if columns else 0
     rel = PartitionedRelation(bits, [c.dtype for c in columns])
-    starts = list(range(0, n, chunk_rows))
+    everything = starts is None
+    starts = list(range(0, n, chunk_rows)) if everything else list(starts)
     if not starts:
         return rel
-    shown = progress.task(f"{'copy in' if not bits else 'pass 1: partition'} {label}".rstrip(), n)
+    here = cp.cuda.Device().id
+    shown = progress.task(f"{'copy in' if not bits else 'pass 1: partition'} {label}".rstrip(),
+                          sum(min(chunk_rows, n - a) for a in starts))
     keep = Keepalive()
     width = sum(c.dtype.itemsize for c in columns)
     spilled = sum(min(chunk_rows, n - a) for i, a in enumerate(starts) if not cached[i])
     rel.arena = HostArena(spilled * width + 256 * len(columns) * len(starts)) if spilled else None
     if not bits:  # in core: every chunk straight into one device copy of the relation
+        if not everything:
+            raise ValueError("the in-core placement (bits 0) copies every chunk of the relation")
         try:
             with streams.compute:
                 whole = [cp.empty(n, c.dtype) for c in columns]
@@ -160,7 +178,7 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
         except BaseException:
             rel.close()
             raise
-        rel.pieces.append(Piece(whole, np.array([0, n], np.int64), True))
+        rel.pieces.append(Piece(whole, np.array([0, n], np.int64), True, here))
         stats.h2d += sum(c.nbytes for c in columns)
         return rel
     try:
@@ -178,7 +196,7 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
                 pending = uploader.put([c[b:b + chunk_rows] for c in columns])
             offsets = cp.asnumpy(offs, stream=streams.compute)
             if cached[i]:
-                rel.pieces.append(Piece(parts, offsets, True))
+                rel.pieces.append(Piece(parts, offsets, True, here))
             else:
                 host = [rel.arena.take(p.size, p.dtype) for p in parts]
                 streams.copy_out.wait_event(record(streams.compute))
@@ -186,14 +204,14 @@ def partition_pass(columns: list[np.ndarray], bits: int, chunk_rows: int, cached
                     download_async(h, d, streams.copy_out)
                     stats.d2h += d.nbytes
                 keep.hold(record(streams.copy_out), parts)
-                rel.pieces.append(Piece(host, offsets, False))
+                rel.pieces.append(Piece(host, offsets, False, -1))
             keep.release_done()
             shown.advance(min(chunk_rows, n - a))
     except BaseException:  # Ctrl-C too: no page-locked memory stays registered
         streams.synchronize()
         rel.close()
         raise
-    stats.h2d += sum(c.nbytes for c in columns)
+    stats.h2d += sum(min(chunk_rows, n - a) * c.itemsize for c in columns for a in starts)
     streams.synchronize()
     keep.drain()
     shown.done()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,8 +27,8 @@ import numpy as np
 
 #: Threads that copy pageable host data into pinned buffers (GPUJOIN_COPY_THREADS).  On the
 #: H200 machine (16 cores) 1 thread copied 10.8 GB/s, 8 threads 24, 16 threads 36
-#: (scripts/profile_host_path.py).
-COPY_THREADS = int(os.environ.get("GPUJOIN_COPY_THREADS", str(min(16, os.cpu_count() or 1))))
+#: (scripts/profile_host_path.py).  One pool serves every GPU of the process.
+COPY_THREADS = int(os.environ.get("GPUJOIN_COPY_THREADS", str(min(32, os.cpu_count() or 1))))
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -88,15 +89,17 @@ class HostArena:
     """
 
     _cache: list = []  # registered buffers of closed arenas, for the next acquire()
+    _lock = threading.Lock()  # the GPUs of a multi-GPU join open arenas from their own threads
 
     def __init__(self, nbytes: int):
         self._buf = None
-        for i, buf in enumerate(HostArena._cache):  # the smallest cached buffer that is large enough
-            if buf.nbytes >= nbytes + 256:
-                self._buf = HostArena._cache.pop(i)
-                break
+        with HostArena._lock:
+            for i, buf in enumerate(HostArena._cache):  # the smallest cached buffer that is large enough
+                if buf.nbytes >= nbytes + 256:
+                    self._buf = HostArena._cache.pop(i)
+                    break
         if self._buf is None:
-            release_host_memory()
+            release_host_memory()  # smaller kept buffers: unpinned before more memory is pinned
             import cupy as cp
 
             self._buf = np.empty(max(1, nbytes) + 256, np.uint8)
@@ -120,8 +123,9 @@ class HostArena:
     def close(self) -> None:
         """Hand the buffer back for reuse (the pieces must no longer be read)."""
         if self._buf is not None:
-            HostArena._cache.append(self._buf)
-            HostArena._cache.sort(key=lambda b: b.nbytes)
+            with HostArena._lock:
+                HostArena._cache.append(self._buf)
+                HostArena._cache.sort(key=lambda b: b.nbytes)
             self._buf = None
 
 
@@ -132,9 +136,10 @@ def release_host_memory() -> None:
         return
     import cupy as cp
 
-    while HostArena._cache:
-        buf = HostArena._cache.pop()
-        cp.cuda.runtime.hostUnregister(buf.ctypes.data)
+    with HostArena._lock:
+        while HostArena._cache:
+            buf = HostArena._cache.pop()
+            cp.cuda.runtime.hostUnregister(buf.ctypes.data)
     cp.get_default_pinned_memory_pool().free_all_blocks()
 
 
@@ -189,11 +194,13 @@ def h2d_async(dst, src: np.ndarray, stream) -> None:
 
 
 def d2d_async(dst, src, stream) -> None:
+    """Copy device array ``src`` into ``dst`` on ``stream``; the two may be on different GPUs
+    (unified addressing: the driver takes the peer link, or stages through the host without one)."""
     import cupy as cp
 
     if src.nbytes:
         cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes,
-                                    cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+                                    cp.cuda.runtime.memcpyDefault, stream.ptr)
 
 
 class Downloader:

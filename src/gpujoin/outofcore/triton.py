@@ -349,17 +349,22 @@ class TritonJoin:
                 self.sink.push(self.sink.rows_of(rest, build_side=True))
 
     # ---------------------------------------------------------------- the passes
-    def run(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str) -> JoinResult:
-        import cupy as cp
-
-        pl = self.placement
+    def open_sink(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str, share: float = 1.0):
+        """The output's columns on the host, sized for ``share`` of the planner's guess (one row a
+        probe row); returns the output bytes that guess expects."""
         nb, np_ = build_cols[0].size, probe_cols[0].size
         guess = {"inner": np_, "probe_outer": np_, "full": np_ + nb, "semi": np_, "anti": np_}[mode]
         out_width = (build_cols[0].itemsize if self.emit_keys else 0) + sum(c.itemsize for c in probe_cols[1:]) + \
             (sum(c.itemsize for c in build_cols[1:]) if mode not in ("semi", "anti") else 0)
-        out_bytes = guess * out_width  # the output the prediction expects: one row a probe row
         self.sink = _Sink(build_cols[0].dtype, [c.dtype for c in build_cols[1:]], [c.dtype for c in probe_cols[1:]],
-                          self.emit_keys, self.aggregate, Downloader(self.streams), guess, self.consumer)
+                          self.emit_keys, self.aggregate, Downloader(self.streams), int(guess * share), self.consumer)
+        return guess * out_width
+
+    def pass1(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray],
+              starts: tuple[list[int], list[int]] | None = None) -> list[PartitionedRelation]:
+        """Pass 1 of both sides into this GPU's cache and the spill: every chunk, or the chunks
+        that begin at ``starts`` (build, probe) on this GPU; returns [R, S]."""
+        pl = self.placement
         t0 = time.perf_counter()
         rels = []
         widest = max(sum(c.dtype.itemsize for c in build_cols), sum(c.dtype.itemsize for c in probe_cols))
@@ -367,50 +372,65 @@ class TritonJoin:
                                                                                           len(probe_cols))))
         # one cache for both relations, interleaved in each in proportion (paper 004: split by |R| : |S|)
         try:
-            for cols in (build_cols, probe_cols):
+            for side, cols in enumerate((build_cols, probe_cols)):
                 n = cols[0].size
                 width = sum(c.dtype.itemsize for c in cols)
-                nchunks = -(-n // pl.chunk_rows)
-                sizes = [min(pl.chunk_rows, n - c * pl.chunk_rows) * width for c in range(nchunks)]
+                mine = list(range(0, n, pl.chunk_rows)) if starts is None else starts[side]
+                sizes = [min(pl.chunk_rows, n - a) * width for a in mine]
                 share = pl.cache_bytes * (n * width) // max(1, pl.input_bytes)
-                rels.append(partition_pass(cols, pl.bits, pl.chunk_rows, cached_chunks(nchunks, sizes, share),
+                rels.append(partition_pass(cols, pl.bits, pl.chunk_rows, cached_chunks(len(mine), sizes, share),
                                            self.streams, uploader, self.transfer,
-                                           "build side" if cols is build_cols else "probe side"))
+                                           "build side" if cols is build_cols else "probe side",
+                                           None if starts is None else mine))
         except BaseException:
             for r in rels:
                 r.close()
             raise
-        t1 = time.perf_counter()
-        self.transfer.phases["pass1"] = t1 - t0
+        self.transfer.phases["pass1"] = time.perf_counter() - t0
         self.transfer.phases["pass1_staging_copy"] = uploader.stage_s
         self.transfer.phases["pass1_staging_wait"] = uploader.wait_s
-        del uploader
-        R, S = rels
+        return rels
+
+    def pass2(self, R: PartitionedRelation, S: PartitionedRelation, mode: str, partitions: list[int] | None = None):
+        """Pass 2 over ``partitions`` (default: all) of R and S, whose pieces may lie in any GPU's
+        cache or the spill; every output block reaches the sink."""
+        t0 = time.perf_counter()
+        with self.streams.compute:  # every allocation and kernel of pass 2 on one stream
+            self._pass2(R, S, mode, partitions)
+        self.streams.synchronize()
+        self.transfer.phases["pass2"] = time.perf_counter() - t0
+
+    def stats(self, caches: list[PartitionedRelation], out_bytes: int) -> dict:
+        import cupy as cp
+
+        pl = self.placement
+        return {"placement": pl.placement, "pass1_bits": pl.bits, "chunk_rows": pl.chunk_rows,
+                "budget_bytes": pl.budget, "cache_bytes": sum(r.bytes(True) for r in caches),
+                "spill_bytes": sum(r.bytes(False) for r in caches), "h2d_bytes": self.transfer.h2d,
+                "d2h_bytes": self.transfer.d2h + self.sink.bytes, "blocks": self.blocks,
+                "split_partitions": self.split_partitions, "streams": self.streams.count,
+                "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
+                "phases": dict(self.transfer.phases),
+                "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes)}
+
+    def run(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str) -> JoinResult:
+        out_bytes = self.open_sink(build_cols, probe_cols, mode)
+        R, S = self.pass1(build_cols, probe_cols)
         try:
-            with self.streams.compute:  # every allocation and kernel of pass 2 on one stream
-                self._pass2(R, S, mode)
-            self.streams.synchronize()
+            self.pass2(R, S, mode)
         finally:
             R.close()
             S.close()
         t2 = time.perf_counter()
-        self.transfer.phases["pass2"] = t2 - t1
         key, bcols, pcols = self.sink.columns()
         self.transfer.phases["assemble"] = time.perf_counter() - t2
-        stats = {"placement": pl.placement, "pass1_bits": pl.bits, "chunk_rows": pl.chunk_rows,
-                 "budget_bytes": pl.budget, "cache_bytes": R.bytes(True) + S.bytes(True),
-                 "spill_bytes": R.bytes(False) + S.bytes(False), "h2d_bytes": self.transfer.h2d,
-                 "d2h_bytes": self.transfer.d2h + self.sink.bytes, "blocks": self.blocks,
-                 "split_partitions": self.split_partitions, "streams": self.streams.count,
-                 "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
-                 "phases": dict(self.transfer.phases),
-                 "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes)}
-        return JoinResult(key, bcols, pcols, self.sink.rows, self.sink.total if self.aggregate else None, stats)
+        return JoinResult(key, bcols, pcols, self.sink.rows, self.sink.total if self.aggregate else None,
+                          self.stats([R, S], out_bytes))
 
-    def _pass2(self, R: PartitionedRelation, S: PartitionedRelation, mode: str) -> None:
+    def _pass2(self, R: PartitionedRelation, S: PartitionedRelation, mode: str, partitions=None) -> None:
         rsz, ssz = R.sizes(), S.sizes()
         limit = max(1, int((self.placement.budget // 2 - slack(self.placement.budget)) // PASS2_FACTOR))  # bytes of a pair joined at once
-        order = [p for p in range(R.fanout) if rsz[p] or ssz[p]]
+        order = [p for p in (range(R.fanout) if partitions is None else partitions) if rsz[p] or ssz[p]]
         big = {p for p in order if rsz[p] * R.width + ssz[p] * S.width > limit}
         if self.placement.bits == 0:
             big = set()  # in core: the planner found the whole join fits
@@ -437,9 +457,10 @@ class TritonJoin:
         import cupy as cp
 
         st = self.streams
+        here = cp.cuda.Device().id
         whole = [rel.pieces[0].columns for rel in (R, S)
-                 if len(rel.pieces) == 1 and rel.pieces[0].cached and rel.pieces[0].offsets[-1] == (rsz if rel is R
-                                                                                                  else ssz)[p]]
+                 if len(rel.pieces) == 1 and rel.pieces[0].cached and rel.pieces[0].device == here
+                 and rel.pieces[0].offsets[-1] == (rsz if rel is R else ssz)[p]]
         if len(whole) == 2:  # each side one piece in GPU memory that is the partition: no copy
             (rc, sc) = whole
             return (Rel(rc[0], rc[1:]), Rel(sc[0], sc[1:])), record(st.compute)
@@ -447,9 +468,8 @@ class TritonJoin:
             rb = [cp.empty(int(rsz[p]), d) for d in R.dtypes]
             sb = [cp.empty(int(ssz[p]), d) for d in S.dtypes]
         st.copy_in.wait_event(record(st.compute))
-        _, h1 = R.fetch(p, 0, int(rsz[p]), st.copy_in, rb)
-        _, h2 = S.fetch(p, 0, int(ssz[p]), st.copy_in, sb)
-        self.transfer.h2d += h1 + h2
+        R.fetch(p, 0, int(rsz[p]), st.copy_in, rb, self.transfer)
+        S.fetch(p, 0, int(ssz[p]), st.copy_in, sb, self.transfer)
         return (Rel(rb[0], rb[1:]), Rel(sb[0], sb[1:])), record(st.copy_in)
 
     def _join_big(self, R, S, p, nr, ns, limit, mode):
@@ -461,8 +481,7 @@ class TritonJoin:
         def ranges(rel, n, step):
             def gen():
                 for lo in range(0, n, step):
-                    cols, h2d = rel.fetch(p, lo, min(n, lo + step), st.compute)
-                    self.transfer.h2d += h2d
+                    cols, _ = rel.fetch(p, lo, min(n, lo + step), st.compute, stats=self.transfer)
                     yield Rel(cols[0], cols[1:])
             return gen
 

@@ -76,8 +76,10 @@ def eligible(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], how: str,
 
 
 def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], how: str, suffix: str,
-                      coalesce: bool, algorithm: str, memory_limit: int | None, stats, sink=None) -> pa.Table:
-    """The join of ``eligible`` host tables on the GPU; fills ``stats`` (JoinStats).  With ``sink``
+                      coalesce: bool, algorithm: str, memory_limit: int | None, stats, sink=None,
+                      gpus=None) -> pa.Table:
+    """The join of ``eligible`` host tables on the GPU (or the GPUs ``gpus``: see
+    ``plan.streaming.choose_gpus``); fills ``stats`` (JoinStats).  With ``sink``
     (a callable taking ``pa.RecordBatch``), each block of output rows goes to it as it leaves the
     GPU and the result returned is empty (the output's schema).
 
@@ -89,8 +91,7 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
     import time
 
     from ..outofcore.budget import gpu_budget, gpu_memory_cap
-    from ..outofcore.triton import triton_join
-    from .placement import plan_placement
+    from .streaming import inner_algorithm, place, stream_join
 
     t0 = time.perf_counter()
     ta, tb = lt.schema.field(lk[0]).type, rt.schema.field(rk[0]).type
@@ -139,15 +140,17 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
     with gpu_memory_cap(memory_limit):
         budget = gpu_budget(memory_limit)
         widths = [sum(c.itemsize for c in bcols), sum(c.itemsize for c in pcols)]
-        pl = plan_placement([bcols[0].size, pcols[0].size], widths, budget, force_out_of_core=algorithm == "triton")
-        inner = "phj-tr" if algorithm in ("auto", "triton") else algorithm
-        if algorithm == "auto" and pl.placement == "in-core":
+        pl, ids = place([bcols[0].size, pcols[0].size], widths, budget, algorithm, gpus)
+        inner = inner_algorithm(algorithm)
+        if algorithm == "auto" and pl.placement == "in-core" and ids is None:
             from .auto import resolve_gpu_join
 
             choice = resolve_gpu_join(bcols[0], pcols[0], bcols[1:], pcols[1:])
             inner, stats.params["auto"] = choice.algorithm, choice.reason
-        stats.algorithm = inner if pl.placement == "in-core" else f"triton ({inner})"
-        res = triton_join(bcols, pcols, mode, pl, algorithm=inner, emit_keys=emit_keys, consumer=consumer)
+        stats.algorithm = inner if pl.placement == "in-core" and ids is None else \
+            f"{'hybrid' if ids and len(ids) > 1 else 'triton'} ({inner})"
+        res = stream_join(bcols, pcols, mode, pl, ids, algorithm=inner, memory_limit=memory_limit,
+                          emit_keys=emit_keys, consumer=consumer)
     stats.params.update(res.stats)
     stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()

@@ -78,7 +78,7 @@ def _check_unique(keys: np.ndarray, valid, side: str, validate: str) -> None:
 def join(left, right, on: str | Sequence[str] | None = None, *, left_on=None, right_on=None,
          how: str = "inner", suffix: str = "_right", nulls_equal: bool = False,
          validate: str = "m:m", coalesce: bool | None = None, algorithm: str = "auto",
-         device: str = "auto", memory_limit: int | str | None = None, sink=None) -> pa.Table:
+         device: str = "auto", memory_limit: int | str | None = None, sink=None, gpus=None) -> pa.Table:
     """Join two tables on equal keys (see :func:`execute_join`, which also returns its stats).
 
     ``memory_limit`` (bytes, or a string such as ``"16GB"``; default ``GPUJOIN_MEMORY_LIMIT``,
@@ -91,10 +91,15 @@ def join(left, right, on: str | Sequence[str] | None = None, *, left_on=None, ri
     fixed-width columns (the streaming path) each batch is handed over as it leaves the GPU, so
     the output never needs host memory as a whole (``gpujoin join -o`` writes it this way);
     elsewhere the output is computed whole and then handed over in batches.
+
+    ``gpus`` (a number of GPUs, or a list of device ids; host inputs, ``device="cuda"``) spreads
+    the join over several GPUs of this host with paper 000's hybrid join (``dist/hybrid.py``),
+    ``memory_limit`` then capping each GPU.  By default one GPU joins, and every GPU of the host
+    when the join does not fit one GPU's budget (``algorithm="triton"`` keeps one).
     """
     return execute_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
                         nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
-                        algorithm=algorithm, device=device, memory_limit=memory_limit, sink=sink)[0]
+                        algorithm=algorithm, device=device, memory_limit=memory_limit, sink=sink, gpus=gpus)[0]
 
 
 #: Rows a batch of the output handed to a ``sink`` when the whole output is computed first.
@@ -103,11 +108,12 @@ SINK_BATCH_ROWS = 1 << 20
 
 def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
                  nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
-                 radix_bits: int | None = None, memory_limit=None, sink=None) -> tuple[pa.Table, JoinStats]:
+                 radix_bits: int | None = None, memory_limit=None, sink=None, gpus=None) -> tuple[pa.Table, JoinStats]:
     """:func:`gpujoin.join`, returning ``(result, JoinStats)``; ``radix_bits`` overrides the fanout."""
     from ..outofcore.budget import resolve_memory_limit
 
     limit = resolve_memory_limit(memory_limit)  # a bad size fails before any work
+    _check_gpus(gpus, device)
     if sink is not None and not callable(sink):
         raise TypeError(f"sink must be a callable taking a pyarrow.RecordBatch, got {type(sink).__name__}")
     if how not in HOWS:
@@ -120,6 +126,9 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         if sink is not None:
             raise TypeError("sink= takes the output of host inputs; a join of tables in GPU memory returns a "
                             "DeviceTable (call .to_arrow() on it, or pass host tables)")
+        if gpus is not None:
+            raise TypeError("gpus= spreads a join of host inputs over GPUs; tables already in GPU memory are "
+                            "joined on their GPU (pass host tables to use several)")
 
         return execute_device_join(left, right, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
                                    nulls_equal=nulls_equal, validate=validate, coalesce=coalesce,
@@ -138,7 +147,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         from .host_join import columnar_gpu_join, eligible
 
         if eligible(lt, rt, lk, rk, how, validate, suffix, coalesce):
-            return columnar_gpu_join(lt, rt, lk, rk, how, suffix, coalesce, algo, limit, stats, sink), stats
+            return columnar_gpu_join(lt, rt, lk, rk, how, suffix, coalesce, algo, limit, stats, sink, gpus), stats
     t0 = time.perf_counter()
 
     if how == "cross":
@@ -163,7 +172,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
             algo = stats.algorithm = _auto_cpu_join(how, lkeys, rkeys)
         t1 = time.perf_counter()
         stats.phases["transform"] = t1 - t0
-        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo, limit)
+        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo, limit, gpus)
         stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     _check_output(lidx.size, lt, rt, lt.column_names, rt.column_names if ridx is not None else [], "the join")
@@ -205,19 +214,31 @@ def _check_output(rows: int, lt: pa.Table, rt: pa.Table, lcols: list[str], rcols
                "filter the inputs, select fewer columns, ask for less (how='semi'), or write it with sink=")
 
 
+def _check_gpus(gpus, device: str) -> None:
+    """``gpus=`` asks for GPUs: not with device="cpu"; a bad count or id fails before any work."""
+    if gpus is None:
+        return
+    if device == "cpu":
+        raise ValueError(f"gpus={gpus!r} asks for GPUs but device='cpu'; drop gpus= or use device='cuda'")
+    from ..dist.devices import resolve_gpus
+
+    resolve_gpus(gpus)
+
+
 def _rows(valid, n) -> np.ndarray:
     dtype = np.int32 if n < 2**31 else np.int64  # row ids: half the bytes below 2^31 rows
     return np.arange(n, dtype=dtype) if valid is None else np.flatnonzero(valid).astype(dtype)
 
 
-def _join_function(device: str, algorithm: str, memory_limit: int | None = None, params: dict | None = None):
+def _join_function(device: str, algorithm: str, memory_limit: int | None = None, params: dict | None = None,
+                   gpus=None):
     """The gather-map join ``algorithm`` runs on ``device`` (the CPU engine's ``hash_join`` contract)."""
     from functools import partial
 
     if device == "cuda":
         from ..cuda.join import hash_join_maps
 
-        return partial(hash_join_maps, algorithm, memory_limit=memory_limit, params=params)
+        return partial(hash_join_maps, algorithm, memory_limit=memory_limit, params=params, gpus=gpus)
     if algorithm == "merge":
         from ..cpu.join.merge import merge_join
 
@@ -231,7 +252,8 @@ def _join_function(device: str, algorithm: str, memory_limit: int | None = None,
     return hash_join
 
 
-def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj", memory_limit=None):
+def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", algorithm="phj", memory_limit=None,
+           gpus=None):
     """Gather maps (left_idx, right_idx), -1 for no partner; rows with a null key never match."""
     nl, nr = lkeys.size, rkeys.size
     lrows, rrows = _rows(lvalid, nl), _rows(rvalid, nr)
@@ -247,7 +269,7 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", a
         choice = resolve_gpu_join(bk, pk, [brows], [prows])
         algorithm = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
-    hash_join = _join_function(device, algorithm, memory_limit, stats.params)
+    hash_join = _join_function(device, algorithm, memory_limit, stats.params, gpus)
     kw = {"radix_bits": radix_bits} if algorithm in ("phj", "phj-tr", "phj-ur", "triton") else {}
     if build_left:
         ridx, lidx = hash_join(lk, lrows, rk, rrows, mode, **kw)

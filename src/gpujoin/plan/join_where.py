@@ -107,15 +107,20 @@ def _valid_rows(arrays: list[pa.Array], n: int) -> np.ndarray | None:
 
 
 def join_where(left, right, *predicates, suffix: str = "_right", algorithm: str = "auto", device: str = "auto",
-               memory_limit=None) -> pa.Table:
+               memory_limit=None, gpus=None) -> pa.Table:
     """Inner join of ``left`` and ``right`` on a conjunction of column comparisons (Polars'
     ``DataFrame.join_where``; see :func:`execute_join_where`)."""
     return execute_join_where(left, right, *predicates, suffix=suffix, algorithm=algorithm, device=device,
-                              memory_limit=memory_limit)[0]
+                              memory_limit=memory_limit, gpus=gpus)[0]
+
+
+#: Candidate pairs of a nested-loop join from which ``gpus=None`` spreads it over every GPU of
+#: the host (the ring moves |S| (D - 1) times over peer links: far less than the pairs cost).
+RING_AUTO_PAIRS = 1 << 32
 
 
 def execute_join_where(left, right, *predicates, suffix="_right", algorithm="auto", device="auto",
-                       memory_limit=None) -> tuple[pa.Table, JoinStats]:
+                       memory_limit=None, gpus=None) -> tuple[pa.Table, JoinStats]:
     """:func:`gpujoin.join_where`, returning ``(result, JoinStats)``.
 
     Parameters
@@ -127,7 +132,11 @@ def execute_join_where(left, right, *predicates, suffix="_right", algorithm="aut
     algorithm : "auto" (the band join when a range or equality condition exists, else the
         nested loop), "band" (sort-based band join), "nlj" (block nested loop, any θ)
     device : "auto", "cpu" or "cuda"
-    memory_limit : GPU bytes the pairs' blocks may take (bytes or e.g. "8GB")
+    memory_limit : GPU bytes the pairs' blocks may take (bytes or e.g. "8GB"), each GPU's
+    gpus : a number of GPUs or a list of device ids: the rows are joined by paper 000's
+        peer-to-peer ring over them (``dist.nested_loop.ring_join``: each GPU keeps a chunk of the
+        left rows and the right rows' chunks pass from GPU to GPU); default one GPU, every GPU
+        of the host for a nested loop of at least ``RING_AUTO_PAIRS`` pairs
 
     Returns
     -------
@@ -148,7 +157,10 @@ def execute_join_where(left, right, *predicates, suffix="_right", algorithm="aut
     from ..outofcore.budget import check_host, gpu_budget, gpu_memory_cap, host_available, resolve_memory_limit
     from ..theta import band_join, band_plan, nested_loop_join
 
+    from .join import _check_gpus
+
     limit = resolve_memory_limit(memory_limit)
+    _check_gpus(gpus, device)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown join_where algorithm {algorithm!r}; valid: {list(ALGORITHMS)}")
     preds = predicates_of(list(predicates))
@@ -173,6 +185,19 @@ def execute_join_where(left, right, *predicates, suffix="_right", algorithm="aut
     stats.phases["transform"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     width = lt.nbytes / max(1, lt.num_rows) + rt.nbytes / max(1, rt.num_rows) + 16  # output bytes a row
+    ids = _ring_gpus(gpus, dev, algo, len(lcols[0]) * len(rcols[0])) if lcols else None
+    if ids is not None:
+        from ..dist.nested_loop import ring_join
+
+        block = int(min(GPU_BLOCK_PAIRS[1], max(GPU_BLOCK_PAIRS[0], gpu_budget(limit) // 512)))
+        lidx, ridx, ring = ring_join(lcols, rcols, ops, driver if algo == "band" else None, ids,
+                                     block_pairs=block, memory_limit=limit)
+        stats.algorithm = f"ring ({algo})"
+        stats.params.update({"candidates": sum(g["candidates"] for g in ring["per_gpu"]), "block_pairs": block,
+                             "predicates": [str(p) for p in preds], **ring})
+        check_host(int(lidx.size * width), f"join_where's output of {lidx.size:,} rows",
+                   "add a condition that narrows the pairs, or compare fewer rows")
+        return _finish(lt, rt, lidx, ridx, lrows, rrows, suffix, stats, t1)
     if dev == "cuda":
         import cupy as xp
 
@@ -196,6 +221,24 @@ def execute_join_where(left, right, *predicates, suffix="_right", algorithm="aut
         found = [(_host(a), _host(b)) for a, b in pairs.blocks()]
     lidx = np.concatenate([a for a, _ in found]) if found else np.empty(0, np.int64)
     ridx = np.concatenate([b for _, b in found]) if found else np.empty(0, np.int64)
+    return _finish(lt, rt, lidx, ridx, lrows, rrows, suffix, stats, t1)
+
+
+def _ring_gpus(gpus, dev: str, algo: str, pairs: int) -> list[int] | None:
+    """The GPUs of the ring: those ``gpus`` names (even one: the ring on one GPU is its
+    baseline); by default every GPU for a nested loop of ``RING_AUTO_PAIRS`` pairs or more."""
+    from ..dist.devices import device_count, resolve_gpus
+
+    if dev != "cuda":
+        return None
+    ids = resolve_gpus(gpus)
+    if ids is None and algo == "nlj" and pairs >= RING_AUTO_PAIRS and device_count() > 1:
+        ids = list(range(device_count()))
+    return ids
+
+
+def _finish(lt, rt, lidx, ridx, lrows, rrows, suffix, stats, t1):
+    """Row numbers of the compared (null-free) rows back to the tables', and the output."""
     if lrows is not None:
         lidx = lrows[lidx]
     if rrows is not None:

@@ -28,6 +28,10 @@ MAX_CHUNK_BYTES = 512 << 20
 #: threads (pass 1); its copy out of the pinned slots into fresh pageable columns (the output);
 #: the in-core joins of pass 2 over their input bytes (2^30 x 2^30 16-byte tuples: 0.1 s).
 PCIE_BPS, HOST_IN_BPS, HOST_OUT_BPS, GPU_JOIN_BPS = 55e9, 30e9, 18e9, 300e9
+#: One way between two GPUs of a host (the hybrid join's pass 2 reads the other GPUs' caches).
+P2P_BPS = 300e9
+#: Partitions a GPU at least, when several share a join: pairs of unequal size still balance.
+MULTI_GPU_PARTITIONS = 8
 #: Room left for CuPy's rounding, the kernels' counters and the output guess of one block
 #: (an eighth of smaller budgets: the tests run with a few MiB).
 SLACK = 64 << 20
@@ -46,8 +50,11 @@ class Placement:
     budget : GPU bytes the operation may use
     bits : pass-1 radix bits (0 in core: one partition)
     chunk_rows : rows a pass-1 chunk holds (of the wider side)
-    cache_bytes : partitioned bytes kept in GPU memory; the rest spills to pinned host memory
+    cache_bytes : partitioned bytes kept in each GPU's memory; the rest spills to pinned host memory
     input_bytes : bytes of both inputs (keys and carried columns)
+    gpus : GPUs that share the work (paper 000's hybrid join: each partitions every gpus-th
+        chunk into its own cache, then joins its share of the partition pairs); budget, cache
+        and chunk are each GPU's
     """
 
     placement: str
@@ -56,24 +63,28 @@ class Placement:
     chunk_rows: int
     cache_bytes: int
     input_bytes: int
+    gpus: int = 1
 
     @property
     def spill_bytes(self) -> int:
-        return max(0, self.input_bytes - self.cache_bytes)
+        return max(0, self.input_bytes - self.gpus * self.cache_bytes)
 
     def predict(self, output_bytes: int = 0) -> dict[str, float]:
         """Seconds of pass 1 and pass 2 on the streaming path: the inputs cross once at the
         slower of PCIe and the host's staging copy, the spill comes back over PCIe, the GPU joins
         each partition pair, and ``output_bytes`` leave through the pinned slots into host
         columns (paper 004's transfer-bound model with this host's copy rates)."""
-        pass1 = self.input_bytes / min(PCIE_BPS, HOST_IN_BPS)
-        pass2 = self.spill_bytes / PCIE_BPS + self.input_bytes / GPU_JOIN_BPS
-        return {"pass1": pass1, "pass2": pass2 + output_bytes / min(PCIE_BPS, HOST_OUT_BPS)}
+        d = self.gpus  # each GPU its own link; the host's copies and memory are shared
+        pass1 = self.input_bytes / min(d * PCIE_BPS, HOST_IN_BPS)
+        # a partition's cached pieces are spread over the GPUs: (d - 1)/d of them cross a peer link
+        p2p = (self.input_bytes - self.spill_bytes) * (d - 1) / d / (d * P2P_BPS)
+        pass2 = self.spill_bytes / (d * PCIE_BPS) + p2p + self.input_bytes / (d * GPU_JOIN_BPS)
+        return {"pass1": pass1, "pass2": pass2 + output_bytes / min(d * PCIE_BPS, HOST_OUT_BPS)}
 
 
 def plan_placement(rows: list[int], widths: list[int], budget: int, *, bits: int | None = None,
                    cache_bytes: int | None = None, chunk_rows: int | None = None,
-                   force_out_of_core: bool = False) -> Placement:
+                   force_out_of_core: bool = False, gpus: int = 1) -> Placement:
     """Place an operation over relations of ``rows[i]`` rows of ``widths[i]`` bytes each.
 
     Parameters
@@ -83,6 +94,8 @@ def plan_placement(rows: list[int], widths: list[int], budget: int, *, bits: int
     budget : GPU memory the operation may use, bytes
     bits, cache_bytes, chunk_rows : overrides of the computed pass-1 fanout, cache and chunk
     force_out_of_core : partition even when the whole fits (``algorithm="triton"``)
+    gpus : GPUs sharing the work, ``budget`` each (more than 1: always partitioned, into at
+        least ``MULTI_GPU_PARTITIONS`` partitions a GPU so that their pairs balance)
 
     Raises
     ------
@@ -99,18 +112,19 @@ def plan_placement(rows: list[int], widths: list[int], budget: int, *, bits: int
     fits = total * IN_CORE_FACTOR + total + room <= budget
     if bits is None:
         bits = 0
-        if force_out_of_core or not fits:
+        if force_out_of_core or not fits or gpus > 1:
             per_partition = max(1, (half - room) // PASS2_FACTOR)
             while bits < MAX_PASS1_BITS and (total >> bits) > per_partition:
                 bits += 1
-            bits = max(bits, 1)
+            least_bits = 1 if gpus == 1 else (MULTI_GPU_PARTITIONS * gpus - 1).bit_length()
+            bits = min(MAX_PASS1_BITS, max(bits, least_bits))
     placement = "in-core" if bits == 0 else "out-of-core"
     if chunk_rows is None:
         chunk_rows = max(1024, min(MAX_CHUNK_BYTES, int((half - room) // PASS1_FACTOR)) // widest)
     if cache_bytes is None:
         cache_bytes = total if bits == 0 else max(0, budget - half - room)
     cache_bytes = max(0, min(int(cache_bytes), total))
-    return Placement(placement, budget, bits, int(chunk_rows), cache_bytes, total)
+    return Placement(placement, budget, bits, int(chunk_rows), cache_bytes, total, gpus)
 
 
 def cached_chunks(nchunks: int, chunk_bytes: list[int], cache_bytes: int) -> list[bool]:

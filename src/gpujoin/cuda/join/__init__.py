@@ -40,15 +40,17 @@ def run(algorithm: str, build_keys, probe_keys, build_payloads, probe_payloads, 
 
 def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.ndarray,
                    probe_rows: np.ndarray, mode: str, radix_bits: int | None = None, memory_limit: int | None = None,
-                   params: dict | None = None, streams: int = 3):
+                   params: dict | None = None, streams: int = 3, gpus=None):
     """The CPU engine's ``hash_join`` contract, run on the GPU: host int64 keys and row ids in,
     host int64 gather maps (probe_idx, build_idx or None; -1 for no partner) out.
 
     The planner places the join (``plan.placement``): in core when keys, row ids and the join's
     state fit the GPU memory budget (``memory_limit`` bytes, else the free memory), else, or
     with ``algorithm="triton"``, out of core through the Triton join (``outofcore/triton.py``),
-    whose partition pairs ``algorithm`` joins (PHJ-TR for "triton").  ``params`` receives the
-    placement and the out-of-core statistics.
+    whose partition pairs ``algorithm`` joins (PHJ-TR for "triton"), or over several GPUs
+    through paper 000's hybrid join (``gpus``, or ``algorithm="hybrid"``: see
+    ``plan.streaming.choose_gpus``).  ``params`` receives the placement and the out-of-core
+    statistics.
 
     Raises
     ------
@@ -56,7 +58,7 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
         The budget cannot hold the out-of-core working set, or host memory the spill or output.
     """
     from ...outofcore.budget import gpu_budget, gpu_memory_cap
-    from ...plan.placement import plan_placement
+    from ...plan.streaming import inner_algorithm, place, stream_join
 
     both = [k for k in (build_keys, probe_keys) if k.size]
     narrow = all(k.min() >= -2**31 and k.max() < 2**31 for k in both)
@@ -64,16 +66,14 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
     bk, pk = build_keys.astype(kdt, copy=False), probe_keys.astype(kdt, copy=False)
     params = {} if params is None else params
     with gpu_memory_cap(memory_limit):
-        placement = plan_placement([bk.size, pk.size], [bk.itemsize + build_rows.itemsize,
-                                                        pk.itemsize + probe_rows.itemsize],
-                                   gpu_budget(memory_limit), force_out_of_core=algorithm == "triton")
+        placement, ids = place([bk.size, pk.size], [bk.itemsize + build_rows.itemsize,
+                                                    pk.itemsize + probe_rows.itemsize],
+                               gpu_budget(memory_limit), algorithm, gpus)
         params["placement"] = placement.placement
-        if placement.placement == "in-core":
+        if placement.placement == "in-core" and ids is None:
             return _in_core_maps(algorithm, bk, build_rows, pk, probe_rows, mode, radix_bits)
-        from ...outofcore.triton import triton_join
-
-        res = triton_join([bk, build_rows], [pk, probe_rows], mode, placement,
-                          algorithm="phj-tr" if algorithm == "triton" else algorithm, streams=streams)
+        res = stream_join([bk, build_rows], [pk, probe_rows], mode, placement, ids,
+                          algorithm=inner_algorithm(algorithm), memory_limit=memory_limit, streams=streams)
     params.update(res.stats)
 
     def rows(column):

@@ -1,0 +1,189 @@
+"""``gpujoin bench multi-gpu``: paper 000's workloads on the GPUs of one host.
+
+- The hybrid join (``dist/hybrid.py``): int32 key + int32 payload (paper 000's tuples), R a
+  shuffled dense key, S uniform into it, |R| = |S|, SUM mode (no output rows), on 1 and more
+  GPUs under a ``memory_limit`` per GPU; the measured passes beside the placement's predicted
+  ones (paper 004's transfer model with the rates measured here, ``Placement.predict``).
+- The ring's band join (``dist/nested_loop.py``): ``join_where`` of |a - b| <= w on 1 and more
+  GPUs; the match phase (the ring) and the whole call.
+- The ceilings, measured in the same run: pinned PCIe each way on each GPU alone and on all at
+  once, and the peer-to-peer copy between GPUs 0 and 1.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .runner import commit, device_name
+
+
+def _timed(stream, fn, reps: int) -> float:
+    import cupy as cp
+
+    times = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(stream)
+        fn()
+        b.record(stream)
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
+    return float(np.median(times))
+
+
+def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict:
+    """GB/s (decimal) of pinned host-to-device copies on each GPU alone and on every GPU at once
+    (are the PCIe links independent?), and of device-to-device copies between the first two
+    GPUs (the peer link), one way and both ways at once."""
+    import cupy as cp
+
+    from ..dist.devices import enable_peer_access, on_each
+    from ..outofcore.stream import pinned_empty
+
+    host = pinned_empty(nbytes, np.uint8)
+    host[:] = 1
+    bufs, streams = {}, {}
+    for g in gpus:
+        with cp.cuda.Device(g):
+            bufs[g] = (cp.empty(nbytes, cp.uint8), cp.empty(nbytes, cp.uint8))
+            streams[g] = cp.cuda.Stream(non_blocking=True)
+    h2d = lambda g: cp.cuda.runtime.memcpyAsync(bufs[g][0].data.ptr, host.ctypes.data, nbytes, 1,  # noqa: E731
+                                                streams[g].ptr)
+    out = {}
+    for g in gpus:
+        with cp.cuda.Device(g):
+            out[f"h2d_gpu{g}_GBps"] = nbytes / _timed(streams[g], lambda: h2d(g), reps) / 1e9
+    t0 = time.perf_counter()
+    on_each(gpus, lambda i: [h2d(gpus[i]) for _ in range(reps)] and streams[gpus[i]].synchronize())
+    out["h2d_all_GBps"] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    if len(gpus) > 1:
+        a, b = gpus[:2]
+        out["peer_access"] = enable_peer_access([a, b])[a, b]
+        copy = lambda src, dst, s: cp.cuda.runtime.memcpyAsync(bufs[dst][1].data.ptr,  # noqa: E731
+                                                               bufs[src][0].data.ptr, nbytes, 4, s.ptr)
+        with cp.cuda.Device(b):
+            out["p2p_GBps"] = nbytes / _timed(streams[b], lambda: copy(a, b, streams[b]), reps) / 1e9
+        t0 = time.perf_counter()
+        on_each([a, b], lambda i: [copy((a, b)[1 - i], (a, b)[i], streams[(a, b)[i]]) for _ in range(reps)]
+                and streams[(a, b)[i]].synchronize())
+        out["p2p_bidirectional_GBps"] = 2 * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    bufs.clear()
+    host = None  # noqa: F841 (freed before the joins run)
+    for g in gpus:
+        with cp.cuda.Device(g):
+            cp.get_default_memory_pool().free_all_blocks()
+    cp.get_default_pinned_memory_pool().free_all_blocks()
+    return out
+
+
+def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], runs: int,
+                 streams: int = 3, seed: int = 42, log=print, base: dict | None = None) -> list[dict]:
+    """One record a (size, GPUs, in-core join): the hybrid join's SUM over int32 tuples."""
+    import cupy as cp
+
+    from ..outofcore.budget import parse_bytes
+    from ..plan.placement import plan_placement
+    from ..plan.streaming import stream_join
+    from .out_of_core import make_relations
+
+    records = []
+    budget = parse_bytes(limit)
+    for log2_n in log2_sizes:
+        rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes=4)
+        n = rk.size
+        want = int(sp.sum(dtype=np.int64))
+        for d in gpu_counts:
+            ids = list(range(d))
+            for algo in inner:
+                pl = plan_placement([n, n], [8, 8], budget, gpus=d, force_out_of_core=True)
+                times, stats = [], None
+                for r in range(runs + 1):
+                    t0 = time.perf_counter()
+                    res = stream_join([rk, rp], [sk, sp], "inner", pl, ids, algorithm=algo, memory_limit=budget,
+                                      aggregate="sum", streams=streams)
+                    dt = time.perf_counter() - t0
+                    if res.total != want or res.rows != n:
+                        raise AssertionError(f"hybrid on {d} GPUs got {res.rows}, {res.total} at 2^{log2_n}; "
+                                             f"want {n}, {want}")
+                    if r:  # the first run compiles and pins the staging buffers
+                        times.append(dt)
+                        stats = res.stats
+                    del res
+                    for g in ids:
+                        with cp.cuda.Device(g):
+                            cp.get_default_memory_pool().free_all_blocks()
+                med = float(np.median(times))
+                rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": "hybrid" if d > 1 else "triton",
+                       "inner": algo, "gpus": d, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8,
+                                                              "memory_limit": limit, "mode": "sum"},
+                       "streams": streams, "runs": len(times), "median_s": med, "min_s": min(times),
+                       "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9, "correct": True,
+                       **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
+                                                    "d2h_bytes", "p2p_bytes", "split_partitions")},
+                       "phases_s": stats["phases"], "predicted_s": stats["predicted_phases"],
+                       "per_gpu": stats.get("per_gpu")}
+                records.append(rec)
+                ph = " ".join(f"{k}={v:.2f}" for k, v in stats["phases"].items())
+                pr = " ".join(f"{k}={v:.2f}" for k, v in stats["predicted_phases"].items())
+                log(f"2^{log2_n} x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
+                    f"predicted {pr}; spill {stats['spill_bytes'] / 1e9:.1f} GB p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
+        del rk, rp, sk, sp
+    return records
+
+
+def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: int, log=print,
+               base: dict | None = None) -> list[dict]:
+    """One record a (size, GPUs): join_where's band join through the ring."""
+    from ..expr import col
+    from ..plan.join_where import execute_join_where
+    from .join_where import band_tables
+
+    records = []
+    for log2_n in log2_sizes:
+        left, right, want = band_tables(log2_n, width)
+        for d in gpu_counts:
+            times, match, stats = [], [], None
+            for r in range(runs + 1):
+                t0 = time.perf_counter()
+                out, st = execute_join_where(left, right, col("a") >= col("lo"), col("a") <= col("hi"),
+                                             device="cuda", gpus=d)
+                dt = time.perf_counter() - t0
+                if out.num_rows != want:
+                    raise AssertionError(f"ring on {d} GPUs gave {out.num_rows:,} rows at 2^{log2_n}, want {want:,}")
+                del out
+                if r:
+                    times.append(dt)
+                    match.append(st.phases["match"])
+                    stats = st
+            med = float(np.median(times))
+            rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": "ring (band)", "gpus": d,
+                   "workload": {"log2_l": log2_n, "log2_r": log2_n, "band_width": width}, "runs": len(times),
+                   "median_s": med, "min_s": min(times), "max_s": max(times), "match_s": float(np.median(match)),
+                   "output_rows": want, "correct": True, "phases_s": dict(stats.phases),
+                   **{k: stats.params.get(k) for k in ("rounds", "h2d_bytes", "p2p_bytes", "candidates")},
+                   "per_gpu": stats.params.get("per_gpu")}
+            records.append(rec)
+            log(f"band 2^{log2_n} w={width} x{d}: {med:.2f} s, match (ring) {rec['match_s']:.3f} s, "
+                f"{want:,} rows")
+    return records
+
+
+def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], band_log2: list[int],
+                    band_width: int, runs: int, streams: int = 3, log=print) -> list[dict]:
+    """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``."""
+    from ..dist.devices import device_count
+
+    have = device_count()
+    gpu_counts = [d for d in gpu_counts if d <= have]
+    if not gpu_counts:
+        raise ValueError(f"this host has {have} GPU(s); ask for --gpus up to that")
+    links = link_bandwidths(list(range(max(gpu_counts))))
+    log("links: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in links.items()))
+    base = {"engine": "gpujoin", "device": f"{have} x {device_name('cuda')}", "commit": commit(),
+            "date": time.strftime("%Y-%m-%d"), "links": links}
+    records = bench_hybrid(log2_sizes, gpu_counts, limit, inner, runs, streams, log=log, base=base) if log2_sizes else []
+    if band_log2:
+        records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base)
+    return records

@@ -1,0 +1,99 @@
+"""The GPUs of one host: which ones an operation uses (``gpus=``), peer access between them, and
+one host thread per GPU (paper 000 §3: a CPU thread drives each GPU, with its own streams and
+pinned buffers).
+
+Reusable by every multi-GPU algorithm (``hybrid``, ``nested_loop``): :func:`resolve_gpus`,
+:func:`enable_peer_access`, :func:`on_each`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+
+def device_count() -> int:
+    from ..cuda.runtime import device_count as count
+
+    return count()
+
+
+def resolve_gpus(gpus, what: str = "gpus") -> list[int] | None:
+    """The device ids ``gpus`` names: None (the planner decides), a count n (devices 0..n-1) or
+    a list of distinct ids.
+
+    Raises
+    ------
+    TypeError
+        Not None, an int or a sequence of ints.
+    ValueError
+        A count below 1, an id repeated, or more GPUs / an id past what this host has.
+    """
+    if gpus is None:
+        return None
+    have = device_count()
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, list, tuple, range)):
+        raise TypeError(f"{what} must be a number of GPUs or a list of device ids, got {type(gpus).__name__}")
+    if isinstance(gpus, int):
+        if gpus < 1:
+            raise ValueError(f"{what}={gpus} asks for no GPU; give at least 1 (or device='cpu')")
+        if gpus > have:
+            raise ValueError(f"{what}={gpus} asks for more GPUs than this host has ({have})")
+        return list(range(gpus))
+    ids = list(gpus)
+    if not ids or not all(isinstance(g, int) and not isinstance(g, bool) for g in ids):
+        raise TypeError(f"{what} must list device ids (ints), got {gpus!r}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{what}={ids} names a GPU twice; list each device id once")
+    bad = [g for g in ids if not 0 <= g < have]
+    if bad:
+        raise ValueError(f"{what}={ids}: no device {bad[0]} on this host (it has {have}: ids 0..{have - 1})")
+    return ids
+
+
+def enable_peer_access(ids: list[int]) -> dict[tuple[int, int], bool]:
+    """Let each GPU of ``ids`` read and write the others' memory directly (NVLink or PCIe peer
+    to peer); returns which ordered pairs can.  Pairs that cannot still copy, staged through the
+    host by the driver."""
+    import cupy as cp
+
+    rt = cp.cuda.runtime
+    ok = {}
+    for a in dict.fromkeys(ids):
+        for b in dict.fromkeys(ids):
+            if a == b:
+                continue
+            ok[a, b] = bool(rt.deviceCanAccessPeer(a, b))
+            if ok[a, b]:
+                with cp.cuda.Device(a):
+                    try:
+                        rt.deviceEnablePeerAccess(b)
+                    except rt.CUDARuntimeError as e:  # already enabled by an earlier call
+                        if "PeerAccessAlreadyEnabled" not in str(e):
+                            raise
+    return ok
+
+
+def on_each(ids: list[int], fn) -> list:
+    """``fn(i)`` for every worker i, each in its own host thread with GPU ``ids[i]`` current
+    (ids may repeat: several workers on one GPU, as the tests run on a machine of one GPU).
+    Returns the results in order; the first error raised is raised here once every worker
+    has stopped, so no thread keeps using memory the caller frees (a worker's
+    ``BrokenBarrierError`` only when no other error caused it)."""
+    import cupy as cp
+
+    def run(i):
+        with cp.cuda.Device(ids[i]):
+            return fn(i)
+
+    if len(ids) == 1:
+        return [run(0)]
+    with ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="gpujoin-gpu") as pool:
+        # each thread its own copy of the context: the progress reporter reaches the workers
+        futures = [pool.submit(contextvars.copy_context().run, run, i) for i in range(len(ids))]
+        errors = [f.exception() for f in futures]
+    errors = sorted((e for e in errors if e is not None), key=lambda e: isinstance(e, threading.BrokenBarrierError))
+    if errors:
+        raise errors[0]
+    return [f.result() for f in futures]

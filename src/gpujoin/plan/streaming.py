@@ -1,0 +1,62 @@
+"""The join of host columns on the GPUs: placement (in core or out of core, one GPU or several)
+and the executor that runs it: the Triton join on one GPU (paper 004), the hybrid join on
+several (paper 000).  Both the columnar path (``host_join``) and the gather-map path
+(``cuda.join.hash_join_maps``) come through here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .placement import Placement, plan_placement
+
+
+def choose_gpus(gpus, single: Placement, algorithm: str) -> list[int] | None:
+    """The GPUs of a join: those ``gpus`` names; else, for ``algorithm="hybrid"`` or a join that
+    does not fit one GPU (``single`` is out of core; ``algorithm="triton"`` keeps one), every
+    GPU of the host (paper 000: more GPUs only when one cannot hold the work); else None (the
+    current GPU)."""
+    from ..dist.devices import device_count, resolve_gpus
+
+    ids = resolve_gpus(gpus)
+    if ids is not None:
+        return ids
+    if algorithm == "hybrid" or (algorithm != "triton" and single.placement == "out-of-core"):
+        n = device_count()
+        return list(range(n)) if n > 1 else None
+    return None
+
+
+def place(rows: list[int], widths: list[int], budget: int, algorithm: str, gpus=None
+          ) -> tuple[Placement, list[int] | None]:
+    """(placement, device ids or None) of a join of relations of ``rows`` rows, ``widths`` bytes
+    a row, under ``budget`` GPU bytes a GPU."""
+    single = plan_placement(rows, widths, budget, force_out_of_core=algorithm in ("triton", "hybrid"))
+    ids = choose_gpus(gpus, single, algorithm)
+    if ids is not None and len(ids) > 1:
+        return plan_placement(rows, widths, budget, gpus=len(ids)), ids
+    return single, ids
+
+
+def inner_algorithm(algorithm: str) -> str:
+    """The in-core join of each partition pair: paper 000's sort-merge for "hybrid", PHJ-TR for
+    "triton" and "auto", else the algorithm named."""
+    return {"hybrid": "smj-tr", "triton": "phj-tr", "auto": "phj-tr"}.get(algorithm, algorithm)
+
+
+def stream_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str, placement: Placement,
+                gpus: list[int] | None, *, algorithm: str, memory_limit: int | None = None, **kw):
+    """Run the placed join: ``hybrid_join`` on several GPUs, else ``triton_join`` on ``gpus[0]``
+    (or the current GPU).  ``kw``: emit_keys, aggregate, streams, consumer."""
+    import cupy as cp
+
+    if gpus is not None and len(gpus) > 1:
+        from ..dist.hybrid import hybrid_join
+
+        return hybrid_join(build_cols, probe_cols, mode, placement, gpus, algorithm=algorithm,
+                           memory_limit=memory_limit, **kw)
+    from ..outofcore.budget import gpu_memory_cap
+    from ..outofcore.triton import triton_join
+
+    with cp.cuda.Device(cp.cuda.Device().id if gpus is None else gpus[0]), gpu_memory_cap(memory_limit):
+        return triton_join(build_cols, probe_cols, mode, placement, algorithm=algorithm, **kw)

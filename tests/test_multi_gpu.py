@@ -1,0 +1,220 @@
+"""Paper 000's multi-GPU joins on one host against the CPU engine: the hybrid join (``gpus=``)
+and the nested-loop ring of ``join_where``.  On a machine of one GPU the workers share it
+(device ids [0, 0]: every thread, peer copy and merge still runs); on two, each has its own.
+Tiny ``memory_limit`` budgets and small chunks make every spill, split pair and ring round run.
+Marker ``gpu``."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import gpujoin
+from gpujoin.plan.join import execute_join
+from gpujoin.testing import assert_tables_equal
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+if not gpujoin.backend.cuda_available():
+    pytest.skip("no usable GPU", allow_module_level=True)
+
+GPUS = cp.cuda.runtime.getDeviceCount()
+#: Two workers: on two GPUs when the machine has them, else both on GPU 0.
+WORKERS = [0, 1] if GPUS >= 2 else [0, 0]
+HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+two_gpus = pytest.mark.skipif(GPUS < 2, reason="needs two GPUs")
+
+
+def _tables(case: str, n: int = 100_000, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    if case == "uniform":
+        lk, rk = rng.permutation(n), rng.integers(0, n + n // 4, n)
+    elif case == "zipf":  # z = 1.5 on the probe side: the hottest key is ~38% of it
+        lk, rk = rng.permutation(n // 2), rng.zipf(1.5, n) % (n // 2)
+    elif case == "heavy":  # one key of 30,000 build rows: a pair past any GPU's share, split
+        lk = np.concatenate([np.full(30_000, 7), rng.integers(100, 200_000, 60_000)])
+        rk = np.concatenate([np.full(100, 7), rng.integers(100, 200_000, n)])
+    elif case == "extremes":
+        ext = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1], np.int64)
+        lk, rk = np.concatenate([ext, rng.integers(-(2**62), 2**62, n // 2)]), rng.choice(ext, n)
+    else:
+        raise ValueError(case)
+    left = pa.table({"k": pa.array(lk, pa.int64()), "lv": pa.array(rng.integers(-9, 9, len(lk)), pa.int32())})
+    right = pa.table({"k": pa.array(rk, pa.int64()), "rv": pa.array(rng.random(len(rk)))})
+    return left, right
+
+
+@pytest.fixture
+def on_workers(monkeypatch):
+    """gpujoin.join's planner sends every streaming join to WORKERS."""
+    import gpujoin.plan.streaming as streaming
+
+    monkeypatch.setattr(streaming, "choose_gpus", lambda gpus, single, algorithm: WORKERS)
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("case", ["uniform", "zipf", "heavy", "extremes"])
+def test_hybrid_join_matches_cpu_engine(on_workers, how, case):
+    left, right = _tables(case)
+    want = gpujoin.join(left, right, "k", how=how, device="cpu")
+    got, stats = execute_join(left, right, "k", how=how, device="cuda", memory_limit="4MiB")
+    assert stats.algorithm.startswith("hybrid") and len(stats.params["per_gpu"]) == 2
+    assert stats.params["pass1_bits"] >= 4  # at least 8 partitions a GPU
+    if case == "heavy":
+        assert stats.params["split_partitions"] >= 1
+    assert_tables_equal(got, want)
+
+
+@pytest.mark.parametrize("how", ["inner", "full", "anti"])
+def test_hybrid_join_gather_map_path(on_workers, how):
+    """Keys the columnar path does not take (strings, nulls) go through the gather maps."""
+    rng = np.random.default_rng(8)
+    n = 40_000
+    lk = pa.array([f"k{v}" for v in rng.integers(0, n, n)], mask=rng.random(n) < 0.02)
+    rk = pa.array([f"k{v}" for v in rng.integers(0, n, n)])
+    left, right = pa.table({"k": lk, "a": np.arange(n)}), pa.table({"k": rk, "b": np.arange(n)})
+    want = gpujoin.join(left, right, "k", how=how, device="cpu")
+    got, stats = execute_join(left, right, "k", how=how, device="cuda", memory_limit="4MiB")
+    assert "per_gpu" in stats.params
+    assert_tables_equal(got, want)
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+@pytest.mark.parametrize("algorithm", ["phj-tr", "smj-tr"])
+def test_hybrid_core_sum_columns_and_balance(streams, algorithm):
+    """The array-level hybrid join: SUM and materialized columns, per-GPU loads that balance,
+    peer reads of the other GPU's cache, spill."""
+    from gpujoin.dist.hybrid import hybrid_join
+    from gpujoin.plan.placement import plan_placement
+
+    rng = np.random.default_rng(5)
+    n = 300_000
+    rk = rng.permutation(n).astype(np.int64)
+    rp = rng.integers(0, 1 << 40, n)
+    sk = rng.integers(0, n, n).astype(np.int64)
+    sp = rng.integers(0, 1 << 40, n)
+    pl = plan_placement([n, n], [16, 16], 8 << 20, gpus=2, chunk_rows=20_000)
+    assert pl.spill_bytes > 0
+    res = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, aggregate="sum", streams=streams, algorithm=algorithm)
+    assert res.total == int(sp.sum()) and res.rows == n
+    loads = [g["pair_bytes"] for g in res.stats["per_gpu"]]
+    assert max(loads) <= 1.25 * (sum(loads) / 2)
+    assert res.stats["p2p_bytes"] > 0 and res.stats["spill_bytes"] > 0
+    res = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, emit_keys=True, streams=streams, algorithm=algorithm)
+    want = np.empty(n, np.int64)
+    want[rk] = rp
+    assert np.array_equal(np.sort(res.key), np.sort(sk))
+    assert np.array_equal(res.build[0][0], want[res.key])
+
+
+def test_hybrid_join_streams_blocks_to_a_sink(on_workers):
+    left, right = _tables("uniform")
+    want = gpujoin.join(left, right, "k", how="left", device="cpu")
+    batches = []
+    empty = gpujoin.join(left, right, "k", how="left", device="cuda", memory_limit="4MiB", sink=batches.append)
+    assert empty.num_rows == 0
+    assert_tables_equal(pa.Table.from_batches(batches, schema=want.schema), want)
+
+
+def test_hybrid_join_error_in_one_worker_stops_all(on_workers, monkeypatch):
+    """A worker that fails in pass 1 releases the others from the barrier; the error is raised."""
+    from gpujoin.outofcore import triton
+
+    calls = []
+    real = triton.TritonJoin.pass1
+
+    def failing(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise MemoryError("planted")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(triton.TritonJoin, "pass1", failing)
+    left, right = _tables("uniform", 20_000)
+    with pytest.raises(MemoryError, match="planted"):
+        gpujoin.join(left, right, "k", device="cuda", memory_limit="4MiB")
+
+
+@two_gpus
+def test_gpus_argument_uses_two_gpus():
+    left, right = _tables("uniform")
+    want = gpujoin.join(left, right, "k", how="full", device="cpu")
+    got, stats = execute_join(left, right, "k", how="full", device="cuda", gpus=2, memory_limit="64MiB")
+    assert stats.params["gpus"] == [0, 1] and stats.algorithm.startswith("hybrid")
+    assert_tables_equal(got, want)
+    got, stats = execute_join(left, right, "k", how="full", device="cuda", gpus=[1])
+    assert "gpus" not in stats.params
+    assert_tables_equal(got, want)
+
+
+def test_gpus_argument_errors():
+    left, right = _tables("uniform", 100)
+    with pytest.raises(ValueError, match="more GPUs than this host has"):
+        gpujoin.join(left, right, "k", device="cuda", gpus=GPUS + 1)
+    with pytest.raises(ValueError, match="twice"):
+        gpujoin.join(left, right, "k", device="cuda", gpus=[0, 0])
+    with pytest.raises(ValueError, match="device='cpu'"):
+        gpujoin.join(left, right, "k", device="cpu", gpus=1)
+
+
+def _theta_tables(n_l=3_000, n_r=2_500, seed=6):
+    rng = np.random.default_rng(seed)
+    t = rng.integers(0, 10_000, n_l)
+    start = rng.integers(0, 10_000, n_r)
+    left = pa.table({"t": pa.array(t, mask=rng.random(n_l) < 0.01), "x": rng.random(n_l),
+                     "g": rng.integers(0, 5, n_l)})
+    right = pa.table({"start": start, "end": start + rng.integers(0, 300, n_r), "g": rng.integers(0, 5, n_r)})
+    return left, right
+
+
+PREDICATES = {
+    "band": lambda c: [c("t") >= c("start"), c("t") <= c("end")],
+    "band_ne": lambda c: [c("t") >= c("start"), c("t") < c("end"), c("g") != c("g_right")],
+    "nlj": lambda c: [c("g") != c("g_right"), c("t") < c("start")],
+}
+
+
+@pytest.mark.parametrize("case", sorted(PREDICATES))
+@pytest.mark.parametrize("chunks", [None, (700, 450)])
+@pytest.mark.parametrize("streams", [1, 3])
+def test_ring_join_where_matches_cpu_engine(monkeypatch, case, chunks, streams):
+    """The ring over two workers: one R chunk and one S chunk each, or R in 5 chunks (groups of
+    2 and a last of 1) and S in 6 (stages of 2), so every ring round runs."""
+    import gpujoin.dist.nested_loop as nested_loop
+    import gpujoin.plan.join_where as jw
+
+    real = nested_loop.ring_join
+    r_rows, s_rows = chunks or (None, None)
+    monkeypatch.setattr(nested_loop, "ring_join", lambda *a, **k: real(
+        *a, **{**k, "r_chunk_rows": r_rows, "s_chunk_rows": s_rows, "streams": streams}))
+    monkeypatch.setattr(jw, "_ring_gpus", lambda gpus, dev, algo, pairs: WORKERS)
+    left, right = _theta_tables()
+    preds = PREDICATES[case](gpujoin.col)
+    want = gpujoin.join_where(left, right, *preds, device="cpu")
+    got, stats = jw.execute_join_where(left, right, *preds, device="cuda", memory_limit="64MiB")
+    assert stats.algorithm.startswith("ring")
+    if chunks:
+        assert stats.params["r_chunks"] == 5 and stats.params["s_chunks"] == 6 and stats.params["p2p_bytes"] > 0
+    assert_tables_equal(got, want)
+
+
+def test_ring_on_one_gpu_and_empty_sides():
+    left, right = _theta_tables(500, 400)
+    c = gpujoin.col
+    want = gpujoin.join_where(left, right, c("t") >= c("start"), c("t") <= c("end"), device="cpu")
+    got, stats = gpujoin.plan.join_where.execute_join_where(left, right, c("t") >= c("start"), c("t") <= c("end"),
+                                                             device="cuda", gpus=1)
+    assert stats.params["gpus"] == [0] and stats.params["rounds"] == 1
+    assert_tables_equal(got, want)
+    got = gpujoin.join_where(left.slice(0, 0), right, c("t") >= c("start"), device="cuda", gpus=1)
+    assert got.num_rows == 0 and got.schema == want.schema
+
+
+@two_gpus
+def test_ring_on_two_gpus_band_join():
+    left, right = _theta_tables(20_000, 20_000)
+    c = gpujoin.col
+    want = gpujoin.join_where(left, right, c("t") >= c("start"), c("t") <= c("end"), device="cpu")
+    got, stats = gpujoin.plan.join_where.execute_join_where(left, right, c("t") >= c("start"), c("t") <= c("end"),
+                                                             device="cuda", gpus=2)
+    assert stats.params["gpus"] == [0, 1] and stats.params["p2p_bytes"] > 0
+    assert_tables_equal(got, want)
