@@ -105,8 +105,7 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
         with lock:
             consumer(*block)
 
-    workers = [TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer and shared)
-               for _ in range(d)]
+    workers: list = [None] * d  # made in each GPU's thread: their streams belong to that GPU
     chunk = placement.chunk_rows
     starts = [(list(range(g * chunk, build_cols[0].size, d * chunk)), list(range(g * chunk, probe_cols[0].size,
                                                                                  d * chunk))) for g in range(d)]
@@ -115,7 +114,7 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     barrier = threading.Barrier(d)
 
     def work(g):
-        w = workers[g]
+        w = workers[g] = TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer and shared)
         with gpu_memory_cap(memory_limit):
             try:
                 w.out_bytes = w.open_sink(build_cols, probe_cols, mode, share=1 / d)

@@ -105,7 +105,8 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     d = len(gpus)
     empty = np.empty(0, np.int64)
     if n_l == 0 or n_r == 0:
-        return empty, empty, {"rounds": 0, "gpus": list(gpus)}
+        return empty, empty, {"gpus": list(gpus), "r_chunks": 0, "s_chunks": 0, "rounds": 0, "streams": streams,
+                              "h2d_bytes": 0, "p2p_bytes": 0, "ring_s": 0.0, "per_gpu": []}
     rch = _chunks(n_l, r_chunk_rows or -(-n_l // d))
     sch = _chunks(n_r, s_chunk_rows or -(-n_r // d))
     rounds = ring_schedule(len(rch), len(sch), d)
