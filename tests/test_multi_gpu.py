@@ -218,3 +218,64 @@ def test_ring_on_two_gpus_band_join():
                                                              device="cuda", gpus=2)
     assert stats.params["gpus"] == [0, 1] and stats.params["p2p_bytes"] > 0
     assert_tables_equal(got, want)
+
+
+def _brute_band(rk, sk, w):
+    """(R row, S row) of every pair with |r - s| <= w, sorted (NumPy, by searching sorted R)."""
+    from gpujoin.dist.gsm import _band_bounds
+
+    order = np.argsort(rk, kind="stable")
+    srt = rk[order]
+    lo_v, hi_v = _band_bounds(np, sk, w)
+    lo = np.searchsorted(srt, lo_v, side="left")
+    hi = np.searchsorted(srt, hi_v, side="right")
+    s_rows = np.repeat(np.arange(sk.size), hi - lo)
+    r_rows = order[np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])] if s_rows.size else s_rows
+    return np.array(sorted(zip(r_rows.tolist(), s_rows.tolist())))
+
+
+@pytest.mark.parametrize("case", ["uniform", "zipf", "dupes", "extremes"])
+@pytest.mark.parametrize("band", [0, 3])
+def test_gsm_join_matches_brute_force(case, band):
+    """Sorted runs of 1,000 rows (so 5 and 4 merge rounds), pieces of at most a few KiB (heavy
+    keys halved), on two workers; each pair exactly once, with the keys of R."""
+    from gpujoin.dist.gsm import gsm_join
+
+    rng = np.random.default_rng(13)
+    n_r, n_s = 23_000, 17_000
+    if case == "uniform":
+        rk, sk = rng.integers(0, 40_000, n_r), rng.integers(0, 40_000, n_s)
+    elif case == "zipf":
+        rk, sk = rng.integers(0, 5_000, n_r), rng.zipf(1.5, n_s) % 5_000
+    elif case == "dupes":  # one key held by 5,000 R rows and 300 S rows: 1.5M pairs of one key
+        rk = np.concatenate([np.full(5_000, 77), rng.integers(0, 100_000, n_r - 5_000)])
+        sk = np.concatenate([np.full(300, 77), rng.integers(0, 100_000, n_s - 300)])
+    else:
+        ext = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1])
+        rk = np.concatenate([ext, rng.integers(-(2**62), 2**62, n_r - ext.size)])
+        sk = rng.choice(rk, n_s)
+    rk, sk = rk.astype(np.int64), sk.astype(np.int64)
+    rrow, srow = np.arange(n_r, dtype=np.int64), np.arange(n_s, dtype=np.int64)
+    res = gsm_join([rk, rrow], [sk, srow], 1 << 20, WORKERS, band=band, emit_keys=True, run_rows=1_000,
+                   block_pairs=1 << 16)
+    assert res.stats["build_merge_rounds"] == 5 and res.stats["probe_merge_rounds"] == 5
+    got = np.stack([res.build[0][0], res.probe[0][0]], axis=1)
+    got = got[np.lexsort((got[:, 1], got[:, 0]))]
+    want = _brute_band(rk, sk, band)
+    assert got.shape == want.shape and np.array_equal(got, want)
+    assert np.array_equal(res.key, rk[res.build[0][0]])
+    total = gsm_join([rk, rrow], [sk, srow], 1 << 20, WORKERS, band=band, aggregate="sum", run_rows=1_000)
+    assert total.rows == want.shape[0] and total.total == int(want[:, 1].sum())
+
+
+def test_gsm_through_join(on_workers):
+    left, right = _tables("zipf")
+    want = gpujoin.join(left, right, "k", device="cpu")
+    got, stats = execute_join(left, right, "k", device="cuda", algorithm="gsm", memory_limit="4MiB")
+    assert stats.algorithm == "gsm" and stats.params["pieces"] >= 2
+    assert_tables_equal(got, want)
+    strings = {"k": pa.array(["a", "b", None, "b"]), "v": np.arange(4)}
+    assert_tables_equal(gpujoin.join(strings, strings, "k", device="cuda", algorithm="gsm"),
+                        gpujoin.join(strings, strings, "k", device="cpu"))
+    with pytest.raises(ValueError, match="inner joins"):
+        gpujoin.join(left, right, "k", how="left", device="cuda", algorithm="gsm")

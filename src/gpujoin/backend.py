@@ -16,8 +16,8 @@ _ALGORITHMS = {
         # cuda/join/: paper 003's PHJ (GFTR first: the default), SMJ, and the cuDF-style NPHJ
         # bitmap: paper 002's GPU bitmap join (semi/anti joins of keys in [0, 2^32))
         # triton: paper 004's out-of-core join of host data (outofcore/triton.py); hybrid:
-        # paper 000's multi-GPU join (dist/hybrid.py)
-        "join": ["phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "bitmap", "triton", "hybrid"],
+        # paper 000's multi-GPU joins (dist/hybrid.py, dist/gsm.py: inner joins)
+        "join": ["phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "bitmap", "triton", "hybrid", "gsm"],
         # cuda/groupby/: paper 003's HGB (the default), PGB and SGB
         "group_by": ["hgb", "pgb-tr", "pgb-ur", "sgb-tr", "sgb-de-tr", "sgb-ur"],
     },

@@ -355,9 +355,9 @@ def cmd_bench_multi_gpu(a):
 
     parse_bytes(a.memory_limit, "--memory-limit")
     inner = _csv_list(a.inner)
-    bad = [x for x in inner if x not in ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj")]
+    bad = [x for x in inner if x not in ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "gsm")]
     if bad:
-        raise ValueError(f"unknown --inner {bad[0]!r}; use phj-tr, phj-ur, smj-tr, smj-ur, nphj")
+        raise ValueError(f"unknown --inner {bad[0]!r}; use phj-tr, phj-ur, smj-tr, smj-ur, nphj, gsm")
     records = bench_multi_gpu([int(x) for x in _csv_list(a.log2_n)], [int(x) for x in _csv_list(a.gpus)],
                               a.memory_limit, inner, [int(x) for x in _csv_list(a.band_log2_n)], a.band_width,
                               a.runs, a.streams, log=lambda m: Console(stderr=True).print(m, markup=False,
@@ -559,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--gpus", default="1,2", help="comma-separated GPU counts")
     bm.add_argument("--memory-limit", default="16GB", help="each GPU's budget")
     bm.add_argument("--inner", default="phj-tr", help="comma-separated in-core joins of the partition pairs "
-                    "(smj-tr: paper 000's sort-merge)")
+                    "(smj-tr: paper 000's sort-merge); gsm: the global sort-merge join instead")
     bm.add_argument("--band-log2-n", default="24", help="comma-separated log2 of |L| = |R| of the ring's band join")
     bm.add_argument("--band-width", type=int, default=4)
     bm.add_argument("--streams", type=int, default=3, choices=[1, 3])

@@ -80,7 +80,8 @@ def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> di
 
 def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], runs: int,
                  streams: int = 3, seed: int = 42, log=print, base: dict | None = None) -> list[dict]:
-    """One record a (size, GPUs, in-core join): the hybrid join's SUM over int32 tuples."""
+    """One record a (size, GPUs, in-core join): the hybrid join's SUM over int32 tuples (``inner``
+    "gsm": the global sort-merge join instead)."""
     import cupy as cp
 
     from ..outofcore.budget import parse_bytes
@@ -115,20 +116,22 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                         with cp.cuda.Device(g):
                             cp.get_default_memory_pool().free_all_blocks()
                 med = float(np.median(times))
-                rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": "hybrid" if d > 1 else "triton",
+                name = "gsm" if algo == "gsm" else "hybrid" if d > 1 else "triton"
+                rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": name,
                        "inner": algo, "gpus": d, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8,
                                                               "memory_limit": limit, "mode": "sum"},
                        "streams": streams, "runs": len(times), "median_s": med, "min_s": min(times),
                        "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9, "correct": True,
                        **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
                                                     "d2h_bytes", "p2p_bytes", "split_partitions")},
-                       "phases_s": stats["phases"], "predicted_s": stats["predicted_phases"],
+                       "phases_s": stats["phases"], "predicted_s": stats.get("predicted_phases"),
                        "per_gpu": stats.get("per_gpu")}
                 records.append(rec)
                 ph = " ".join(f"{k}={v:.2f}" for k, v in stats["phases"].items())
-                pr = " ".join(f"{k}={v:.2f}" for k, v in stats["predicted_phases"].items())
+                pr = " ".join(f"{k}={v:.2f}" for k, v in (stats.get("predicted_phases") or {}).items())
                 log(f"2^{log2_n} x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
-                    f"predicted {pr}; spill {stats['spill_bytes'] / 1e9:.1f} GB p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
+                    f"predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
+                    f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
         del rk, rp, sk, sp
     return records
 

@@ -96,8 +96,8 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
 
     import cupy as cp
 
-    from ..outofcore.budget import gpu_memory_cap
-    from ..outofcore.stream import Streams, Uploader, d2d_async, record
+    from ..outofcore.budget import check_host, gpu_memory_cap
+    from ..outofcore.stream import Downloader, HostColumn, Streams, Uploader, concatenate, d2d_async, record
     from ..theta import band_join, nested_loop_join
     from .devices import enable_peer_access, on_each
 
@@ -114,13 +114,15 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     enable_peer_access(gpus)
     held: list = [None] * d  # the S chunk each GPU joins this round (device arrays), for its successor
     barrier = threading.Barrier(d)
-    found: list = [[] for _ in range(d)]
+    found: list = [None] * d
     per_gpu = [{"device": gpus[g], "steps": 0, "candidates": 0, "pairs": 0, "h2d_bytes": 0, "p2p_bytes": 0,
                 "join_s": 0.0} for g in range(d)]
     width = 8 * len(lcols)
 
     def work(g):
         st = Streams(streams)
+        dl = Downloader(st)
+        lout, rout = HostColumn(np.int64, 0), HostColumn(np.int64, 0)
         up = Uploader(st, Uploader.slot_size(max(rch[0][1] - rch[0][0], sch[0][1] - sch[0][0]) * 8, 1))
         me = per_gpu[g]
         loaded_r = [None, None]  # (chunk index, device columns)
@@ -169,14 +171,29 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                         with st.compute:
                             pairs = (band_join(cp, rc, sc, ops, driver, block_pairs) if driver is not None
                                      else nested_loop_join(cp, rc, sc, ops, block_pairs))
-                            for a, b in pairs.blocks():
-                                found[g].append((cp.asnumpy(a) + r0, cp.asnumpy(b) + s0))
-                                me["pairs"] += int(a.size)
+                            for a, b in pairs.blocks():  # row numbers of the whole sides, to the host
+                                a += r0
+                                b += s0
+                                k = int(a.size)
+                                if lout.n + k > lout.values.size:
+                                    dl.flush()  # the columns are about to grow: pending copies land first
+                                    want = max(k, min(pairs.bound, 1 << 28))  # the step's candidates
+                                    check_host(16 * want, f"join_where's next {want:,} pairs on GPU {gpus[g]} "
+                                               f"(already {lout.n:,})", "add a condition that narrows the pairs")
+                                    lout.reserve(want)
+                                    rout.reserve(want)
+                                dl.get([a, b], [lout.values[lout.n:lout.n + k], rout.values[rout.n:rout.n + k]],
+                                       wait=False)  # the host copies overlap the next block
+                                lout.n += k
+                                rout.n += k
+                                me["pairs"] += k
                         me["candidates"] += pairs.bound
                         me["steps"] += 1
                         me["join_s"] += time.perf_counter() - t0
                     st.synchronize()
                     barrier.wait()  # every copy out of the round-t chunks is done
+                dl.flush()
+                found[g] = (lout.finish()[0], rout.finish()[0])
             except BaseException:
                 barrier.abort()
                 raise
@@ -184,9 +201,7 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     t0 = time.perf_counter()
     on_each(gpus, work)
     elapsed = time.perf_counter() - t0
-    parts = [p for f in found for p in f]
-    lidx = np.concatenate([a for a, _ in parts]) if parts else empty
-    ridx = np.concatenate([b for _, b in parts]) if parts else empty
+    lidx, ridx = (concatenate([f[i] for f in found], np.int64) for i in (0, 1))
     stats = {"gpus": list(gpus), "r_chunks": len(rch), "s_chunks": len(sch), "rounds": len(rounds),
              "streams": streams, "h2d_bytes": sum(p["h2d_bytes"] for p in per_gpu),
              "p2p_bytes": sum(p["p2p_bytes"] for p in per_gpu), "ring_s": elapsed, "per_gpu": per_gpu}

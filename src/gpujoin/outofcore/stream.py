@@ -78,6 +78,38 @@ def concatenate(parts: list[np.ndarray], dtype) -> np.ndarray:
     return out
 
 
+class HostColumn:
+    """One output column in host memory, written block by block at its end: values, and a
+    validity mask made once the first null arrives; capacity grows by doubling (rare: it starts
+    at the planner's guess of the output rows, and np.empty takes no memory until touched).
+    The Triton and hybrid joins' output and the ring's pairs are written into them."""
+
+    def __init__(self, dtype, capacity: int):
+        self.values = np.empty(max(1, capacity), dtype)
+        self.valid: np.ndarray | None = None
+        self.n = 0
+
+    def reserve(self, extra: int) -> None:
+        need = self.n + extra
+        if need > self.values.size:
+            cap = max(need, 2 * self.values.size)
+            grown = np.empty(cap, self.values.dtype)
+            parallel_copy(grown[:self.n], self.values[:self.n])
+            self.values = grown
+            if self.valid is not None:
+                v = np.ones(cap, bool)
+                parallel_copy(v[:self.n], self.valid[:self.n])
+                self.valid = v
+
+    def nulls(self, lo: int, hi: int) -> None:
+        if self.valid is None:
+            self.valid = np.ones(self.values.size, bool)
+        self.valid[lo:hi] = False
+
+    def finish(self):
+        return self.values[:self.n], (None if self.valid is None else self.valid[:self.n])
+
+
 class HostArena:
     """Page-locked host memory for the spill: a NumPy buffer registered in place with CUDA
     (cudaHostRegister pinned 28-31 GB/s of touched memory on the H200 machine, where

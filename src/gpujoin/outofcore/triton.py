@@ -37,7 +37,7 @@ from .. import progress
 from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
 from .budget import check_host
 from .partition import PartitionedRelation, TransferStats, partition_pass
-from .stream import Downloader, Streams, Uploader, parallel_copy, record
+from .stream import Downloader, HostColumn, Streams, Uploader, record
 
 MODES = ("inner", "probe_outer", "full", "semi", "anti")
 
@@ -86,37 +86,6 @@ class JoinResult:
     stats: dict = field(default_factory=dict)
 
 
-class _Column:
-    """One output column in host memory, written block by block at its end: values, and a
-    validity mask made once the first null arrives; capacity grows by doubling (rare: it starts
-    at the planner's guess of the output rows, and np.empty takes no memory until touched)."""
-
-    def __init__(self, dtype, capacity: int):
-        self.values = np.empty(max(1, capacity), dtype)
-        self.valid: np.ndarray | None = None
-        self.n = 0
-
-    def reserve(self, extra: int) -> None:
-        need = self.n + extra
-        if need > self.values.size:
-            cap = max(need, 2 * self.values.size)
-            grown = np.empty(cap, self.values.dtype)
-            parallel_copy(grown[:self.n], self.values[:self.n])
-            self.values = grown
-            if self.valid is not None:
-                v = np.ones(cap, bool)
-                parallel_copy(v[:self.n], self.valid[:self.n])
-                self.valid = v
-
-    def nulls(self, lo: int, hi: int) -> None:
-        if self.valid is None:
-            self.valid = np.ones(self.values.size, bool)
-        self.valid[lo:hi] = False
-
-    def finish(self):
-        return self.values[:self.n], (None if self.valid is None else self.valid[:self.n])
-
-
 class _Sink:
     """The join's output: blocks materialized on the GPU (``materialize``, which may run out of
     GPU memory: the caller then splits the block), then copied into host columns (``push``), or
@@ -127,9 +96,9 @@ class _Sink:
         self.emit_keys, self.aggregate, self.downloader, self.consumer = emit_keys, aggregate, downloader, consumer
         if consumer is not None:
             capacity = 1  # blocks go to the consumer: the columns only name the dtypes
-        self.key = _Column(key_dtype, capacity) if emit_keys and aggregate is None else None
-        self.build = [_Column(d, capacity) for d in bdtypes] if aggregate is None else []
-        self.probe = [_Column(d, capacity) for d in pdtypes] if aggregate is None else []
+        self.key = HostColumn(key_dtype, capacity) if emit_keys and aggregate is None else None
+        self.build = [HostColumn(d, capacity) for d in bdtypes] if aggregate is None else []
+        self.probe = [HostColumn(d, capacity) for d in pdtypes] if aggregate is None else []
         self.total = 0
         self.rows = 0
         self.bytes = 0

@@ -147,7 +147,7 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
 
             choice = resolve_gpu_join(bcols[0], pcols[0], bcols[1:], pcols[1:])
             inner, stats.params["auto"] = choice.algorithm, choice.reason
-        stats.algorithm = inner if pl.placement == "in-core" and ids is None else \
+        stats.algorithm = inner if inner == "gsm" or pl.placement == "in-core" and ids is None else \
             f"{'hybrid' if ids and len(ids) > 1 else 'triton'} ({inner})"
         res = stream_join(bcols, pcols, mode, pl, ids, algorithm=inner, memory_limit=memory_limit,
                           emit_keys=emit_keys, consumer=consumer)

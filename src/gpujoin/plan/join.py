@@ -140,6 +140,9 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     check_columns(rt, rk, "right")
     dev = resolve_device(device, "join")
     algo = resolve_algorithm("join", algorithm, dev)
+    if algo == "gsm" and how != "inner":
+        raise ValueError(f"algorithm='gsm' (paper 000's global sort-merge join) answers inner joins, not "
+                         f"how={how!r}; use algorithm='hybrid' or 'auto'")
     if coalesce is None:
         coalesce = how not in ("full",)
     stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)

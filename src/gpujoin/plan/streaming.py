@@ -21,7 +21,7 @@ def choose_gpus(gpus, single: Placement, algorithm: str) -> list[int] | None:
     ids = resolve_gpus(gpus)
     if ids is not None:
         return ids
-    if algorithm == "hybrid" or (algorithm != "triton" and single.placement == "out-of-core"):
+    if algorithm in ("hybrid", "gsm") or (algorithm != "triton" and single.placement == "out-of-core"):
         n = device_count()
         return list(range(n)) if n > 1 else None
     return None
@@ -31,7 +31,7 @@ def place(rows: list[int], widths: list[int], budget: int, algorithm: str, gpus=
           ) -> tuple[Placement, list[int] | None]:
     """(placement, device ids or None) of a join of relations of ``rows`` rows, ``widths`` bytes
     a row, under ``budget`` GPU bytes a GPU."""
-    single = plan_placement(rows, widths, budget, force_out_of_core=algorithm in ("triton", "hybrid"))
+    single = plan_placement(rows, widths, budget, force_out_of_core=algorithm in ("triton", "hybrid", "gsm"))
     ids = choose_gpus(gpus, single, algorithm)
     if ids is not None and len(ids) > 1:
         return plan_placement(rows, widths, budget, gpus=len(ids)), ids
@@ -46,10 +46,13 @@ def inner_algorithm(algorithm: str) -> str:
 
 def stream_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str, placement: Placement,
                 gpus: list[int] | None, *, algorithm: str, memory_limit: int | None = None, **kw):
-    """Run the placed join: ``hybrid_join`` on several GPUs, else ``triton_join`` on ``gpus[0]``
-    (or the current GPU).  ``kw``: emit_keys, aggregate, streams, consumer."""
+    """Run the placed join: ``gsm_join`` for ``algorithm="gsm"`` (inner joins), else
+    ``hybrid_join`` on several GPUs, else ``triton_join`` on ``gpus[0]`` (or the current GPU).
+    ``kw``: emit_keys, aggregate, streams, consumer."""
     import cupy as cp
 
+    if algorithm == "gsm":
+        return _gsm(build_cols, probe_cols, mode, placement, gpus or [cp.cuda.Device().id], memory_limit, **kw)
     if gpus is not None and len(gpus) > 1:
         from ..dist.hybrid import hybrid_join
 
@@ -60,3 +63,19 @@ def stream_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
 
     with cp.cuda.Device(cp.cuda.Device().id if gpus is None else gpus[0]), gpu_memory_cap(memory_limit):
         return triton_join(build_cols, probe_cols, mode, placement, algorithm=algorithm, **kw)
+
+
+def _gsm(build_cols, probe_cols, mode, placement, gpus, memory_limit, emit_keys=False, aggregate=None, streams=3,
+         consumer=None):
+    """The global sort-merge join (inner joins only: its output is the matching pairs)."""
+    from ..dist.gsm import gsm_join
+
+    if mode != "inner":
+        raise ValueError(f"algorithm='gsm' answers inner joins (paper 000 §3.2), not this {mode} join; use "
+                         f"algorithm='hybrid' or 'auto'")
+    res = gsm_join(build_cols, probe_cols, placement.budget, gpus, emit_keys=emit_keys, aggregate=aggregate,
+                   streams=streams, memory_limit=memory_limit)
+    if consumer is not None:  # the pairs are computed whole, then handed over
+        consumer(res.rows, res.key, res.build, res.probe)
+        res.key, res.build, res.probe = None, [], []
+    return res

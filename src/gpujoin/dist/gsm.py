@@ -1,0 +1,306 @@
+"""Paper 000's global sort-merge join (GSM) of host-resident relations on the GPUs of one host.
+
+1. Sorted runs (§3.2.1): the chunks of each relation go round-robin to the GPUs; each GPU sorts
+   its chunk by key (gpujoin's radix sort, carried columns with it) and writes it back in place
+   to host memory: the relation is then a sequence of sorted runs.
+2. Merge rounds (§3.2.2): adjacent runs are merged pairwise until one run is left; each merge is
+   cut by merge path (``merge_path.split``) into pieces of equal length that fit a GPU, the
+   pieces spread over the GPUs, each piece merged on its GPU (the rank of each element in the
+   other input is its offset: a stable merge, ties from the left run first) and written to its
+   place in the output.
+3. Join (§3.2.3): the sorted R and S are cut by merge path into pieces that every GPU joins on
+   its own: ``merge_path.join_ranges`` moves each cut to the first row of its key, so no key's
+   rows straddle two pieces, and gives each piece the S rows that its R keys can match (with a
+   band |r - s| <= w, the S rows within w of its R range: a halo shared with the neighbours, so
+   each pair is found once, by the piece owning its R row).  A piece larger than a GPU's share
+   (a heavy key) is halved, S side first, then R side, until it fits.  Each S row's matches
+   are the R rows in [s - w, s + w] (two binary searches), expanded a bounded block at a time.
+
+Inner joins (GSM's output is the matching pairs); the other join types use the hybrid join.
+Keys are int32 or int64; any fixed-width carried columns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..outofcore.stream import Downloader, HostColumn, Streams, Uploader, concatenate, parallel_copy, record
+from .devices import on_each
+from .merge_path import join_ranges, split
+
+
+def _sort_key_range(keys) -> tuple[int, int]:
+    lo, hi = int(keys.min()), int(keys.max())
+    return lo, (hi - lo).bit_length()
+
+
+class _Worker:
+    """One GPU's streams, staging slots and copy-out slots (made in its own thread)."""
+
+    def __init__(self, streams: int, slot_bytes: int):
+        self.st = Streams(streams)
+        self.up = Uploader(self.st, slot_bytes)
+        self.down = Downloader(self.st)
+        self.h2d = 0
+        self.d2h = 0
+
+    def upload(self, cols: list[np.ndarray], lo: int, hi: int) -> list:
+        import cupy as cp
+
+        with self.st.compute:
+            out = [cp.empty(hi - lo, c.dtype) for c in cols]
+        self.st.copy_in.wait_event(record(self.st.compute))
+        for c, o in zip(cols, out):
+            self.up.put([c[lo:hi]], dest=[o])
+        self.st.copy_in.synchronize()
+        self.h2d += sum((hi - lo) * c.itemsize for c in cols)
+        return out
+
+    def download(self, arrays: list, outs: list[np.ndarray]) -> None:
+        self.down.get(arrays, outs, wait=False)
+        self.d2h += sum(a.nbytes for a in arrays)
+
+
+def _on_gpus(gpus, tasks, fn, slot_bytes: int, streams: int, workers: list, memory_limit: int | None = None):
+    """Run ``fn(worker, task)`` for every task, task i on GPU i mod D (one thread a GPU, its
+    pool held to ``memory_limit``)."""
+    from ..outofcore.budget import gpu_memory_cap
+
+    def run(g):
+        if workers[g] is None:
+            workers[g] = _Worker(streams, slot_bytes)
+        w = workers[g]
+        with gpu_memory_cap(memory_limit), w.st.compute:
+            for t in tasks[g::len(gpus)]:
+                fn(w, t)
+            w.down.flush()
+            w.st.synchronize()
+    on_each(gpus, run)
+
+
+def sort_runs(cols: list[np.ndarray], run_rows: int, gpus, workers, slot_bytes, streams, memory_limit=None
+              ) -> list[tuple[int, int]]:
+    """Sort each run of ``run_rows`` rows of ``cols`` (key first) by key, in place on the host."""
+    from ..cuda.primitives import radix_sort
+
+    n = cols[0].size
+    runs = [(a, min(n, a + run_rows)) for a in range(0, n, run_rows)]
+
+    def one(w, run):
+        lo, hi = run
+        dev = w.upload(cols, lo, hi)
+        base, bits = _sort_key_range(dev[0])
+        k, vals = radix_sort(dev[0], dev[1:], base, bits)
+        w.download([k, *vals], [c[lo:hi] for c in cols])
+
+    _on_gpus(gpus, runs, one, slot_bytes, streams, workers, memory_limit)
+    return runs
+
+
+def _merge_on_gpu(a: list, b: list) -> list:
+    """The stable merge of sorted runs a and b (key first, same columns) on the current GPU."""
+    import cupy as cp
+
+    na, nb = int(a[0].size), int(b[0].size)
+    pa = cp.arange(na, dtype=cp.int64) + cp.searchsorted(b[0], a[0], side="left")
+    pb = cp.arange(nb, dtype=cp.int64) + cp.searchsorted(a[0], b[0], side="right")
+    out = []
+    for x, y in zip(a, b):
+        o = cp.empty(na + nb, x.dtype)
+        o[pa] = x
+        o[pb] = y
+        out.append(o)
+    return out
+
+
+def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[int, int]], piece_rows: int,
+                gpus, workers, slot_bytes, streams, memory_limit=None) -> list[tuple[int, int]]:
+    """Merge runs 0+1, 2+3, ... of ``src`` into ``dst`` (a last odd run is copied); returns the
+    merged runs.  Each merge is cut by merge path into pieces of at most ``piece_rows`` rows."""
+    tasks, merged = [], []
+    for i in range(0, len(runs) - 1, 2):
+        (lo, mid), (_, hi) = runs[i], runs[i + 1]
+        a, b = src[0][lo:mid], src[0][mid:hi]
+        total = hi - lo
+        parts = max(len(gpus), -(-total // piece_rows))
+        cuts = [split(a, b, total * p // parts) for p in range(parts + 1)]
+        tasks += [(lo, mid, cuts[p], cuts[p + 1]) for p in range(parts) if cuts[p] != cuts[p + 1]]
+        merged.append((lo, hi))
+    if len(runs) % 2:
+        lo, hi = runs[-1]
+        for s, d in zip(src, dst):
+            parallel_copy(d[lo:hi], s[lo:hi])
+        merged.append((lo, hi))
+
+    def one(w, task):
+        lo, mid, (i0, j0), (i1, j1) = task
+        a = w.upload(src, lo + i0, lo + i1)
+        b = w.upload(src, mid + j0, mid + j1)
+        out = _merge_on_gpu(a, b)
+        at = lo + i0 + j0
+        w.download(out, [d[at:at + (i1 - i0) + (j1 - j0)] for d in dst])
+
+    _on_gpus(gpus, tasks, one, slot_bytes, streams, workers, memory_limit)
+    return merged
+
+
+def global_sort(cols: list[np.ndarray], run_rows: int, gpus, workers, slot_bytes, streams, stats: dict,
+                label: str, memory_limit=None) -> list[np.ndarray]:
+    """``cols`` (key first) sorted by key on the GPUs: sorted runs, then merge rounds (host
+    buffers ping-pong; the input is not modified)."""
+    t0 = time.perf_counter()
+    bufs = [[np.empty_like(c) for c in cols]]
+    for s, d in zip(cols, bufs[0]):
+        parallel_copy(d, s)
+    runs = sort_runs(bufs[0], run_rows, gpus, workers, slot_bytes, streams, memory_limit)
+    t1 = time.perf_counter()
+    rounds = 0
+    if len(runs) > 1:
+        bufs.append([np.empty_like(c) for c in cols])
+    while len(runs) > 1:
+        runs = merge_round(bufs[rounds % 2], bufs[(rounds + 1) % 2], runs, run_rows, gpus, workers, slot_bytes,
+                           streams, memory_limit)
+        rounds += 1
+    stats[f"{label}_sort_s"] = t1 - t0
+    stats[f"{label}_merge_s"] = time.perf_counter() - t1
+    stats[f"{label}_merge_rounds"] = rounds
+    return bufs[rounds % 2]
+
+
+def _band_bounds(xp, keys, band: int):
+    """keys - band and keys + band, saturating at the dtype's ends (no wrap-around)."""
+    if not band:
+        return keys, keys
+    info = np.iinfo(keys.dtype)
+    b = min(band, info.max)
+    lo = xp.where(keys < info.min + b, info.min, keys - keys.dtype.type(b)).astype(keys.dtype)
+    hi = xp.where(keys > info.max - b, info.max, keys + keys.dtype.type(b)).astype(keys.dtype)
+    return lo, hi
+
+
+def _pieces(rk: np.ndarray, sk: np.ndarray, parts: int, band: int, limit: int, width_r: int, width_s: int):
+    """join_ranges' pieces, each halved (S first, then R) until its rows fit ``limit`` bytes."""
+    out = []
+    todo = join_ranges(rk, sk, parts, band)
+    while todo:
+        r0, r1, s0, s1 = todo.pop()
+        if (r1 - r0) * width_r + (s1 - s0) * width_s <= limit or (r1 - r0 <= 1 and s1 - s0 <= 1):
+            out.append((r0, r1, s0, s1))
+        elif s1 - s0 > 1 and (s1 - s0) * width_s >= (r1 - r0) * width_r or r1 - r0 <= 1:
+            m = (s0 + s1) // 2  # any S subset finds its matches in the piece's R range
+            todo += [(r0, r1, s0, m), (r0, r1, m, s1)]
+        else:
+            m = (r0 + r1) // 2
+            todo += [(r0, m, s0, s1), (m, r1, s0, s1)]
+    return out[::-1]
+
+
+def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget: int, gpus: list[int], *,
+             band: int = 0, emit_keys: bool = False, aggregate: str | None = None, run_rows: int | None = None,
+             block_pairs: int = 1 << 24, streams: int = 3, memory_limit: int | None = None):
+    """The global sort-merge join of host relations R (build) and S (probe) on ``gpus``.
+
+    Parameters
+    ----------
+    build_cols, probe_cols : host NumPy arrays (n,), the key first (int32 or int64, the same
+        dtype both sides, no nulls), then carried fixed-width columns
+    budget : GPU bytes each GPU may use (sizes the runs and the pieces)
+    gpus : device ids, one host thread each (an id may repeat)
+    band : pairs with |r - s| <= band (0: the equi-join)
+    emit_keys, aggregate : as ``triton_join`` (``aggregate="sum"``: the sum of the first probe
+        column over the pairs, no rows kept)
+    run_rows : rows of a sorted run and of a merge or join piece (default from ``budget``)
+    block_pairs : pairs expanded at once on a GPU (the output buffer)
+    memory_limit : each GPU's cap on CuPy's pool (bytes), None for none
+
+    Returns
+    -------
+    ``outofcore.triton.JoinResult`` of the inner join (build's key when ``emit_keys``), rows in
+    key order of the probe side within each piece; ``stats`` with the sort, merge and join times,
+    merge rounds, pieces and bytes moved.
+
+    References
+    ----------
+    Paper 000 §3.2 (sorted runs, merge-path multi-GPU merge, merge-path partitioned join).
+    """
+    import cupy as cp
+
+    from ..outofcore.triton import JoinResult
+
+    if build_cols[0].dtype != probe_cols[0].dtype:
+        raise TypeError(f"build and probe keys must share a dtype, got {build_cols[0].dtype} and {probe_cols[0].dtype}")
+    if aggregate not in (None, "sum"):
+        raise ValueError(f"aggregate must be None or 'sum', got {aggregate!r}")
+    if aggregate == "sum" and len(probe_cols) < 2:
+        raise ValueError("aggregate='sum' sums the first probe column; give one")
+    if band < 0:
+        raise ValueError(f"band must be at least 0, got {band}")
+    wr, ws = (sum(c.itemsize for c in cols) for cols in (build_cols, probe_cols))
+    if run_rows is None:  # a merge piece: two inputs, their merged copy and the ranks, within a quarter
+        run_rows = max(1024, budget // 4 // (4 * max(wr, ws) + 16))
+    slot = Uploader.slot_size(run_rows * max(c.itemsize for c in build_cols + probe_cols), 1)
+    d = len(gpus)
+    workers: list = [None] * d
+    stats: dict = {"gpus": list(gpus), "algorithm": "gsm", "run_rows": run_rows}
+    t0 = time.perf_counter()
+    R = global_sort(build_cols, run_rows, gpus, workers, slot, streams, stats, "build", memory_limit)
+    S = global_sort(probe_cols, run_rows, gpus, workers, slot, streams, stats, "probe", memory_limit)
+    t1 = time.perf_counter()
+    pieces = _pieces(R[0], S[0], d, band, budget // 4, wr, ws)
+    outs = [None] * d
+    lock = threading.Lock()
+    totals = [0] * d
+    rows = [0] * d
+
+    def one(w, piece):
+        from ..theta.nlj import interval_pairs
+
+        g = workers.index(w)
+        r0, r1, s0, s1 = piece
+        rc = w.upload(R, r0, r1)
+        sc = w.upload(S, s0, s1)
+        lo_v, hi_v = _band_bounds(cp, sc[0], band)
+        lo = cp.searchsorted(rc[0], lo_v, side="left")
+        counts = cp.searchsorted(rc[0], hi_v, side="right") - lo
+        if aggregate == "sum":
+            v = sc[1].astype(cp.int64)
+            with lock:
+                totals[g] += int((v * counts).sum())
+                rows[g] += int(counts.sum())
+            return
+        out = outs[g]
+        for s_idx, r_idx in interval_pairs(cp, lo, counts, None, block_pairs, [], [], []).blocks():
+            k = int(s_idx.size)
+            cols = ([rc[0][r_idx]] if emit_keys else []) + [c[r_idx] for c in rc[1:]] + [c[s_idx] for c in sc[1:]]
+            if out[0].n + k > out[0].values.size:
+                w.down.flush()
+                for c in out:
+                    c.reserve(max(k, out[0].values.size))
+            w.download(cols, [c.values[c.n:c.n + k] for c in out])
+            for c in out:
+                c.n += k
+            rows[g] += k
+
+    dtypes = ([R[0].dtype] if emit_keys else []) + [c.dtype for c in R[1:]] + [c.dtype for c in S[1:]]
+    guess = max(probe_cols[0].size, 1) // d
+    if aggregate is None:
+        outs[:] = [[HostColumn(t, guess) for t in dtypes] for _ in range(d)]
+    _on_gpus(gpus, pieces, one, slot, streams, workers, memory_limit)
+    t2 = time.perf_counter()
+    key = None
+    cols = []
+    if aggregate is None:
+        cols = [concatenate([o[i].finish()[0] for o in outs], dtypes[i]) for i in range(len(dtypes))]
+        if emit_keys:
+            key = cols.pop(0)
+    nb = len(R) - 1
+    stats.update({"pieces": len(pieces), "join_s": t2 - t1, "sort_merge_s": t1 - t0,
+                  "h2d_bytes": sum(w.h2d for w in workers if w), "d2h_bytes": sum(w.d2h for w in workers if w),
+                  "phases": {"sort": stats["build_sort_s"] + stats["probe_sort_s"],
+                             "merge": stats["build_merge_s"] + stats["probe_merge_s"], "join": t2 - t1},
+                  "per_gpu": [{"device": gpus[g], "rows": rows[g]} for g in range(d)]})
+    return JoinResult(key, [(c, None) for c in cols[:nb]], [(c, None) for c in cols[nb:]], sum(rows),
+                      sum(totals) if aggregate else None, stats)
