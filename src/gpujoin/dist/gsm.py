@@ -54,7 +54,10 @@ class _Worker:
             out = [cp.empty(hi - lo, c.dtype) for c in cols]
         self.st.copy_in.wait_event(record(self.st.compute))
         for c, o in zip(cols, out):
-            self.up.put([c[lo:hi]], dest=[o])
+            step = max(1, (self.up.slot_bytes - 256) // c.itemsize)  # a piece may outgrow the staging slot
+            for a in range(lo, hi, step):
+                b = min(hi, a + step)
+                self.up.put([c[a:b]], dest=[o[a - lo:b - lo]])
         self.st.copy_in.synchronize()
         self.h2d += sum((hi - lo) * c.itemsize for c in cols)
         return out
