@@ -40,7 +40,7 @@ def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> di
     import cupy as cp
 
     from ..dist.devices import enable_peer_access, on_each
-    from ..outofcore.stream import pinned_empty
+    from ..outofcore.stream import parallel_copy, pinned_empty
 
     host = pinned_empty(nbytes, np.uint8)
     host[:] = 1
@@ -58,6 +58,14 @@ def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> di
     t0 = time.perf_counter()
     on_each(gpus, lambda i: [h2d(gpus[i]) for _ in range(reps)] and streams[gpus[i]].synchronize())
     out["h2d_all_GBps"] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    # the staging copy (pageable into pinned, the copy threads shared) with every GPU's thread at once
+    src = np.ones(nbytes, np.uint8)
+    pins = [pinned_empty(nbytes, np.uint8) for _ in gpus]
+    for ids, name in (([gpus[0]], "host_in_1_GBps"), (gpus, "host_in_all_GBps")):
+        t0 = time.perf_counter()
+        on_each(ids, lambda i: [parallel_copy(pins[i], src) for _ in range(reps)])
+        out[name] = len(ids) * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    src = pins = None  # noqa: F841 (freed before the joins run)
     if len(gpus) > 1:
         a, b = gpus[:2]
         out["peer_access"] = enable_peer_access([a, b])[a, b]
@@ -125,15 +133,28 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                        **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
                                                     "d2h_bytes", "p2p_bytes", "split_partitions")},
                        "phases_s": stats["phases"], "predicted_s": stats.get("predicted_phases"),
+                       "predicted_calibrated_s": None if algo == "gsm" else pl.predict(0, _rates(base, d)),
                        "per_gpu": stats.get("per_gpu")}
                 records.append(rec)
                 ph = " ".join(f"{k}={v:.2f}" for k, v in stats["phases"].items())
-                pr = " ".join(f"{k}={v:.2f}" for k, v in (stats.get("predicted_phases") or {}).items())
+                pr = " ".join(f"{k}={v:.2f}" for k, v in (rec["predicted_calibrated_s"] or {}).items())
                 log(f"2^{log2_n} x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
                     f"predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
                     f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
         del rk, rp, sk, sp
     return records
+
+
+def _rates(base: dict | None, d: int) -> dict | None:
+    """The link rates measured in this run (bytes/s) for ``Placement.predict`` on ``d`` GPUs."""
+    links = (base or {}).get("links")
+    if not links:
+        return None
+    out = {"pcie": links["h2d_gpu0_GBps"] * 1e9,
+           "host_in": links["host_in_1_GBps" if d == 1 else "host_in_all_GBps"] * 1e9}
+    if "p2p_GBps" in links:
+        out["p2p"] = links["p2p_GBps"] * 1e9
+    return out
 
 
 def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: int, log=print,

@@ -28,8 +28,9 @@ MAX_CHUNK_BYTES = 512 << 20
 #: threads (pass 1); its copy out of the pinned slots into fresh pageable columns (the output);
 #: the in-core joins of pass 2 over their input bytes (2^30 x 2^30 16-byte tuples: 0.1 s).
 PCIE_BPS, HOST_IN_BPS, HOST_OUT_BPS, GPU_JOIN_BPS = 55e9, 30e9, 18e9, 300e9
-#: One way between two GPUs of a host (the hybrid join's pass 2 reads the other GPUs' caches).
-P2P_BPS = 300e9
+#: One way between two GPUs of a host (the hybrid join's pass 2 reads the other GPUs' caches):
+#: 391-393 GB/s measured between the two NVLink-connected (NV18) H200s of nvidia-h200-x2.
+P2P_BPS = 390e9
 #: Partitions a GPU at least, when several share a join: pairs of unequal size still balance.
 MULTI_GPU_PARTITIONS = 8
 #: Room left for CuPy's rounding, the kernels' counters and the output guess of one block
@@ -69,17 +70,22 @@ class Placement:
     def spill_bytes(self) -> int:
         return max(0, self.input_bytes - self.gpus * self.cache_bytes)
 
-    def predict(self, output_bytes: int = 0) -> dict[str, float]:
+    def predict(self, output_bytes: int = 0, rates: dict | None = None) -> dict[str, float]:
         """Seconds of pass 1 and pass 2 on the streaming path: the inputs cross once at the
-        slower of PCIe and the host's staging copy, the spill comes back over PCIe, the GPU joins
-        each partition pair, and ``output_bytes`` leave through the pinned slots into host
-        columns (paper 004's transfer-bound model with this host's copy rates)."""
+        slower of PCIe and the host's staging copy, the spill comes back over PCIe, the cached
+        pieces of the other GPUs cross the peer links, the GPUs join each partition pair, and
+        ``output_bytes`` leave through the pinned slots into host columns (paper 004's
+        transfer-bound model, paper 000's Eqs. 4-5 for the peer reads).  ``rates`` (bytes/s)
+        overrides this module's: ``pcie`` (one GPU's link), ``host_in`` (the staging copy with
+        every GPU copying at once), ``host_out``, ``p2p``, ``gpu_join``."""
+        r = {"pcie": PCIE_BPS, "host_in": HOST_IN_BPS, "host_out": HOST_OUT_BPS, "p2p": P2P_BPS,
+             "gpu_join": GPU_JOIN_BPS, **(rates or {})}
         d = self.gpus  # each GPU its own link; the host's copies and memory are shared
-        pass1 = self.input_bytes / min(d * PCIE_BPS, HOST_IN_BPS)
+        pass1 = self.input_bytes / min(d * r["pcie"], r["host_in"])
         # a partition's cached pieces are spread over the GPUs: (d - 1)/d of them cross a peer link
-        p2p = (self.input_bytes - self.spill_bytes) * (d - 1) / d / (d * P2P_BPS)
-        pass2 = self.spill_bytes / (d * PCIE_BPS) + p2p + self.input_bytes / (d * GPU_JOIN_BPS)
-        return {"pass1": pass1, "pass2": pass2 + output_bytes / min(d * PCIE_BPS, HOST_OUT_BPS)}
+        p2p = (self.input_bytes - self.spill_bytes) * (d - 1) / d / (d * r["p2p"])
+        pass2 = self.spill_bytes / (d * r["pcie"]) + p2p + self.input_bytes / (d * r["gpu_join"])
+        return {"pass1": pass1, "pass2": pass2 + output_bytes / min(d * r["pcie"], r["host_out"])}
 
 
 def plan_placement(rows: list[int], widths: list[int], budget: int, *, bits: int | None = None,
