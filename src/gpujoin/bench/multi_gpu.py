@@ -86,10 +86,28 @@ def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> di
     return out
 
 
+def zipf_keys(n: int, z: float, seed: int) -> np.ndarray:
+    """n int32 keys in [0, n) whose ranks follow Zipf's law with exponent ``z`` (inverse CDF of the
+    continuous power law; z = 0 is uniform), key k the rank k + 1 (paper 000 Fig. 12's skew)."""
+    import cupy as cp
+
+    u = cp.random.RandomState(seed).random_sample(n)
+    if z == 0:
+        ranks = u * n
+    elif z == 1:
+        ranks = cp.exp(u * np.log(n))
+    else:
+        ranks = ((n ** (1 - z) - 1) * u + 1) ** (1 / (1 - z))
+    out = cp.clip(cp.floor(ranks).astype(cp.int64) - (0 if z == 0 else 1), 0, n - 1).astype(cp.int32).get()
+    del u, ranks
+    return out
+
+
 def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], runs: int,
-                 streams: int = 3, seed: int = 42, log=print, base: dict | None = None) -> list[dict]:
-    """One record a (size, GPUs, in-core join): the hybrid join's SUM over int32 tuples (``inner``
-    "gsm": the global sort-merge join instead)."""
+                 streams: int = 3, seed: int = 42, log=print, base: dict | None = None,
+                 zipf: list[float] = (0.0,)) -> list[dict]:
+    """One record a (size, Zipf exponent of S's keys, GPUs, in-core join): the hybrid join's SUM
+    over int32 tuples (``inner`` "gsm": the global sort-merge join instead)."""
     import cupy as cp
 
     from ..outofcore.budget import parse_bytes
@@ -99,8 +117,10 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
 
     records = []
     budget = parse_bytes(limit)
-    for log2_n in log2_sizes:
+    for log2_n, z in [(a, b) for a in log2_sizes for b in zipf]:
         rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes=4)
+        if z:
+            sk = zipf_keys(rk.size, z, seed)  # every key still matches one R row: the SUM is known
         n = rk.size
         want = int(sp.sum(dtype=np.int64))
         for d in gpu_counts:
@@ -127,7 +147,7 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                 name = "gsm" if algo == "gsm" else "hybrid" if d > 1 else "triton"
                 rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": name,
                        "inner": algo, "gpus": d, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8,
-                                                              "memory_limit": limit, "mode": "sum"},
+                                                              "memory_limit": limit, "mode": "sum", "zipf": z},
                        "streams": streams, "runs": len(times), "median_s": med, "min_s": min(times),
                        "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9, "correct": True,
                        **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
@@ -138,7 +158,10 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                 records.append(rec)
                 ph = " ".join(f"{k}={v:.2f}" for k, v in stats["phases"].items())
                 pr = " ".join(f"{k}={v:.2f}" for k, v in (rec["predicted_calibrated_s"] or {}).items())
-                log(f"2^{log2_n} x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
+                loads = [g["pair_bytes"] for g in stats.get("per_gpu") or [] if "pair_bytes" in g]
+                if loads:
+                    log(f"  per-GPU pair bytes (max/mean) {max(loads) / (sum(loads) / len(loads)):.3f}")
+                log(f"2^{log2_n} z={z} x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
                     f"predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
                     f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
         del rk, rp, sk, sp
@@ -185,6 +208,7 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
             rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": "ring (band)", "gpus": d,
                    "workload": {"log2_l": log2_n, "log2_r": log2_n, "band_width": width}, "runs": len(times),
                    "median_s": med, "min_s": min(times), "max_s": max(times), "match_s": float(np.median(match)),
+                   "throughput_g_per_s": (2 << log2_n) / med / 1e9,
                    "output_rows": want, "correct": True, "phases_s": dict(stats.phases),
                    **{k: stats.params.get(k) for k in ("rounds", "h2d_bytes", "p2p_bytes", "candidates")},
                    "per_gpu": stats.params.get("per_gpu")}
@@ -195,7 +219,7 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
 
 
 def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], band_log2: list[int],
-                    band_width: int, runs: int, streams: int = 3, log=print) -> list[dict]:
+                    band_width: int, runs: int, streams: int = 3, log=print, zipf: list[float] = (0.0,)) -> list[dict]:
     """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``."""
     from ..dist.devices import device_count
 
@@ -207,7 +231,8 @@ def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, in
     log("links: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in links.items()))
     base = {"engine": "gpujoin", "device": f"{have} x {device_name('cuda')}", "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "links": links}
-    records = bench_hybrid(log2_sizes, gpu_counts, limit, inner, runs, streams, log=log, base=base) if log2_sizes else []
+    records = bench_hybrid(log2_sizes, gpu_counts, limit, inner, runs, streams, log=log, base=base,
+                           zipf=zipf) if log2_sizes else []
     if band_log2:
         records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base)
     return records
