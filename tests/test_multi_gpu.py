@@ -279,3 +279,39 @@ def test_gsm_through_join(on_workers):
                         gpujoin.join(strings, strings, "k", device="cpu"))
     with pytest.raises(ValueError, match="inner joins"):
         gpujoin.join(left, right, "k", how="left", device="cuda", algorithm="gsm")
+
+
+@pytest.mark.parametrize("case", ["uniform", "heavy", "nulls", "strings"])
+def test_group_by_on_two_workers_matches_cpu_engine(on_workers, case):
+    """The out-of-core group-by spread over two workers: each partitions half the chunks, then
+    aggregates half the partitions (a heavy key's partition in row ranges)."""
+    rng = np.random.default_rng(2)
+    n = 150_000
+    k = rng.integers(0, 20_000, n)
+    if case == "heavy":
+        k[rng.random(n) < 0.6] = 3
+    key = pa.array(k, mask=(rng.random(n) < 0.01) if case == "nulls" else None)
+    if case == "strings":
+        key = pa.array([f"g{v}" for v in k])
+    t = pa.table({"k": key, "v": pa.array(rng.integers(-(2**40), 2**40, n), mask=rng.random(n) < 0.1),
+                  "f": rng.integers(-4000, 4000, n) / 8.0})
+    aggs = dict(s=("v", "sum"), c=("v", "count"), n=(None, "size"), lo=("v", "min"), hi=("f", "max"),
+                m=("f", "mean"))
+    want = gpujoin.group_by(t, "k", device="cpu").agg(**aggs)
+    g = gpujoin.group_by(t, "k", device="cuda", memory_limit="2MiB")
+    got = g.agg(**aggs)
+    assert g.stats.params["placement"] == "out-of-core" and len(g.stats.params["per_gpu"]) == 2
+    assert sum(p["rows"] for p in g.stats.params["per_gpu"]) == n
+    assert_tables_equal(got, want)
+
+
+@two_gpus
+def test_group_by_gpus_argument():
+    rng = np.random.default_rng(3)
+    t = pa.table({"k": rng.integers(0, 1000, 50_000), "v": rng.integers(0, 100, 50_000)})
+    want = gpujoin.group_by(t, "k", device="cpu").agg(s=("v", "sum"))
+    g = gpujoin.group_by(t, "k", device="cuda", gpus=2, memory_limit="64MiB")
+    assert_tables_equal(g.agg(s=("v", "sum")), want)
+    assert g.stats.params["gpus"] == [0, 1]
+    g = gpujoin.group_by(t, "k", device="cuda", gpus=[1])
+    assert_tables_equal(g.agg(s=("v", "sum")), want)

@@ -97,3 +97,33 @@ def on_each(ids: list[int], fn) -> list:
     if errors:
         raise errors[0]
     return [f.result() for f in futures]
+
+
+def two_passes(gpus: list[int], first, between, second, memory_limit: int | None = None) -> list:
+    """The shape of the multi-GPU streaming algorithms: ``first(g)`` (pass 1) on every GPU, then,
+    once all have finished, ``between(results)`` once (the plan of pass 2 over every GPU's
+    output), then ``second(g, plan)`` (pass 2) on every GPU; each GPU's pool held to
+    ``memory_limit``.  Returns ``second``'s results.  A GPU that fails in pass 1 releases the
+    others (they stop with BrokenBarrierError; its error is the one raised).  What ``first``
+    holds (spill memory) is the caller's to free, also when this raises."""
+    from ..outofcore.budget import gpu_memory_cap
+
+    barrier = threading.Barrier(len(gpus))
+    lock = threading.Lock()
+    firsts: list = [None] * len(gpus)
+    plan: list = []
+
+    def work(g):
+        with gpu_memory_cap(memory_limit):
+            try:
+                firsts[g] = first(g)
+                barrier.wait()  # pass 2 reads what every GPU made in pass 1
+            except BaseException:
+                barrier.abort()
+                raise
+            with lock:
+                if not plan:
+                    plan.append(between(firsts))
+            return second(g, plan[0])
+
+    return on_each(gpus, work)

@@ -30,7 +30,7 @@ from ..outofcore.partition import PartitionedRelation
 from ..outofcore.stream import concatenate
 from ..outofcore.triton import MODES, JoinResult, TritonJoin
 from ..plan.placement import Placement
-from .devices import enable_peer_access, on_each
+from .devices import enable_peer_access, two_passes
 
 
 def assign_partitions(pair_bytes: np.ndarray, workers: int) -> list[list[int]]:
@@ -88,7 +88,7 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     ----------
     Paper 000 (Rui et al., multi-GPU joins) §3.3 and §4.4; paper 004 §5 for the passes.
     """
-    from ..outofcore.budget import check_host, gpu_memory_cap
+    from ..outofcore.budget import check_host
 
     if mode not in MODES:
         raise ValueError(f"unknown join mode {mode!r}; valid: {list(MODES)}")
@@ -99,7 +99,7 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
                    "raise memory_limit or use more GPUs so that more stays in GPU memory")
     d = len(gpus)
     enable_peer_access(gpus)
-    lock = threading.Lock()
+    lock = threading.Lock()  # one output block at a time to the consumer
 
     def shared(*block):  # one block at a time reaches the caller's consumer
         with lock:
@@ -110,38 +110,33 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     starts = [(list(range(g * chunk, build_cols[0].size, d * chunk)), list(range(g * chunk, probe_cols[0].size,
                                                                                  d * chunk))) for g in range(d)]
     rels: list = [None] * d
-    plan: dict = {}
-    barrier = threading.Barrier(d)
 
-    def work(g):
+    def first(g):
         w = workers[g] = TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer and shared)
-        with gpu_memory_cap(memory_limit):
-            try:
-                w.out_bytes = w.open_sink(build_cols, probe_cols, mode, share=1 / d)
-                rels[g] = w.pass1(build_cols, probe_cols, starts[g])
-                barrier.wait()  # pass 2 reads every GPU's cache
-            except BaseException:
-                barrier.abort()  # the others stop waiting (BrokenBarrierError)
-                raise
-            with lock:
-                if not plan:
-                    R, S = _merged([r[0] for r in rels]), _merged([r[1] for r in rels])
-                    rsz, ssz = R.sizes(), S.sizes()
-                    plan.update(R=R, S=S, rsz=rsz, ssz=ssz,
-                                share=assign_partitions(rsz * R.width + ssz * S.width, d))
-            w.pass2(plan["R"], plan["S"], mode, plan["share"][g])
-            t = time.perf_counter()
-            cols = w.sink.columns()
-            w.transfer.phases["assemble"] = time.perf_counter() - t
-            return cols
+        w.out_bytes = w.open_sink(build_cols, probe_cols, mode, share=1 / d)
+        rels[g] = w.pass1(build_cols, probe_cols, starts[g])
+
+    def between(_):
+        R, S = _merged([r[0] for r in rels]), _merged([r[1] for r in rels])
+        rsz, ssz = R.sizes(), S.sizes()
+        return {"R": R, "S": S, "rsz": rsz, "ssz": ssz, "share": assign_partitions(rsz * R.width + ssz * S.width, d)}
+
+    def second(g, plan):
+        w = workers[g]
+        w.pass2(plan["R"], plan["S"], mode, plan["share"][g])
+        t = time.perf_counter()
+        cols = w.sink.columns()
+        w.transfer.phases["assemble"] = time.perf_counter() - t
+        return cols, plan
 
     t0 = time.perf_counter()
     try:
-        cols = on_each(gpus, work)
+        done = two_passes(gpus, first, between, second, memory_limit)
     finally:
         for r in rels:
             for rel in r or ():
                 rel.close()
+    cols, plan = [c for c, _ in done], done[0][1]
     t2 = time.perf_counter()
     key = concatenate([c[0] for c in cols], build_cols[0].dtype) if cols[0][0] is not None else None
     build = [_concat_columns([c[1][i] for c in cols]) for i in range(len(cols[0][1]))]

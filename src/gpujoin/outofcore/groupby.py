@@ -53,6 +53,121 @@ def _merge_partials(keys: list[np.ndarray], parts: list[list[dict]]):
     return uniq, merged
 
 
+def agg_columns(keys: np.ndarray, inputs: list[tuple]) -> tuple[list[np.ndarray], list[tuple]]:
+    """The host columns pass 1 partitions (key first, then each input's values and validity) and,
+    per input, (values column index or None, validity column index or None, ops)."""
+    cols, where = [keys], []
+    for values, valid, ops in inputs:
+        vi = mi = None
+        if values is not None:
+            vi = len(cols)
+            cols.append(values)
+        if valid is not None:
+            mi = len(cols)
+            cols.append(valid)
+        where.append((vi, mi, ops))
+    return cols, where
+
+
+def partition_rows(cols: list[np.ndarray], placement: Placement, st: Streams, transfer: TransferStats,
+                   starts: list[int] | None = None):
+    """Pass 1 of the group-by on the current GPU: every chunk, or those beginning at ``starts``."""
+    n = cols[0].size
+    width = sum(c.dtype.itemsize for c in cols)
+    mine = list(range(0, n, placement.chunk_rows)) if starts is None else starts
+    sizes = [min(placement.chunk_rows, n - a) * width for a in mine]
+    uploader = Uploader(st, Uploader.slot_size(placement.chunk_rows * width, len(cols)))
+    return partition_pass(cols, placement.bits, placement.chunk_rows,
+                          cached_chunks(len(mine), sizes, placement.cache_bytes), st, uploader, transfer, "rows", starts)
+
+
+class PartitionAggregator:
+    """Pass 2 of the group-by on the current GPU: partitions aggregated in core one at a time
+    (in row ranges when over their share, the partial results merged on the host)."""
+
+    def __init__(self, algorithm: str, where: list[tuple], placement: Placement, st: Streams, transfer: TransferStats):
+        self.algorithm, self.where, self.placement, self.st, self.transfer = algorithm, where, placement, st, transfer
+        self.spent = {"fetch": 0.0, "aggregate": 0.0, "resolve": 0.0, "run": 0.0, "download": 0.0}
+        self.chosen: set = set()
+        self.decided: dict = {}
+        self.keys: list = []
+        self.columns: list = []
+
+    def _aggregate(self, dcols):
+        import cupy as cp
+
+        from ..cuda.groupby import AggInput, run
+
+        dk = dcols[0]
+        agg = [AggInput(None if vi is None else dcols[vi], None if mi is None else dcols[mi], ops)
+               for vi, mi, ops in self.where]
+        algo, groups = self.algorithm, None
+        ta = time.perf_counter()
+        if algo == "auto":  # decided on the first partition: the others are alike (hashed keys)
+            if "algo" not in self.decided:
+                from ..plan.auto import resolve_gpu_group_by
+
+                choice = resolve_gpu_group_by(dk, [a for a in agg if a.values is not None] or agg)
+                self.decided["per_row"] = choice.estimate.groups / max(1, dk.size)
+                self.decided["algo"] = choice.algorithm
+            algo = self.decided["algo"]
+            groups = max(1, int(self.decided["per_row"] * dk.size))
+        tb = time.perf_counter()
+        self.chosen.add(algo)
+        res = run(algo, dk, agg, groups_estimate=groups)
+        self.st.compute.synchronize()
+        tc = time.perf_counter()
+        host = cp.asnumpy(res.keys), [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
+        self.spent["resolve"] += tb - ta
+        self.spent["run"] += tc - tb
+        self.spent["download"] += time.perf_counter() - tc
+        return host
+
+    def run(self, rel, partitions) -> None:
+        import cupy as cp
+
+        pl, st = self.placement, self.st
+        psz = rel.sizes()
+        limit = max(1, int((pl.budget // 2 - slack(pl.budget)) // PASS2_FACTOR))
+        step = max(1, limit // rel.width)
+        shown = progress.task("pass 2: aggregate partitions" if pl.bits else "aggregate",
+                              int(sum(psz[p] for p in partitions)))
+        for p in partitions:
+            rows = int(psz[p])
+            if rows == 0:
+                continue
+            shown.advance(rows)
+            parts_k, parts_c = [], []
+            for lo in range(0, rows, step):  # one range unless the partition is over its share
+                with st.compute:
+                    ta = time.perf_counter()
+                    dcols, _ = rel.fetch(p, lo, min(rows, lo + step), st.compute, stats=self.transfer)
+                    st.compute.synchronize()
+                    tb = time.perf_counter()
+                    k, c = self._aggregate(dcols)
+                    self.spent["fetch"] += tb - ta
+                    self.spent["aggregate"] += time.perf_counter() - tb
+                parts_k.append(k)
+                parts_c.append(c)
+                del dcols
+                cp.get_default_memory_pool().free_all_blocks()  # no cached blocks left to fragment the cap
+            if len(parts_k) > 1:
+                k, c = _merge_partials(parts_k, parts_c)
+            self.keys.append(k)
+            self.columns.append(c)
+        st.synchronize()
+
+
+def assemble(aggregators: list[PartitionAggregator], key_dtype, inputs: int):
+    """The groups of every partition: (keys (g,), [per input: accumulator -> (g,)])."""
+    keys = [k for a in aggregators for k in a.keys]
+    cols = [c for a in aggregators for c in a.columns]
+    gkeys = np.concatenate(keys) if keys else np.empty(0, key_dtype)
+    merged = [{name: np.concatenate([c[i][name] for c in cols]) for name in (cols[0][i] if cols else {})}
+              for i in range(inputs)]
+    return gkeys, merged
+
+
 def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], placement: Placement, *,
                          streams: int = 3):
     """Group host ``keys`` and aggregate ``inputs`` partition by partition on the GPU.
@@ -77,105 +192,27 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
     """
     import cupy as cp
 
-    from ..cuda.groupby import AggInput, run
-
-    cols, where = [keys], []
-    for values, valid, ops in inputs:
-        vi = mi = None
-        if values is not None:
-            vi = len(cols)
-            cols.append(values)
-        if valid is not None:
-            mi = len(cols)
-            cols.append(valid)
-        where.append((vi, mi, ops))
+    cols, where = agg_columns(keys, inputs)
     if placement.spill_bytes:
         check_host(placement.spill_bytes, "the group-by's spill", "raise memory_limit")
     st = Streams(streams)
     transfer = TransferStats()
     t0 = time.perf_counter()
-    n = keys.size
-    width = sum(c.dtype.itemsize for c in cols)
-    nchunks = -(-n // placement.chunk_rows)
-    sizes = [min(placement.chunk_rows, n - c * placement.chunk_rows) * width for c in range(nchunks)]
     rel = None
     try:
-        uploader = Uploader(st, Uploader.slot_size(placement.chunk_rows * width, len(cols)))
-        rel = partition_pass(cols, placement.bits, placement.chunk_rows,
-                             cached_chunks(nchunks, sizes, placement.cache_bytes), st, uploader, transfer, "rows")
-        del uploader
+        rel = partition_rows(cols, placement, st, transfer)
         t1 = time.perf_counter()
-        psz = rel.sizes()
-        limit = max(1, int((placement.budget // 2 - slack(placement.budget)) // PASS2_FACTOR))
-        step = max(1, limit // width)
-        out_keys, out_cols, chosen = [], [], set()
-        spent = {"fetch": 0.0, "aggregate": 0.0, "resolve": 0.0, "run": 0.0, "download": 0.0}
-
-        decided: dict = {}
-
-        def aggregate(dcols):
-            dk = dcols[0]
-            agg = [AggInput(None if vi is None else dcols[vi], None if mi is None else dcols[mi], ops)
-                   for vi, mi, ops in where]
-            algo, groups = algorithm, None
-            ta = time.perf_counter()
-            if algo == "auto":  # decided on the first partition: the others are alike (hashed keys)
-                if "algo" not in decided:
-                    from ..plan.auto import resolve_gpu_group_by
-
-                    choice = resolve_gpu_group_by(dk, [a for a in agg if a.values is not None] or agg)
-                    decided["per_row"] = choice.estimate.groups / max(1, dk.size)
-                    decided["algo"] = choice.algorithm
-                algo = decided["algo"]
-                groups = max(1, int(decided["per_row"] * dk.size))
-            tb = time.perf_counter()
-            chosen.add(algo)
-            res = run(algo, dk, agg, groups_estimate=groups)
-            st.compute.synchronize()
-            tc = time.perf_counter()
-            host = cp.asnumpy(res.keys), [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
-            spent["resolve"] += tb - ta
-            spent["run"] += tc - tb
-            spent["download"] += time.perf_counter() - tc
-            return host
-
-        shown = progress.task("pass 2: aggregate partitions" if placement.bits else "aggregate", n)
-        for p in range(rel.fanout):
-            rows = int(psz[p])
-            if rows == 0:
-                continue
-            shown.advance(rows)
-            parts_k, parts_c = [], []
-            for lo in range(0, rows, step):  # one range unless the partition is over its share
-                with st.compute:
-                    ta = time.perf_counter()
-                    dcols, h2d = rel.fetch(p, lo, min(rows, lo + step), st.compute)
-                    st.compute.synchronize()
-                    tb = time.perf_counter()
-                    transfer.h2d += h2d
-                    k, c = aggregate(dcols)
-                    spent["fetch"] += tb - ta
-                    spent["aggregate"] += time.perf_counter() - tb
-                parts_k.append(k)
-                parts_c.append(c)
-                del dcols
-                cp.get_default_memory_pool().free_all_blocks()  # no cached blocks left to fragment the cap
-            if len(parts_k) > 1:
-                k, c = _merge_partials(parts_k, parts_c)
-            out_keys.append(k)
-            out_cols.append(c)
-        st.synchronize()
+        agg = PartitionAggregator(algorithm, where, placement, st, transfer)
+        agg.run(rel, range(rel.fanout))
         t2 = time.perf_counter()
     finally:
         if rel is not None:
             rel.close()
-    gkeys = np.concatenate(out_keys) if out_keys else np.empty(0, keys.dtype)
-    merged = [{name: np.concatenate([c[i][name] for c in out_cols]) for name in (out_cols[0][i] if out_cols else {})}
-              for i in range(len(inputs))]
+    gkeys, merged = assemble([agg], keys.dtype, len(inputs))
     stats = {"placement": placement.placement, "pass1_bits": placement.bits, "chunk_rows": placement.chunk_rows,
              "budget_bytes": placement.budget, "cache_bytes": rel.bytes(True), "spill_bytes": rel.bytes(False),
-             "h2d_bytes": transfer.h2d, "d2h_bytes": transfer.d2h, "partition_algorithms": sorted(chosen),
+             "h2d_bytes": transfer.h2d, "d2h_bytes": transfer.d2h, "partition_algorithms": sorted(agg.chosen),
              "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
-             "phases": {"pass1": t1 - t0, "pass2": t2 - t1, **{f"pass2_{k}": v for k, v in spent.items()}},
+             "phases": {"pass1": t1 - t0, "pass2": t2 - t1, **{f"pass2_{k}": v for k, v in agg.spent.items()}},
              "predicted_phases": placement.predict()}
     return gkeys, merged, stats

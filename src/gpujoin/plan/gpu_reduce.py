@@ -34,18 +34,24 @@ class GpuReducer:
     """
 
     def __init__(self, algorithm: str, keys: np.ndarray, requests: list, memory_limit: int | None = None,
-                 first_rows: bool = True):
+                 first_rows: bool = True, gpus=None):
+        import cupy as cp
+
+        from ..dist.devices import resolve_gpus
         from ..outofcore.budget import gpu_memory_cap
 
-        with gpu_memory_cap(memory_limit):
-            self._init(algorithm, keys, requests, memory_limit, first_rows)
+        ids = resolve_gpus(gpus)
+        one = ids[0] if ids is not None and len(ids) == 1 else cp.cuda.Device().id  # gpus=[k]: on GPU k
+        with cp.cuda.Device(one), gpu_memory_cap(memory_limit):
+            self._init(algorithm, keys, requests, memory_limit, first_rows, gpus)
 
-    def _init(self, algorithm, keys, requests, memory_limit, first_rows):
+    def _init(self, algorithm, keys, requests, memory_limit, first_rows, gpus):
         import cupy as cp
 
         from ..cuda.groupby import AggInput, run
         from ..outofcore.budget import gpu_budget
         from .placement import plan_placement
+        from .streaming import choose_gpus
 
         n = keys.size
         rows_dtype = np.int32 if n <= 2**31 else np.int64  # row numbers up to n - 1
@@ -57,12 +63,22 @@ class GpuReducer:
             ops = ("count", "sum", "min", "max") if r.kind in ("int", "float") else ("count", "min", "max")
             host.append((r.values, r.valid.view(np.uint8) if r.has_valid else None, ops))
         width = keys.itemsize + sum((0 if v is None else v.itemsize) + (0 if m is None else 1) for v, m, _ in host)
-        placement = plan_placement([n], [width], gpu_budget(memory_limit))
+        budget = gpu_budget(memory_limit)
+        placement = plan_placement([n], [width], budget)
+        ids = choose_gpus(gpus, placement, algorithm)
+        if ids is not None and len(ids) > 1:
+            placement = plan_placement([n], [width], budget, gpus=len(ids))
         self.params = {"placement": placement.placement}
         if placement.placement == "out-of-core" and n:
             from ..outofcore.groupby import group_by_out_of_core
 
-            gkeys, cols, stats = group_by_out_of_core(algorithm, keys, host, placement)
+            if ids is not None and len(ids) > 1:
+                from ..dist.groupby import group_by_multi_gpu
+
+                gkeys, cols, stats = group_by_multi_gpu(algorithm, keys, host, placement, ids,
+                                                        memory_limit=memory_limit)
+            else:
+                gkeys, cols, stats = group_by_out_of_core(algorithm, keys, host, placement)
             self.params.update(stats)
             self.algorithm = "out-of-core " + "+".join(stats["partition_algorithms"])
             self.num_groups = int(gkeys.size)

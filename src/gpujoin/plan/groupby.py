@@ -38,10 +38,13 @@ class GroupBy:
     Made by :func:`gpujoin.group_by`.
     """
 
-    def __init__(self, table, by, *, algorithm: str = "auto", device: str = "auto", memory_limit=None):
+    def __init__(self, table, by, *, algorithm: str = "auto", device: str = "auto", memory_limit=None, gpus=None):
         from ..outofcore.budget import resolve_memory_limit
+        from .join import _check_gpus
 
         self._memory_limit = resolve_memory_limit(memory_limit)
+        _check_gpus(gpus, device)
+        self._gpus = gpus
         self._by = [by] if isinstance(by, str) else list(by)
         if not self._by:
             raise ValueError("group_by needs at least one key column in 'by'")
@@ -134,7 +137,7 @@ class GroupBy:
             enc = encode_keys([keys], nulls_equal=True, narrow=True)
             same = _keys_are_codes(keys)  # the codes are the key values: no first rows to take them from
             reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()), self._memory_limit,
-                                 first_rows=not same)
+                                 first_rows=not same, gpus=self._gpus)
             stats.params["key_from"] = "codes" if same else "first rows"
             stats.params.update(reducer.params)
             stats.algorithm = reducer.algorithm
@@ -156,7 +159,7 @@ class GroupBy:
         return pa.table(out_cols)
 
 
-def group_by(table, by, *, algorithm: str = "auto", device: str = "auto", memory_limit=None) -> GroupBy:
+def group_by(table, by, *, algorithm: str = "auto", device: str = "auto", memory_limit=None, gpus=None) -> GroupBy:
     """Group ``table`` by the key column(s) ``by``; finish with ``.agg(name=(column, function), ...)``.
 
     Parameters
@@ -172,6 +175,11 @@ def group_by(table, by, *, algorithm: str = "auto", device: str = "auto", memory
         ``GPUJOIN_MEMORY_LIMIT``, else the free memory).  Host tables larger than that are
         grouped out of core: hash-partitioned by key into GPU memory and spilled pinned host
         memory, then aggregated a partition at a time.
+    gpus : int or list of int, optional
+        Spread the group-by of a host table over several GPUs of this host (a count, or device
+        ids; ``memory_limit`` is then each GPU's): each partitions a share of the rows, then
+        aggregates a share of the partitions (``dist/groupby.py``).  Default: one GPU, and every
+        GPU of the host when the group-by does not fit one GPU's budget.
 
     Raises
     ------
@@ -182,7 +190,7 @@ def group_by(table, by, *, algorithm: str = "auto", device: str = "auto", memory
     ----------
     Paper 003 §2 (hash, sort and partition group-by), doi:10.1145/3709689.
     """
-    return GroupBy(table, by, algorithm=algorithm, device=device, memory_limit=memory_limit)
+    return GroupBy(table, by, algorithm=algorithm, device=device, memory_limit=memory_limit, gpus=gpus)
 
 
 def _validity(arr: pa.Array):
