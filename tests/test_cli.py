@@ -57,6 +57,16 @@ def test_bad_argument_exits_2(files):
     assert p.returncode == 2 and "NAME=COLUMN:FUNCTION" in p.stderr
 
 
+def test_gpus_option_is_checked(files):
+    p = run("join", str(files / "l.parquet"), str(files / "r.csv"), "--on", "k", "--device", "cpu", "--gpus", "2",
+            "-o", str(files / "o.csv"))
+    assert p.returncode == 2 and "device='cpu'" in p.stderr
+    p = run("group-by", str(files / "r.csv"), "--by", "k", "--agg", "n=:size", "--gpus", "two", "-o",
+            str(files / "g.csv"))
+    assert p.returncode == 2 and "number of GPUs" in p.stderr
+    assert not (files / "o.csv").exists() and not (files / "g.csv").exists()
+
+
 def test_failure_leaves_no_output(files):
     out = files / "o.parquet"
     p = run("join", str(files / "l.parquet"), str(files / "r.csv"), "--on", "nope", "-o", str(out))

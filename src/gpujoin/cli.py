@@ -59,7 +59,7 @@ def cmd_join(a):
     on = _csv_list(a.on) or None
     kw = dict(on=on, left_on=_csv_list(a.left_on) or None, right_on=_csv_list(a.right_on) or None, how=a.how,
               suffix=a.suffix, nulls_equal=a.nulls_equal, validate=a.validate, algorithm=a.algorithm,
-              device=a.device, memory_limit=a.memory_limit)
+              device=a.device, memory_limit=a.memory_limit, gpus=_gpus(a.gpus))
     with _progress(), BatchWriter(a.output) as out:
         left, right = read_table(a.left, "left"), read_table(a.right, "right")
         # the output goes to the file batch by batch as the join makes it (out of core: as it leaves the GPU)
@@ -103,15 +103,27 @@ def cmd_join_where(a):
             from . import explain
 
             plan = explain(join_where, left, right, *preds, suffix=a.suffix, algorithm=a.algorithm,
-                           device=a.device, run=True, memory_limit=a.memory_limit)
+                           device=a.device, run=True, memory_limit=a.memory_limit, gpus=_gpus(a.gpus))
             Console(stderr=True).print(str(plan), markup=False, highlight=False)
             result = plan.result
         else:
             result = join_where(left, right, *preds, suffix=a.suffix, algorithm=a.algorithm, device=a.device,
-                                memory_limit=a.memory_limit)
+                                memory_limit=a.memory_limit, gpus=_gpus(a.gpus))
         out.write(result)
         out.commit(result.schema)
     console.print(f"wrote {out.rows} rows, {len(result.schema)} columns to {a.output}")
+
+
+def _gpus(spec: str | None):
+    """--gpus: None, a count ("2") or device ids ("0,1")."""
+    if spec is None:
+        return None
+    parts = _csv_list(spec)
+    try:
+        ids = [int(x) for x in parts]
+    except ValueError:
+        raise ValueError(f"--gpus {spec!r} is neither a number of GPUs nor device ids such as 0,1") from None
+    return ids[0] if len(parts) == 1 and "," not in spec else ids
 
 
 def _parse_agg(spec: str):
@@ -135,12 +147,12 @@ def cmd_group_by(a):
             from . import explain
 
             plan = explain(group_by, table, by, aggs=aggs, algorithm=a.algorithm, device=a.device, run=True,
-                           memory_limit=a.memory_limit)
+                           memory_limit=a.memory_limit, gpus=_gpus(a.gpus))
             Console(stderr=True).print(str(plan), markup=False, highlight=False)
             out = plan.result
         else:
             out = group_by(table, by, algorithm=a.algorithm, device=a.device,
-                           memory_limit=a.memory_limit).agg(**aggs)
+                           memory_limit=a.memory_limit, gpus=_gpus(a.gpus)).agg(**aggs)
         write_table(out, a.output)
     console.print(f"wrote {out.num_rows} groups to {a.output}")
 
@@ -450,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="print the plan: statistics, predicted times, choice, measured phases")
             sp.add_argument("--memory-limit", help="GPU memory the operation may take, e.g. 16GB (default: "
                             "$GPUJOIN_MEMORY_LIMIT, else the free memory); past it host data runs out of core")
+            sp.add_argument("--gpus", help="GPUs of this host to spread the work over: a count (2) or device ids "
+                            "(0,1); default one, all when the work does not fit one (memory limit each)")
 
     j = sub.add_parser("join", help="join two files (Parquet, CSV, Arrow IPC)")
     j.add_argument("left")
@@ -476,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     jw.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     jw.add_argument("--explain", action="store_true", help="print the plan and the candidates it walked")
     jw.add_argument("--memory-limit", help="GPU memory the join may take, e.g. 16GB")
+    jw.add_argument("--gpus", help="run the ring over these GPUs: a count (2) or device ids (0,1)")
     jw.set_defaults(fn=cmd_join_where)
 
     g = sub.add_parser("group-by", help="grouped aggregation of a file")

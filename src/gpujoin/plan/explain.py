@@ -239,7 +239,7 @@ def _slot_bytes(widths: dict[str, int], aggs: dict) -> int:
 
 
 def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto", run=False,
-                      memory_limit=None) -> Plan:
+                      memory_limit=None, gpus=None) -> Plan:
     from .groupby import GroupBy
 
     by = [by] if isinstance(by, str) else list(by)
@@ -265,7 +265,7 @@ def _explain_group_by(table, by, *, aggs: dict, device="auto", algorithm="auto",
                 choice.algorithm, choice.reason, choice.phases.get(choice.algorithm, {}))
     if run:
         t0 = time.perf_counter()
-        gb = GroupBy(table, by, algorithm=choice.algorithm, device=dev, memory_limit=memory_limit)
+        gb = GroupBy(table, by, algorithm=choice.algorithm, device=dev, memory_limit=memory_limit, gpus=gpus)
         plan.result = gb.agg(**aggs)
         plan.measured_s = time.perf_counter() - t0
         plan.phases = dict(gb.stats.phases)
