@@ -68,3 +68,22 @@ def theta_tables(draw, predicates, max_rows=25):
     left = pa.table({f"a{i}": pa.array(draw(int_keys(nl)), pa.int64()) for i in range(predicates)})
     right = pa.table({f"b{i}": pa.array(draw(int_keys(nr)), pa.int64()) for i in range(predicates)})
     return left, right
+
+
+def join_tables(case: str, n: int, seed: int = 3):
+    """Left (k int64, lv int32) and right (k int64, rv float64) tables for the GPU's streaming
+    joins: "uniform" (unique build keys, a quarter of probe keys unmatched), "zipf" (probe keys
+    Zipf 1.5: the hottest ~38% of them), "extremes" (int64's ends and neighbours)."""
+    rng = np.random.default_rng(seed)
+    if case == "uniform":
+        lk, rk = rng.permutation(n), rng.integers(0, n + n // 4, n)
+    elif case == "zipf":
+        lk, rk = rng.permutation(n // 2), rng.zipf(1.5, n) % (n // 2)
+    elif case == "extremes":
+        ext = np.array(EXTREMES, np.int64)
+        lk, rk = np.concatenate([ext, rng.integers(-(2**62), 2**62, n // 2)]), rng.choice(ext, n)
+    else:
+        raise ValueError(case)
+    left = pa.table({"k": pa.array(lk, pa.int64()), "lv": pa.array(rng.integers(-9, 9, len(lk)), pa.int32())})
+    right = pa.table({"k": pa.array(rk, pa.int64()), "rv": pa.array(rng.random(len(rk)))})
+    return left, right

@@ -12,6 +12,8 @@ import gpujoin
 from gpujoin.plan.join import execute_join
 from gpujoin.testing import assert_tables_equal
 
+from strategies import join_tables
+
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 if not gpujoin.backend.cuda_available():
@@ -25,22 +27,13 @@ two_gpus = pytest.mark.skipif(GPUS < 2, reason="needs two GPUs")
 
 
 def _tables(case: str, n: int = 100_000, seed: int = 3):
-    rng = np.random.default_rng(seed)
-    if case == "uniform":
-        lk, rk = rng.permutation(n), rng.integers(0, n + n // 4, n)
-    elif case == "zipf":  # z = 1.5 on the probe side: the hottest key is ~38% of it
-        lk, rk = rng.permutation(n // 2), rng.zipf(1.5, n) % (n // 2)
-    elif case == "heavy":  # one key of 30,000 build rows: a pair past any GPU's share, split
-        lk = np.concatenate([np.full(30_000, 7), rng.integers(100, 200_000, 60_000)])
-        rk = np.concatenate([np.full(100, 7), rng.integers(100, 200_000, n)])
-    elif case == "extremes":
-        ext = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1], np.int64)
-        lk, rk = np.concatenate([ext, rng.integers(-(2**62), 2**62, n // 2)]), rng.choice(ext, n)
-    else:
-        raise ValueError(case)
-    left = pa.table({"k": pa.array(lk, pa.int64()), "lv": pa.array(rng.integers(-9, 9, len(lk)), pa.int32())})
-    right = pa.table({"k": pa.array(rk, pa.int64()), "rv": pa.array(rng.random(len(rk)))})
-    return left, right
+    if case != "heavy":
+        return join_tables(case, n, seed)
+    rng = np.random.default_rng(seed)  # one key of 30,000 build rows: a pair past any GPU's share, split
+    lk = np.concatenate([np.full(30_000, 7), rng.integers(100, 200_000, 60_000)])
+    rk = np.concatenate([np.full(100, 7), rng.integers(100, 200_000, n)])
+    return (pa.table({"k": pa.array(lk, pa.int64()), "lv": pa.array(rng.integers(-9, 9, len(lk)), pa.int32())}),
+            pa.table({"k": pa.array(rk, pa.int64()), "rv": pa.array(rng.random(len(rk)))}))
 
 
 @pytest.fixture
@@ -197,27 +190,18 @@ def test_ring_join_where_matches_cpu_engine(monkeypatch, case, chunks, streams):
     assert_tables_equal(got, want)
 
 
-def test_ring_on_one_gpu_and_empty_sides():
-    left, right = _theta_tables(500, 400)
-    c = gpujoin.col
-    want = gpujoin.join_where(left, right, c("t") >= c("start"), c("t") <= c("end"), device="cpu")
-    got, stats = gpujoin.plan.join_where.execute_join_where(left, right, c("t") >= c("start"), c("t") <= c("end"),
-                                                             device="cuda", gpus=1)
-    assert stats.params["gpus"] == [0] and stats.params["rounds"] == 1
-    assert_tables_equal(got, want)
-    got = gpujoin.join_where(left.slice(0, 0), right, c("t") >= c("start"), device="cuda", gpus=1)
-    assert got.num_rows == 0 and got.schema == want.schema
-
-
-@two_gpus
-def test_ring_on_two_gpus_band_join():
+@pytest.mark.parametrize("gpus", [1, pytest.param(2, marks=two_gpus)])
+def test_ring_through_the_gpus_argument(gpus):
     left, right = _theta_tables(20_000, 20_000)
     c = gpujoin.col
-    want = gpujoin.join_where(left, right, c("t") >= c("start"), c("t") <= c("end"), device="cpu")
-    got, stats = gpujoin.plan.join_where.execute_join_where(left, right, c("t") >= c("start"), c("t") <= c("end"),
-                                                             device="cuda", gpus=2)
-    assert stats.params["gpus"] == [0, 1] and stats.params["p2p_bytes"] > 0
+    preds = [c("t") >= c("start"), c("t") <= c("end")]
+    want = gpujoin.join_where(left, right, *preds, device="cpu")
+    got, stats = gpujoin.plan.join_where.execute_join_where(left, right, *preds, device="cuda", gpus=gpus)
+    assert stats.params["gpus"] == list(range(gpus)) and stats.params["rounds"] == gpus
+    assert (stats.params["p2p_bytes"] > 0) == (gpus > 1)
     assert_tables_equal(got, want)
+    got = gpujoin.join_where(left.slice(0, 0), right, *preds, device="cuda", gpus=gpus)
+    assert got.num_rows == 0 and got.schema == want.schema
 
 
 def _brute_band(rk, sk, w):

@@ -12,7 +12,7 @@ import gpujoin
 from gpujoin.plan.join import execute_join
 from gpujoin.testing import assert_tables_equal
 
-from strategies import join_pair
+from strategies import join_pair, join_tables
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -35,19 +35,7 @@ TINY = "4MiB"
 
 
 def _tables(case: str, n: int = 120_000, seed: int = 3):
-    rng = np.random.default_rng(seed)
-    if case == "uniform":
-        lk, rk = rng.permutation(n), rng.integers(0, n + n // 4, n)
-    elif case == "zipf":  # skewed foreign keys (the hottest key ~38% of S), unique build keys
-        lk, rk = rng.permutation(n // 2), rng.zipf(1.5, n) % (n // 2)
-    elif case == "extremes":
-        ext = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1], np.int64)
-        lk, rk = np.concatenate([ext, rng.integers(-(2**62), 2**62, n // 2)]), rng.choice(ext, n)
-    else:
-        raise ValueError(case)
-    left = pa.table({"k": pa.array(lk, pa.int64()), "lv": pa.array(rng.integers(-9, 9, len(lk)), pa.int32())})
-    right = pa.table({"k": pa.array(rk, pa.int64()), "rv": pa.array(rng.random(len(rk)))})
-    return left, right
+    return join_tables(case, n, seed)
 
 
 @pytest.mark.parametrize("how", HOWS)

@@ -19,26 +19,13 @@ import numpy as np
 from .runner import commit, device_name
 
 
-def _timed(stream, fn, reps: int) -> float:
-    import cupy as cp
-
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record(stream)
-        fn()
-        b.record(stream)
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    return float(np.median(times))
-
-
 def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict:
     """GB/s (decimal) of pinned host-to-device copies on each GPU alone and on every GPU at once
     (are the PCIe links independent?), and of device-to-device copies between the first two
     GPUs (the peer link), one way and both ways at once."""
     import cupy as cp
 
+    from ..cuda.runtime import event_time
     from ..dist.devices import enable_peer_access, on_each
     from ..outofcore.stream import parallel_copy, pinned_empty
 
@@ -54,7 +41,7 @@ def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> di
     out = {}
     for g in gpus:
         with cp.cuda.Device(g):
-            out[f"h2d_gpu{g}_GBps"] = nbytes / _timed(streams[g], lambda: h2d(g), reps) / 1e9
+            out[f"h2d_gpu{g}_GBps"] = nbytes / event_time(lambda: h2d(g), reps, streams[g]) / 1e9
     t0 = time.perf_counter()
     on_each(gpus, lambda i: [h2d(gpus[i]) for _ in range(reps)] and streams[gpus[i]].synchronize())
     out["h2d_all_GBps"] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
@@ -72,7 +59,7 @@ def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> di
         copy = lambda src, dst, s: cp.cuda.runtime.memcpyAsync(bufs[dst][1].data.ptr,  # noqa: E731
                                                                bufs[src][0].data.ptr, nbytes, 4, s.ptr)
         with cp.cuda.Device(b):
-            out["p2p_GBps"] = nbytes / _timed(streams[b], lambda: copy(a, b, streams[b]), reps) / 1e9
+            out["p2p_GBps"] = nbytes / event_time(lambda: copy(a, b, streams[b]), reps, streams[b]) / 1e9
         t0 = time.perf_counter()
         on_each([a, b], lambda i: [copy((a, b)[1 - i], (a, b)[i], streams[(a, b)[i]]) for _ in range(reps)]
                 and streams[(a, b)[i]].synchronize())

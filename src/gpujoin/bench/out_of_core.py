@@ -24,6 +24,7 @@ def pcie_bandwidth(nbytes: int = 1 << 30, reps: int = 5) -> dict:
     pageable host-to-device rate for comparison."""
     import cupy as cp
 
+    from ..cuda.runtime import event_time
     from ..outofcore.stream import pinned_empty
 
     host = pinned_empty(nbytes, np.uint8)
@@ -32,15 +33,7 @@ def pcie_bandwidth(nbytes: int = 1 << 30, reps: int = 5) -> dict:
     s = cp.cuda.Stream(non_blocking=True)
 
     def rate(fn):
-        times = []
-        for _ in range(reps):
-            a, b = cp.cuda.Event(), cp.cuda.Event()
-            a.record(s)
-            fn()
-            b.record(s)
-            b.synchronize()
-            times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-        return nbytes / float(np.median(times)) / 1e9
+        return nbytes / event_time(fn, reps, s, warmup=False) / 1e9
 
     h2d = rate(lambda: cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, nbytes, 1, s.ptr))
     d2h = rate(lambda: cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, nbytes, 2, s.ptr))

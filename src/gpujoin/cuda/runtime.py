@@ -135,18 +135,20 @@ class PhaseTimer:
         self._t = t
 
 
-def event_time(fn, reps: int = 5) -> float:
-    """Median seconds of ``fn()`` over ``reps`` runs after a warm-up, timed with CUDA events."""
+def event_time(fn, reps: int = 5, stream=None, warmup: bool = True) -> float:
+    """Median seconds of ``fn()`` over ``reps`` runs (after a warm-up run unless ``warmup`` is
+    False), timed with CUDA events on ``stream`` (default: the current stream)."""
     import numpy as np  # noqa: PLC0415
 
     cp = _cupy()
-    fn()
+    if warmup:
+        fn()
     start, end = cp.cuda.Event(), cp.cuda.Event()
     times = []
     for _ in range(reps):
-        start.record()
+        start.record(stream)
         fn()
-        end.record()
+        end.record(stream)
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
     return float(np.median(times))
