@@ -40,3 +40,17 @@ def test_choice_prefers_hybrid_for_equi_joins_and_nl_is_the_theta_fallback():
     assert "hybrid" not in pred
     with pytest.raises(ValueError, match="unknown"):
         mc.transfer_bytes("ring", 1, 1, 1, 1, 1)
+
+
+def test_planner_transfer_model_for_a_placed_join():
+    from gpujoin.plan.placement import plan_placement
+    from gpujoin.plan.streaming import transfer_model
+
+    rows, widths = [1 << 31, 1 << 31], [8, 8]
+    pl = plan_placement(rows, widths, 16 * 10**9, gpus=2)
+    best, pred = transfer_model(rows, widths, pl, 2)
+    assert best == "hybrid" and set(pred) == {"nl", "gsm", "hybrid"}
+    # hybrid moves both tables once in and out (Eq. 6), GSM adds its merge rounds (Eq. 4)
+    assert pred["hybrid"] < pred["gsm"] < pred["nl"]
+    one = transfer_model(rows, widths, plan_placement(rows, widths, 16 * 10**9), 1)[1]
+    assert one["hybrid"] > pred["hybrid"]  # two links

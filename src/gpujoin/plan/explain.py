@@ -66,9 +66,9 @@ class Plan:
 
 
 #: What JoinStats.params / GroupByStats.params say of the placement (plan.placement, outofcore/).
-PLACEMENT_KEYS = ("placement", "pass1_bits", "chunk_rows", "budget_bytes", "cache_bytes", "spill_bytes",
-                  "h2d_bytes", "d2h_bytes", "peak_gpu_bytes", "split_partitions", "streams", "phases",
-                  "predicted_phases")
+PLACEMENT_KEYS = ("placement", "gpus", "algorithm", "pass1_bits", "chunk_rows", "budget_bytes", "cache_bytes",
+                  "spill_bytes", "h2d_bytes", "d2h_bytes", "p2p_bytes", "peak_gpu_bytes", "split_partitions", "streams",
+                  "phases", "predicted_phases", "transfer_model_s", "per_gpu")
 
 
 def _placement(params: dict) -> dict:

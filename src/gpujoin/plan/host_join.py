@@ -91,7 +91,7 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
     import time
 
     from ..outofcore.budget import gpu_budget, gpu_memory_cap
-    from .streaming import inner_algorithm, place, stream_join
+    from .streaming import inner_algorithm, place, stream_join, transfer_model
 
     t0 = time.perf_counter()
     ta, tb = lt.schema.field(lk[0]).type, rt.schema.field(rk[0]).type
@@ -142,6 +142,11 @@ def columnar_gpu_join(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], 
         widths = [sum(c.itemsize for c in bcols), sum(c.itemsize for c in pcols)]
         pl, ids = place([bcols[0].size, pcols[0].size], widths, budget, algorithm, gpus)
         inner = inner_algorithm(algorithm)
+        if ids is not None and len(ids) > 1:  # paper 000's models: the candidates' transfer times
+            best, stats.params["transfer_model_s"] = transfer_model([bcols[0].size, pcols[0].size], widths, pl,
+                                                                    len(ids))
+            if algorithm == "auto" and best == "gsm" and mode == "inner":
+                inner = "gsm"
         if algorithm == "auto" and pl.placement == "in-core" and ids is None:
             from .auto import resolve_gpu_join
 

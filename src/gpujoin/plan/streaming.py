@@ -38,6 +38,18 @@ def place(rows: list[int], widths: list[int], budget: int, algorithm: str, gpus=
     return single, ids
 
 
+def transfer_model(rows: list[int], widths: list[int], placement: Placement, gpus: int) -> tuple[str, dict]:
+    """Paper 000's choice among its equi-join algorithms from their transfer models (Eqs. 4-7:
+    ``gsm`` sorts runs and merges them in log2(chunks) rounds, ``hybrid`` partitions once), and
+    every prediction in seconds (``nl``, Eqs. 1-3, joins any θ: ``join_where``'s ring)."""
+    from .multi_gpu_cost import H200_HOST, choose
+
+    r, s = (n * w for n, w in zip(rows, widths))
+    m, n = (max(1, -(-k // max(1, placement.chunk_rows))) for k in rows)
+    best, pred = choose(r, s, m, n, max(1, gpus), H200_HOST)
+    return best, pred
+
+
 def inner_algorithm(algorithm: str) -> str:
     """The in-core join of each partition pair: paper 000's sort-merge for "hybrid", PHJ-TR for
     "triton" and "auto", else the algorithm named."""

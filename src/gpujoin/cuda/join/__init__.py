@@ -58,7 +58,7 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
         The budget cannot hold the out-of-core working set, or host memory the spill or output.
     """
     from ...outofcore.budget import gpu_budget, gpu_memory_cap
-    from ...plan.streaming import inner_algorithm, place, stream_join
+    from ...plan.streaming import inner_algorithm, place, stream_join, transfer_model
 
     both = [k for k in (build_keys, probe_keys) if k.size]
     narrow = all(k.min() >= -2**31 and k.max() < 2**31 for k in both)
@@ -70,6 +70,10 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
                                                     pk.itemsize + probe_rows.itemsize],
                                gpu_budget(memory_limit), algorithm, gpus)
         params["placement"] = placement.placement
+        if ids is not None and len(ids) > 1:
+            params["transfer_model_s"] = transfer_model([bk.size, pk.size], [bk.itemsize + build_rows.itemsize,
+                                                                             pk.itemsize + probe_rows.itemsize],
+                                                        placement, len(ids))[1]
         if placement.placement == "in-core" and ids is None:
             return _in_core_maps(algorithm, bk, build_rows, pk, probe_rows, mode, radix_bits)
         res = stream_join([bk, build_rows], [pk, probe_rows], mode, placement, ids,
