@@ -1,0 +1,158 @@
+"""Paper 001's distributed repartitioned join and group-by, SPMD: every rank calls
+:func:`join` (or :func:`group_by`) with its slice of the tables and gets back its slice of the
+result.
+
+Both sides are hash-partitioned on the join key (``shuffle.key_hashes`` with the first-level
+seed), each row sent to the rank its hash names (``shuffle.shuffle``: one or two levels), and each
+rank joins what it received with gpujoin's engine (``gpujoin.join``: the planner's in-core
+algorithm on the rank's GPU, or the CPU engine).  Rows of equal keys meet on one rank, so every
+join type keeps its meaning: inner, left, right, full, semi and anti (a row without a partner is
+on exactly one rank, which emits it once).  Rows with a null key never match: they stay on their
+rank (and are emitted there by the outer and anti joins).  ``how="cross"`` is not a repartitioned
+join and is refused.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from ..table import combined, to_arrow_table
+from .comm import Communicator
+from .shuffle import SEED_FIRST, destinations, key_hashes
+from .shuffle import shuffle as shuffle_rows  # the functions take a parameter named shuffle
+
+HOWS = ("inner", "left", "right", "full", "semi", "anti")
+
+
+def default_communicator() -> Communicator:
+    """The job's ranks: MPI's when mpi4py is installed and the process runs under a launcher
+    with more than one rank, else one rank."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return Communicator.single()
+    if MPI.COMM_WORLD.Get_size() == 1:
+        return Communicator.single()
+    return Communicator.from_mpi()
+
+
+def _destinations(table: pa.Table, names: list[str], types: list, comm: Communicator) -> np.ndarray:
+    """Each row's rank: its key's first-level hash, or this rank for a null key."""
+    from ..plan.keys import cast_key
+
+    cols = [cast_key(n, combined(table, n), t) for n, t in zip(names, types)]
+    dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
+    valid = None
+    for c in cols:
+        if c.null_count:
+            v = np.asarray(c.is_valid())
+            valid = v if valid is None else valid & v
+    if valid is not None:
+        dest[~valid] = comm.rank
+    return dest
+
+
+def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: Communicator) -> list:
+    """The promoted key types, checked to agree on every rank (a rank's slice with other types
+    would hash its keys differently)."""
+    from ..plan.keys import promote_key_types
+
+    types = [promote_key_types(a, lt.schema.field(a).type, b, rt.schema.field(b).type) for a, b in zip(lk, rk)]
+    seen = comm.allgather([str(t) for t in types])
+    if any(s != seen[0] for s in seen):
+        raise TypeError(f"the ranks' key types differ ({seen}); give every rank slices of the same schema")
+    return types
+
+
+def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner", suffix: str = "_right",
+         comm: Communicator | None = None, shuffle: str = "auto", compression: str = "none", device: str = "auto",
+         stats: dict | None = None, **kwargs) -> pa.Table:
+    """This rank's slice of the join of every rank's ``left`` and ``right`` slices.
+
+    Parameters
+    ----------
+    left, right : this rank's rows (any table ``gpujoin.join`` takes)
+    on, left_on, right_on, how, suffix : as :func:`gpujoin.join` (``how`` not "cross")
+    comm : the ranks (default: ``default_communicator()``)
+    shuffle : "auto", "one-level" or "two-level" (``shuffle.shuffle``)
+    compression : "none" (cascaded compression of the shuffled columns is not built yet)
+    device : where each rank joins its rows ("auto", "cpu", "cuda")
+    stats : a dict that receives the phases' seconds and the rows sent and received
+    kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
+
+    Returns
+    -------
+    pyarrow.Table: this rank's output rows, the columns of ``gpujoin.join``'s output.
+
+    Raises
+    ------
+    ValueError
+        ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression.
+    TypeError
+        The ranks' key types differ.
+
+    References
+    ----------
+    Paper 001 (Gao et al., scaling joins to a thousand GPUs) §3-§4.
+    """
+    from ..plan.join import _resolve_keys, execute_join
+    from ..table import check_columns
+
+    if how not in HOWS:
+        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
+    if kwargs.get("nulls_equal"):
+        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
+    if compression not in ("none", "auto"):
+        raise ValueError(f"compression={compression!r}: cascaded compression is not built yet; use 'none'")
+    comm = comm or default_communicator()
+    t0 = time.perf_counter()
+    lt, rt = to_arrow_table(left), to_arrow_table(right)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    types = _key_types(lt, rt, lk, rk, comm)
+    ld, rd = _destinations(lt, lk, types, comm), _destinations(rt, rk, types, comm)
+    t1 = time.perf_counter()
+    lt2, rt2 = shuffle_rows(lt, ld, comm, shuffle), shuffle_rows(rt, rd, comm, shuffle)
+    t2 = time.perf_counter()
+    out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                               device=device, **kwargs)
+    if stats is not None:
+        stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
+                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
+                      "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size})
+    return out
+
+
+def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "auto", device: str = "auto",
+             algorithm: str = "auto"):
+    """This rank's groups of the group-by of every rank's ``table`` slice: rows hash-partitioned on
+    the key columns ``by`` (null keys on rank 0: they form one group), then grouped locally.
+    Finish with ``.agg(...)`` as :func:`gpujoin.group_by` (every aggregate works: a group's rows
+    are all on one rank).
+
+    Raises
+    ------
+    TypeError
+        The ranks' key types differ.
+    """
+    from ..plan.groupby import GroupBy
+    from ..table import check_columns
+
+    comm = comm or default_communicator()
+    t = to_arrow_table(table)
+    by = [by] if isinstance(by, str) else list(by)
+    check_columns(t, by, "input")
+    types = [t.schema.field(b).type for b in by]
+    seen = comm.allgather([str(x) for x in types])
+    if any(s != seen[0] for s in seen):
+        raise TypeError(f"the ranks' key types differ ({seen}); give every rank slices of the same schema")
+    cols = [combined(t, b) for b in by]
+    dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
+    for c in cols:  # a null key is one group: its rows go to rank 0 together
+        if c.null_count:
+            dest[~np.asarray(c.is_valid())] = 0
+    return GroupBy(shuffle_rows(t, dest, comm, shuffle), by, algorithm=algorithm, device=device)

@@ -1,0 +1,149 @@
+"""Paper 001's shuffle of host tables between ranks: hash the keys, send each row to the rank its
+hash names, receive the rows that hash here.
+
+- :func:`key_hashes`: a 64-bit hash of each row's key columns that every rank computes alike
+  (murmur3's 64-bit finalizer over the key's canonical int64 value; strings hashed over their
+  UTF-8 bytes), seeded: paper 001 uses distinct seeds for the first-level partition, the
+  second-level partition and the local join, so that each level's partitions are uniform in the
+  next one's bits.
+- :func:`exchange`: one all-to-all of a table's rows by destination rank, a size exchange first
+  (``Communicator.alltoall_counts``) and the data as one Arrow IPC stream per destination (any
+  column type, nulls included; the rank's own rows are its self-copy), in rounds of at most
+  ``MAX_MESSAGE_BYTES`` a message.
+- :func:`shuffle`: ``"one-level"`` (every rank to every rank), ``"two-level"`` (rail-aligned first:
+  GPU y of each host to GPU y of the destination's host, then within the host, paper 001 §4.2),
+  or ``"auto"`` (two-level on more than one host with several ranks each).
+
+Host tables and MPI here; the GPUs' NCCL all-to-all of device columns is the next step of issue
+16 (its size exchange and partition planning are these).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .comm import MAX_MESSAGE_BYTES, Communicator
+
+#: Seeds of the first-level partition, the second-level partition and the local join.
+SEED_FIRST, SEED_SECOND = 0x9747B28C, 0x85EBCA6B
+SHUFFLES = ("auto", "one-level", "two-level")
+_M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+
+
+def fmix64(x: np.ndarray) -> np.ndarray:
+    """murmur3's 64-bit finalizer (uint64 in, uint64 out): every input bit reaches every output bit."""
+    x = x.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= _M1
+        x ^= x >> np.uint64(33)
+        x *= _M2
+        x ^= x >> np.uint64(33)
+    return x
+
+
+def _string_hash(arr: pa.Array) -> np.ndarray:
+    """A 64-bit polynomial hash of each string's UTF-8 bytes (the same on every rank), uint64."""
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.empty(0, np.uint8)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    lengths = np.diff(offsets)
+    out = lengths.astype(np.uint64)
+    if hi > lo:
+        b = data[lo:hi].astype(np.uint64) + np.uint64(1)
+        pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(offsets[:-1] - lo, lengths)
+        with np.errstate(over="ignore"):
+            powers = np.cumprod(np.full(int(lengths.max()), np.uint64(0x100000001B3)), dtype=np.uint64)
+            terms = b * powers[pos]
+        starts = (offsets[:-1] - lo)[lengths > 0]
+        sums = np.add.reduceat(terms, starts)
+        with np.errstate(over="ignore"):
+            out[lengths > 0] += sums
+    return out
+
+
+def key_hashes(columns: list[pa.Array], seed: int) -> np.ndarray:
+    """uint64 hash of each row's key (``columns``, already cast to the types both sides share);
+    null slots hash to unspecified values (the caller keeps those rows where they are)."""
+    from ..plan.keys import physical
+
+    h = np.full(len(columns[0]) if columns else 0, np.uint64(seed), np.uint64)
+    for c in columns:
+        if pa.types.is_dictionary(c.type):
+            c = c.dictionary_decode()
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) or pa.types.is_binary(c.type):
+            words = [_string_hash(c)]
+        else:
+            words = [w.view(np.uint64) for w in physical(c)]
+        for w in words:
+            with np.errstate(over="ignore"):
+                h = fmix64(h * np.uint64(31) ^ w)
+    return h
+
+
+def destinations(hashes: np.ndarray, parts: int) -> np.ndarray:
+    """Partition (0 .. parts - 1) of each hash, from its top 32 bits (multiply-shift: no modulo)."""
+    return (((hashes >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)).astype(np.int64)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def exchange(table: pa.Table, dest: np.ndarray, comm: Communicator) -> pa.Table:
+    """Send row i of ``table`` to rank ``dest[i]`` (int64 (n,)); returns the rows every rank sent
+    here (in rank order), with ``table``'s schema.  Every rank calls it (a collective)."""
+    order = np.argsort(dest, kind="stable")
+    counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    row_bytes = table.nbytes / max(1, table.num_rows) + 1
+    mine = int(counts.max(initial=0) * row_bytes // (MAX_MESSAGE_BYTES // 2)) + 1
+    rounds = max(comm.allgather(mine))  # every rank runs the same rounds
+    got: list[pa.Table] = []
+    for r in range(rounds):
+        pieces = []
+        for j in range(comm.size):
+            lo, hi = bounds[j], bounds[j + 1]
+            a, b = lo + (hi - lo) * r // rounds, lo + (hi - lo) * (r + 1) // rounds
+            pieces.append(_ipc(table.take(pa.array(order[a:b]))))
+        send_counts = np.array([len(p) for p in pieces], np.int64)
+        recv_counts = comm.alltoall_counts(send_counts)
+        buf = np.frombuffer(b"".join(pieces), np.uint8) if send_counts.sum() else np.empty(0, np.uint8)
+        recv = comm.alltoallv(buf, send_counts, recv_counts)
+        pos = 0
+        for c in recv_counts:
+            got.append(pa.ipc.open_stream(pa.py_buffer(recv[pos:pos + c].tobytes())).read_all())
+            pos += int(c)
+    return pa.concat_tables(got).combine_chunks() if got else table.schema.empty_table()
+
+
+def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str = "auto") -> pa.Table:
+    """:func:`exchange` directly (one level) or through the rail then the host (two levels:
+    the inter-host traffic is rail-aligned, the rest stays on each host's links).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``method``, or two levels on hosts with different numbers of ranks.
+    """
+    if method not in SHUFFLES:
+        raise ValueError(f"unknown shuffle {method!r}; valid: {list(SHUFFLES)}")
+    layout = comm.allgather((comm.node, comm.local_rank, comm.local_size))
+    uniform = len({s for _, _, s in layout}) == 1
+    if method == "auto":
+        method = "two-level" if comm.nodes > 1 and comm.local_size > 1 and uniform else "one-level"
+    if method == "one-level" or comm.size == 1:
+        return exchange(table, dest, comm)
+    if not uniform:
+        raise ValueError("the two-level shuffle needs the same number of ranks on every host; use 'one-level'")
+    node_of = np.array([n for n, _, _ in layout], np.int64)
+    local_of = np.array([lr for _, lr, _ in layout], np.int64)
+    first = exchange(table.append_column("__gpujoin_dest", pa.array(dest, pa.int64())), node_of[dest], comm.rail())
+    d2 = first.column("__gpujoin_dest").to_numpy()
+    return exchange(first.drop_columns(["__gpujoin_dest"]), local_of[d2], comm.host())

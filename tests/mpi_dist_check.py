@@ -1,0 +1,79 @@
+"""Run under ``mpiexec -n P python tests/mpi_dist_check.py [RANKS_PER_NODE]`` (tests/test_dist_join.py
+does): every rank takes every P-th row of the same tables, the distributed join and group-by run
+with both shuffles, and rank 0 checks the gathered result against gpujoin's one-process answer.
+Exits non-zero on any difference (an assertion on rank 0 aborts the job)."""
+
+import sys
+
+import numpy as np
+import pyarrow as pa
+
+import gpujoin
+from gpujoin.dist import Communicator, group_by, join
+from gpujoin.testing import assert_tables_equal
+
+
+def ipc(table):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def gathered(comm, table):
+    parts = comm.allgather(ipc(table))
+    return pa.concat_tables([pa.ipc.open_stream(p).read_all() for p in parts])
+
+
+def main():
+    rpn = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    comm = Communicator.from_mpi(ranks_per_node=rpn)
+    rng = np.random.default_rng(7)
+    n = 2000
+    left = pa.table({"k": pa.array(rng.integers(0, 400, n), mask=rng.random(n) < 0.05),
+                     "s": pa.array([f"s{i}" for i in rng.integers(0, 40, n)]), "a": np.arange(n)})
+    right = pa.table({"k": rng.integers(0, 500, n), "s": pa.array([f"s{i}" for i in rng.integers(0, 40, n)]),
+                      "b": rng.random(n)})
+    # every third rank's slice is empty: ranks without rows still take part in every exchange
+    mine = (lambda t: t.slice(0, 0)) if comm.rank % 3 == 2 else \
+        (lambda t: t.take(np.arange(comm.rank, t.num_rows, comm.size)))
+    rest = [r for r in range(comm.size) if r % 3 == 2]  # the rows of the empty ranks go to rank 0
+    extra = (lambda t: pa.concat_tables([mine(t)] + [t.take(np.arange(r, t.num_rows, comm.size)) for r in rest])) \
+        if comm.rank == 0 else mine
+    layout = comm.allgather((comm.node, comm.local_rank))
+    if comm.rank == 0:
+        print("layout (node, local rank):", layout, flush=True)
+    for method in ("one-level", "two-level"):
+        for how in ("inner", "left", "right", "full", "semi", "anti"):
+            for on in ("k", ["k", "s"]):
+                stats = {}
+                out = join(extra(left), extra(right), on, how=how, comm=comm, shuffle=method, device="cpu",
+                           stats=stats)
+                got = gathered(comm, out)
+                if comm.rank == 0:
+                    assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu"))
+        g = group_by(extra(right), ["s"], comm=comm, shuffle=method, device="cpu").agg(
+            n=(None, "size"), t=("b", "sum"), m=("k", "max"))
+        got = gathered(comm, g)
+        if comm.rank == 0:
+            assert_tables_equal(got, gpujoin.group_by(right, ["s"], device="cpu").agg(
+                n=(None, "size"), t=("b", "sum"), m=("k", "max")), rel=1e-9)
+        g = group_by(extra(left), "k", comm=comm, shuffle=method, device="cpu").agg(n=(None, "size"))
+        got = gathered(comm, g)
+        if comm.rank == 0:
+            assert_tables_equal(got, gpujoin.group_by(left, "k", device="cpu").agg(n=(None, "size")))
+    comm.barrier()
+    print(f"rank {comm.rank} ok", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stdout.flush()
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(1)

@@ -1,0 +1,79 @@
+"""Paper 001's distributed join and group-by on the CPU: the hashing and partition planning, the
+one-rank job in-process, and real MPI jobs of 2 and 4 ranks (``mpiexec``, when installed: the
+``test`` extra brings mpi4py and MPICH) that take both shuffles, two hosts played by one machine
+included, against the one-process answer (tests/mpi_dist_check.py)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import gpujoin
+from gpujoin.dist import Communicator, group_by, join
+from gpujoin.dist.shuffle import destinations, exchange, fmix64, key_hashes, shuffle
+from gpujoin.testing import assert_tables_equal
+
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+
+
+def test_hashes_agree_across_key_types_and_spread_evenly():
+    a = key_hashes([pa.array([1, 2, None, -5], pa.int64())], 7)
+    b = key_hashes([pa.array([1, 2, 3, -5], pa.int32()).cast(pa.int64())], 7)
+    assert a[0] == b[0] and a[1] == b[1] and a[3] == b[3]
+    assert key_hashes([pa.array([1], pa.int64())], 8)[0] != a[0]  # another seed, another hash
+    s = key_hashes([pa.array(["ab", "", None, "ab", "abc", "ba"])], 1)
+    assert s[0] == s[3] and len({s[0], s[1], s[4], s[5]}) == 4
+    d = destinations(fmix64(np.arange(1 << 16, dtype=np.uint64)), 5)
+    counts = np.bincount(d, minlength=5)
+    assert d.min() >= 0 and d.max() < 5 and counts.max() < 1.05 * counts.mean()
+    composite = key_hashes([pa.array([1, 1]), pa.array(["x", "y"])], 3)
+    assert composite[0] != composite[1]
+
+
+def test_one_rank_job_equals_the_join():
+    comm = Communicator.single()
+    assert (comm.rank, comm.size, comm.nodes, comm.local_size) == (0, 1, 1, 1)
+    rng = np.random.default_rng(1)
+    left = pa.table({"k": pa.array(rng.integers(0, 50, 500), mask=rng.random(500) < 0.1), "a": np.arange(500)})
+    right = pa.table({"k": rng.integers(0, 60, 400), "b": rng.random(400)})
+    for how in ("inner", "left", "right", "full", "semi", "anti"):
+        stats = {}
+        got = join(left, right, "k", how=how, comm=comm, device="cpu", stats=stats)
+        assert_tables_equal(got, gpujoin.join(left, right, "k", how=how, device="cpu"))
+        assert stats["rows_received"] == (500, 400) and stats["ranks"] == 1
+    got = group_by(right, "k", comm=comm, device="cpu").agg(n=(None, "size"))
+    assert_tables_equal(got, gpujoin.group_by(right, "k", device="cpu").agg(n=(None, "size")))
+    t = pa.table({"x": [1, 2, 3]})
+    assert_tables_equal(exchange(t, np.zeros(3, np.int64), comm), t, check_row_order=True)
+    assert_tables_equal(shuffle(t, np.zeros(3, np.int64), comm, "two-level"), t, check_row_order=True)
+
+
+def test_bad_arguments():
+    comm = Communicator.single()
+    t = pa.table({"k": [1]})
+    with pytest.raises(ValueError, match="cross"):
+        join(t, t, how="cross", comm=comm)
+    with pytest.raises(ValueError, match="nulls_equal"):
+        join(t, t, "k", comm=comm, nulls_equal=True)
+    with pytest.raises(ValueError, match="compression"):
+        join(t, t, "k", comm=comm, compression="cascaded")
+    with pytest.raises(ValueError, match="unknown shuffle"):
+        join(t, t, "k", comm=comm, shuffle="three-level")
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
+@pytest.mark.parametrize("ranks,per_node", [(2, None), (2, 1), (4, 2)])
+def test_mpi_jobs(ranks, per_node):
+    """2 ranks on one host; 2 ranks as 2 hosts of 1; 4 ranks as 2 hosts of 2 (one rank without rows)."""
+    pytest.importorskip("mpi4py")
+    script = Path(__file__).with_name("mpi_dist_check.py")
+    cmd = [MPIEXEC, "-n", str(ranks), sys.executable, str(script)] + ([str(per_node)] if per_node else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.count(" ok") == ranks
