@@ -77,3 +77,35 @@ def test_mpi_jobs(ranks, per_node):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert p.stdout.count(" ok") == ranks
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
+def test_mpi_cli_job(tmp_path):
+    """`mpiexec -n 2 gpujoin dist join`: each rank its row groups, part-RANK.parquet each, their union
+    the join; a job that fails leaves no part file and exits non-zero with the reason."""
+    pytest.importorskip("mpi4py")
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "L").mkdir()
+    for i in range(3):
+        pq.write_table(pa.table({"k": rng.integers(0, 800, 3000), "a": rng.random(3000)}),
+                       tmp_path / "L" / f"p{i}.parquet", row_group_size=700)
+    pq.write_table(pa.table({"k": rng.integers(0, 800, 4000), "b": [f"s{x}" for x in rng.integers(0, 9, 4000)]}),
+                   tmp_path / "R.parquet", row_group_size=900)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    base = [MPIEXEC, "-n", "2", sys.executable, "-m", "gpujoin.cli", "dist", "join", str(tmp_path / "L"),
+            str(tmp_path / "R.parquet"), "--device", "cpu", "--how", "full"]
+    p = subprocess.run(base + ["--on", "k", "-o", str(tmp_path / "out")], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == ["part-0.parquet", "part-1.parquet"]
+    got = ds.dataset(tmp_path / "out").to_table()
+    want = gpujoin.join(ds.dataset(tmp_path / "L").to_table(), pq.read_table(tmp_path / "R.parquet"), "k",
+                        how="full", device="cpu")
+    assert_tables_equal(got, want)
+    p = subprocess.run(base + ["--on", "nope", "-o", str(tmp_path / "bad")], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode != 0 and "nope" in p.stderr
+    assert not any((tmp_path / "bad").glob("*part-*"))

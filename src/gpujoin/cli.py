@@ -157,6 +157,57 @@ def cmd_group_by(a):
     console.print(f"wrote {out.num_rows} groups to {a.output}")
 
 
+def cmd_dist_join(a):
+    """One rank of ``mpirun -n P gpujoin dist join``: read this rank's row groups, join through the
+    shuffle, write OUT/part-RANK.parquet; the files appear only when every rank has succeeded."""
+    from .dist.join import default_communicator, join
+    from .io import BatchWriter, read_share
+
+    comm = default_communicator()
+    out_dir = Path(a.output)
+
+    def agreed(step, what: str):
+        """Run ``step`` on every rank; when any rank fails, every rank stops with its message."""
+        try:
+            value, err = step(), None
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 (reported to every rank below)
+            value, err = None, f"rank {comm.rank}: {type(exc).__name__}: {exc}"
+        errors = [e for e in comm.allgather(err) if e]
+        if errors:
+            raise RuntimeError(f"{what} failed on {len(errors)} of {comm.size} rank(s): {errors[0]}")
+        return value
+
+    def read():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return read_share(a.left, comm.rank, comm.size, "left"), read_share(a.right, comm.rank, comm.size, "right")
+
+    left, right = agreed(read, "reading the inputs")
+    stats: dict = {}
+    try:  # collectives inside: a rank that fails here cannot tell the others, so the job ends
+        result = join(left, right, _csv_list(a.on) or None, left_on=_csv_list(a.left_on) or None,
+                      right_on=_csv_list(a.right_on) or None, how=a.how, comm=comm, shuffle=a.shuffle,
+                      device=a.device, stats=stats)
+    except Exception as exc:  # noqa: BLE001
+        print(f"gpujoin dist join: rank {comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        comm.abort(1)
+    writer = BatchWriter(out_dir / f"part-{comm.rank}.parquet")
+    with writer:
+        agreed(lambda: writer.write(result), "writing the output")
+        writer.commit(result.schema)  # renamed into place only once every rank has written
+    rows = comm.allgather((comm.rank, comm.node, stats))
+    if comm.rank == 0:
+        t = RichTable(title=f"gpujoin dist join: {comm.size} ranks on {comm.nodes} host(s), {a.how} join")
+        for c in ("rank", "host", "in L, R", "got L, R", "out", "part ms", "a2a ms", "join ms", "algo"):
+            t.add_column(c, justify="right")
+        for r, node, st in rows:
+            t.add_row(str(r), str(node), f"{st['rows_in'][0]:,}, {st['rows_in'][1]:,}",
+                      f"{st['rows_received'][0]:,}, {st['rows_received'][1]:,}", f"{st['rows_out']:,}",
+                      f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
+                      f"{st['local_join'] * 1e3:,.1f}", st["local_algorithm"])
+        console.print(t)
+        console.print(f"wrote {sum(st['rows_out'] for _, _, st in rows):,} rows to {out_dir}/part-*.parquet")
+
+
 def cmd_dist_model(a):
     from dataclasses import replace
 
@@ -601,6 +652,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dist", help="distributed joins (paper 001)")
     dsub = d.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    dj = dsub.add_parser("join", help="one rank of `mpirun -n P gpujoin dist join`: the repartitioned join of two "
+                         "Parquet datasets, each rank its share of the row groups, OUT/part-RANK.parquet")
+    dj.add_argument("left")
+    dj.add_argument("right")
+    dj.add_argument("--on", help="key column(s), comma-separated")
+    dj.add_argument("--left-on")
+    dj.add_argument("--right-on")
+    dj.add_argument("--how", default="inner", choices=["inner", "left", "right", "full", "semi", "anti"])
+    dj.add_argument("--shuffle", default="auto", choices=["auto", "one-level", "two-level"])
+    dj.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    dj.add_argument("-o", "--output", required=True, help="output folder (part-RANK.parquet files)")
+    dj.set_defaults(fn=cmd_dist_join)
     dm = dsub.add_parser("model", help="predict the one- and two-level joins' phases at any scale")
     dm.add_argument("--gpus", default="8,64,512,1024", help="comma-separated GPU counts")
     dm.add_argument("--gpus-per-node", type=int, default=8)

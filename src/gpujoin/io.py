@@ -86,6 +86,34 @@ def read_table(path: str | Path, label: str = "") -> pa.Table:
     return feather.read_table(path)
 
 
+def read_share(path: str | Path, rank: int, size: int, label: str = "") -> pa.Table:
+    """Rank ``rank`` of ``size``'s share of a table: every ``size``-th row group of a Parquet file
+    or folder (the ranks read disjoint row groups that together are the whole), or a contiguous
+    block of a CSV or Arrow IPC file's rows.
+
+    Raises
+    ------
+    FileNotFoundError, MemoryError
+        As :func:`read_table` (the share's uncompressed size is what host memory must hold).
+    """
+    from .outofcore.budget import check_host
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    if file_format(path) != "parquet":
+        t = read_table(path, label)
+        return t.slice(t.num_rows * rank // size, t.num_rows * (rank + 1) // size - t.num_rows * rank // size)
+    dataset = ds.dataset(str(path), format="parquet")
+    groups = [rg for frag in dataset.get_fragments() for rg in frag.split_by_row_group()]
+    mine = groups[rank::size]
+    need = sum(rg.row_groups[0].total_byte_size for rg in mine)  # uncompressed bytes of the row groups
+    check_host(need, f"reading rank {rank}'s share of {path} (its uncompressed size)",
+               "run more ranks, or select fewer columns")
+    batches = [b for rg in mine for b in rg.to_batches(schema=dataset.schema)]
+    return large_strings(pa.Table.from_batches(batches, schema=dataset.schema))
+
+
 class BatchWriter:
     """Record batches written to ``path`` through a temporary file in the same folder: ``commit``
     renames it into place; an error or Ctrl-C inside the ``with`` block removes it, so a failure

@@ -115,6 +115,11 @@ class Communicator:
     def barrier(self) -> None:
         self.comm.Barrier()
 
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job with ``code`` (after a failure inside a collective, which the
+        other ranks would wait on for ever)."""
+        self.comm.Abort(code)
+
     def rail(self) -> Communicator:
         """The ranks of the same local rank on every host (paper 001's rail: GPU y of each node),
         ordered by host; this rank's index in it is its ``node``."""
