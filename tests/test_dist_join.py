@@ -109,3 +109,19 @@ def test_mpi_cli_job(tmp_path):
                        timeout=600, env=env)
     assert p.returncode != 0 and "nope" in p.stderr
     assert not any((tmp_path / "bad").glob("*part-*"))
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
+def test_mpi_bench_dist(tmp_path):
+    import json
+
+    pytest.importorskip("mpi4py")
+    out = tmp_path / "d.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gpujoin.cli", "bench", "dist", "--rows", "3000",
+                        "--device", "cpu", "--runs", "1", "-o", str(out)], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["shuffle"] for r in recs] == ["one-level", "two-level"]
+    assert all(r["correct"] and r["ranks"] == 2 and r["output_rows"] > 0 for r in recs)

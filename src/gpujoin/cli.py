@@ -429,6 +429,19 @@ def cmd_bench_multi_gpu(a):
     _write_records(records, a.output)
 
 
+def cmd_bench_dist(a):
+    from .bench.dist import bench_dist
+
+    shuffles = _csv_list(a.shuffle)
+    bad = [x for x in shuffles if x not in ("auto", "one-level", "two-level")]
+    if bad:
+        raise ValueError(f"unknown --shuffle {bad[0]!r}; use auto, one-level, two-level")
+    records = bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs,
+                         log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+    if records:  # rank 0's
+        _write_records(records, a.output)
+
+
 def cmd_bench_join_where(a):
     from .bench.join_where import bench_join_where
 
@@ -634,6 +647,14 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--runs", type=int, default=3)
     bm.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bm.set_defaults(fn=cmd_bench_multi_gpu)
+
+    bd = bsub.add_parser("dist", help="paper 001's random workload under mpirun: the distributed join's phases")
+    bd.add_argument("--rows", default="1e6", help="comma-separated rows of each table a rank")
+    bd.add_argument("--shuffle", default="one-level,two-level")
+    bd.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bd.add_argument("--runs", type=int, default=3, help="runs; the minimum is reported (as paper 001)")
+    bd.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+    bd.set_defaults(fn=cmd_bench_dist)
 
     bc = bsub.add_parser("cpu-joins", help="paper 002: set intersection of unique 32-bit keys vs threads")
     bc.add_argument("--log2-n", default="22,23,24", help="comma-separated log2 of the keys per side")

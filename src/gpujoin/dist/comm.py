@@ -79,7 +79,7 @@ class Communicator:
         """The ranks of ``comm`` (default ``MPI.COMM_WORLD``), hosts found by MPI's shared-memory
         split (or, with ``ranks_per_node`` k, ranks k*i .. k*i + k - 1 taken as host i: how one
         machine plays several hosts, to run the two-level shuffle); each rank's GPU is its local
-        rank modulo the host's GPUs (when CuPy sees any).
+        rank modulo the host's GPUs (when CuPy sees any), made the process's current device.
 
         Raises
         ------
@@ -100,7 +100,11 @@ class Communicator:
         from .devices import device_count
 
         gpus = device_count()
-        out.device = out.local_rank % gpus if gpus else None
+        if gpus:  # the rank's GPU is its current device for everything it runs
+            import cupy as cp
+
+            out.device = out.local_rank % gpus
+            cp.cuda.runtime.setDevice(out.device)
         return out
 
     @staticmethod

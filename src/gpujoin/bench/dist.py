@@ -1,0 +1,90 @@
+"""``gpujoin bench dist`` (under ``mpirun``): paper 001's random workload on the job's ranks.
+
+Each rank makes its slice: ``rows`` build rows with unique int64 keys over the whole job (a
+shuffled range) and the global row id as payload, and ``rows`` probe rows of which 30% draw a
+build key of any rank (the match rate) and the rest keys no build row has.  The join's output
+count is therefore known (the matching probe rows), and is checked.  Per phase (partition,
+shuffle, local join) each rank's seconds; the job's time is the slowest rank's; the MPI
+all-to-all bandwidth of the same ranks is measured first as the shuffle's ceiling.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .runner import commit, device_name
+
+MATCH_RATE = 0.3
+
+
+def random_slice(rows: int, rank: int, size: int, seed: int = 1):
+    """(build, probe, matching probe rows) of one rank: int64 keys, int64 global row ids."""
+    import pyarrow as pa
+
+    total = rows * size
+    perm = np.random.default_rng(seed).permutation(total)  # every rank the same: unique keys
+    build_keys = perm[rank * rows:(rank + 1) * rows].astype(np.int64)
+    rng = np.random.default_rng(seed * 1000 + rank)
+    hit = rng.random(rows) < MATCH_RATE
+    probe_keys = np.where(hit, rng.integers(0, total, rows), total + rng.integers(0, total, rows)).astype(np.int64)
+    ids = np.arange(rank * rows, (rank + 1) * rows, dtype=np.int64)
+    return (pa.table({"k": build_keys, "build_id": ids}), pa.table({"k": probe_keys, "probe_id": ids}),
+            int(hit.sum()))
+
+
+def alltoall_bandwidth(comm, nbytes: int = 1 << 26, reps: int = 3) -> float:
+    """GB/s each rank sends in an MPI all-to-all of ``nbytes`` a rank (split evenly)."""
+    per = nbytes // comm.size
+    send = np.ones(per * comm.size, np.uint8)
+    counts = np.full(comm.size, per, np.int64)
+    times = []
+    for _ in range(reps):
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.alltoallv(send, counts, counts)
+        times.append(max(comm.allgather(time.perf_counter() - t0)))
+    return per * (comm.size - 1) / float(np.median(times)) / 1e9 if comm.size > 1 else float("inf")
+
+
+def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print) -> list[dict]:
+    """Records (on rank 0) of the distributed join of the random workload."""
+    from ..backend import resolve_device
+    from ..dist.join import default_communicator, join
+
+    device = resolve_device(device, "join")
+    comm = default_communicator()
+    ceiling = alltoall_bandwidth(comm)
+    if comm.rank == 0:
+        log(f"{comm.size} ranks on {comm.nodes} host(s); MPI all-to-all {ceiling:.2f} GB/s a rank")
+    records = []
+    for rows in rows_list:
+        build, probe, hits = random_slice(rows, comm.rank, comm.size)
+        want = sum(comm.allgather(hits))
+        for method in shuffles:
+            best, phases = None, None
+            for _ in range(runs):
+                comm.barrier()
+                t0 = time.perf_counter()
+                stats: dict = {}
+                out = join(probe, build, "k", comm=comm, shuffle=method, device=device, stats=stats)
+                dt = max(comm.allgather(time.perf_counter() - t0))
+                got = sum(comm.allgather(out.num_rows))
+                if got != want:
+                    raise AssertionError(f"dist join gave {got:,} rows, want {want:,}")
+                every = comm.allgather(stats)
+                if best is None or dt < best:  # paper 001 reports the minimum of its runs
+                    best, phases = dt, {k: max(s[k] for s in every) for k in ("partition", "shuffle", "local_join")}
+            tuples = 2 * rows * comm.size
+            if comm.rank == 0:
+                records.append({"benchmark": "dist", "engine": "gpujoin", "device": device_name(device),
+                                "commit": commit(), "date": time.strftime("%Y-%m-%d"), "ranks": comm.size,
+                                "hosts": comm.nodes, "shuffle": method, "workload": {"rows_per_rank": rows,
+                                                                                     "match_rate": MATCH_RATE},
+                                "min_s": best, "tuples_per_s": tuples / best, "output_rows": want,
+                                "phases_s": phases, "mpi_alltoall_GBps": ceiling, "correct": True})
+                log(f"{rows:,} rows a rank, {method}: {best * 1e3:,.1f} ms, {tuples / best / 1e9:.3f} G tuples/s "
+                    f"(partition {phases['partition'] * 1e3:.1f}, shuffle {phases['shuffle'] * 1e3:.1f}, "
+                    f"local join {phases['local_join'] * 1e3:.1f} ms)")
+    return records
