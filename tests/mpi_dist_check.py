@@ -47,8 +47,11 @@ def main():
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):
                 stats = {}
+                compression = "cascaded" if how in ("inner", "full") else "auto"
                 out = join(extra(left), extra(right), on, how=how, comm=comm, shuffle=method, device="cpu",
-                           stats=stats)
+                           stats=stats, compression=compression)
+                if compression == "cascaded" and comm.rank == 0:  # "a" (row ids) and "k" (right: no nulls)
+                    assert {"a", "k"} <= set(stats["compression"]), stats["compression"]
                 got = gathered(comm, out)
                 if comm.rank == 0:
                     assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu"))

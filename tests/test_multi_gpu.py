@@ -7,12 +7,13 @@ Marker ``gpu``."""
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import gpujoin
 from gpujoin.plan.join import execute_join
 from gpujoin.testing import assert_tables_equal
 
-from strategies import join_tables
+from strategies import join_pair, join_tables
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -54,6 +55,25 @@ def test_hybrid_join_matches_cpu_engine(on_workers, how, case):
     assert stats.params["pass1_bits"] >= 4  # at least 8 partitions a GPU
     if case == "heavy":
         assert stats.params["split_partitions"] >= 1
+    assert_tables_equal(got, want)
+
+
+@settings(max_examples=20, deadline=None)
+@given(pair=join_pair(max_rows=300), how=st.sampled_from(HOWS), nulls_equal=st.booleans())
+def test_hybrid_join_random_tables(pair, how, nulls_equal):
+    """Exact rows under hypothesis: nulls, duplicates, extremes, empty and one-row sides, on two
+    workers with a budget small enough to partition (hypothesis runs without the fixture)."""
+    import gpujoin.plan.streaming as streaming
+
+    left, right = pair
+    want = gpujoin.join(left, right, "k", how=how, nulls_equal=nulls_equal, device="cpu")
+    real = streaming.choose_gpus
+    streaming.choose_gpus = lambda gpus, single, algorithm: WORKERS
+    try:
+        got = gpujoin.join(left, right, "k", how=how, nulls_equal=nulls_equal, device="cuda", algorithm="hybrid",
+                           memory_limit="2MiB")
+    finally:
+        streaming.choose_gpus = real
     assert_tables_equal(got, want)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -160,7 +162,7 @@ def cmd_group_by(a):
 def cmd_dist_join(a):
     """One rank of ``mpirun -n P gpujoin dist join``: read this rank's row groups, join through the
     shuffle, write OUT/part-RANK.parquet; the files appear only when every rank has succeeded."""
-    from .dist.join import default_communicator, join
+    from .dist.join import check_inputs, default_communicator, join
     from .io import BatchWriter, read_share
 
     comm = default_communicator()
@@ -182,14 +184,18 @@ def cmd_dist_join(a):
         return read_share(a.left, comm.rank, comm.size, "left"), read_share(a.right, comm.rank, comm.size, "right")
 
     left, right = agreed(read, "reading the inputs")
+    keys = dict(on=_csv_list(a.on) or None, left_on=_csv_list(a.left_on) or None,
+                right_on=_csv_list(a.right_on) or None, how=a.how)
+    agreed(lambda: check_inputs(left, right, **keys), "checking the join")
     stats: dict = {}
     try:  # collectives inside: a rank that fails here cannot tell the others, so the job ends
-        result = join(left, right, _csv_list(a.on) or None, left_on=_csv_list(a.left_on) or None,
-                      right_on=_csv_list(a.right_on) or None, how=a.how, comm=comm, shuffle=a.shuffle,
-                      device=a.device, stats=stats)
+        result = join(left, right, comm=comm, shuffle=a.shuffle, compression=a.compression, device=a.device,
+                      stats=stats, **keys)
     except Exception as exc:  # noqa: BLE001
         print(f"gpujoin dist join: rank {comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        time.sleep(1)  # the launcher forwards the message before the abort ends the ranks
         comm.abort(1)
+        os._exit(1)  # MPI_Abort may return before the launcher ends this process: nothing more runs here
     writer = BatchWriter(out_dir / f"part-{comm.rank}.parquet")
     with writer:
         agreed(lambda: writer.write(result), "writing the output")
@@ -197,15 +203,22 @@ def cmd_dist_join(a):
     rows = comm.allgather((comm.rank, comm.node, stats))
     if comm.rank == 0:
         t = RichTable(title=f"gpujoin dist join: {comm.size} ranks on {comm.nodes} host(s), {a.how} join")
-        for c in ("rank", "host", "in L, R", "got L, R", "out", "part ms", "a2a ms", "join ms", "algo"):
+        for c in ("rank", "host", "in L, R", "got L, R", "out", "part ms", "a2a ms", "join ms", "algo", "comp"):
             t.add_column(c, justify="right")
         for r, node, st in rows:
             t.add_row(str(r), str(node), f"{st['rows_in'][0]:,}, {st['rows_in'][1]:,}",
                       f"{st['rows_received'][0]:,}, {st['rows_received'][1]:,}", f"{st['rows_out']:,}",
                       f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
-                      f"{st['local_join'] * 1e3:,.1f}", st["local_algorithm"])
+                      f"{st['local_join'] * 1e3:,.1f}", st["local_algorithm"], _ratio(st.get("compression")))
         console.print(t)
         console.print(f"wrote {sum(st['rows_out'] for _, _, st in rows):,} rows to {out_dir}/part-*.parquet")
+
+
+def _ratio(columns: dict | None) -> str:
+    """The compressed columns' bytes before over after, or '-'."""
+    raw = sum(c["raw_bytes"] for c in (columns or {}).values())
+    sent = sum(c["bytes"] for c in (columns or {}).values())
+    return f"{raw / sent:.2f}x" if sent else "-"
 
 
 def cmd_dist_model(a):
@@ -682,6 +695,9 @@ def build_parser() -> argparse.ArgumentParser:
     dj.add_argument("--right-on")
     dj.add_argument("--how", default="inner", choices=["inner", "left", "right", "full", "semi", "anti"])
     dj.add_argument("--shuffle", default="auto", choices=["auto", "one-level", "two-level"])
+    dj.add_argument("--compression", default="auto", choices=["auto", "none", "cascaded"],
+                    help="cascaded compression of the shuffled integer columns: of messages to other hosts "
+                         "(auto), of every message, or none")
     dj.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     dj.add_argument("-o", "--output", required=True, help="output folder (part-RANK.parquet files)")
     dj.set_defaults(fn=cmd_dist_join)

@@ -67,6 +67,24 @@ def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: C
     return types
 
 
+def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "inner", nulls_equal: bool = False):
+    """(left table, right table, left keys, right keys), or the error this rank's join would
+    raise before it talks to the other ranks (``gpujoin dist join`` runs it on every rank first,
+    so that a bad argument stops every rank with its message)."""
+    from ..plan.join import _resolve_keys
+    from ..table import check_columns
+
+    if how not in HOWS:
+        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
+    if nulls_equal:
+        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
+    lt, rt = to_arrow_table(left), to_arrow_table(right)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    return lt, rt, lk, rk
+
+
 def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner", suffix: str = "_right",
          comm: Communicator | None = None, shuffle: str = "auto", compression: str = "none", device: str = "auto",
          stats: dict | None = None, **kwargs) -> pa.Table:
@@ -78,7 +96,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     on, left_on, right_on, how, suffix : as :func:`gpujoin.join` (``how`` not "cross")
     comm : the ranks (default: ``default_communicator()``)
     shuffle : "auto", "one-level" or "two-level" (``shuffle.shuffle``)
-    compression : "none" (cascaded compression of the shuffled columns is not built yet)
+    compression : "none", "auto" (the integer columns of messages to other hosts, paper 001) or
+        "cascaded" (of every message to another rank): ``cascaded``'s codec, scheme per column
     device : where each rank joins its rows ("auto", "cpu", "cuda")
     stats : a dict that receives the phases' seconds and the rows sent and received
     kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
@@ -90,7 +109,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     Raises
     ------
     ValueError
-        ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression.
+        ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression (raised by the
+        shuffle, on every rank alike).
     TypeError
         The ranks' key types differ.
 
@@ -98,32 +118,25 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     ----------
     Paper 001 (Gao et al., scaling joins to a thousand GPUs) §3-§4.
     """
-    from ..plan.join import _resolve_keys, execute_join
-    from ..table import check_columns
+    from ..plan.join import execute_join
 
-    if how not in HOWS:
-        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
-    if kwargs.get("nulls_equal"):
-        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
-    if compression not in ("none", "auto"):
-        raise ValueError(f"compression={compression!r}: cascaded compression is not built yet; use 'none'")
     comm = comm or default_communicator()
     t0 = time.perf_counter()
-    lt, rt = to_arrow_table(left), to_arrow_table(right)
-    lk, rk = _resolve_keys(on, left_on, right_on, how)
-    check_columns(lt, lk, "left")
-    check_columns(rt, rk, "right")
+    lt, rt, lk, rk = check_inputs(left, right, on, left_on, right_on, how, kwargs.get("nulls_equal", False))
     types = _key_types(lt, rt, lk, rk, comm)
     ld, rd = _destinations(lt, lk, types, comm), _destinations(rt, rk, types, comm)
     t1 = time.perf_counter()
-    lt2, rt2 = shuffle_rows(lt, ld, comm, shuffle), shuffle_rows(rt, rd, comm, shuffle)
+    sent: dict = {}
+    lt2, rt2 = shuffle_rows(lt, ld, comm, shuffle, compression, sent), shuffle_rows(rt, rd, comm, shuffle,
+                                                                                    compression, sent)
     t2 = time.perf_counter()
     out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
                                device=device, **kwargs)
     if stats is not None:
         stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
-                      "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size})
+                      "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
+                      "compression": sent.get("compression", {})})
     return out
 
 

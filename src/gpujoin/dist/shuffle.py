@@ -20,6 +20,9 @@ Host tables and MPI here; the GPUs' NCCL all-to-all of device columns is the nex
 
 from __future__ import annotations
 
+import json
+import struct
+
 import numpy as np
 import pyarrow as pa
 
@@ -28,6 +31,7 @@ from .comm import MAX_MESSAGE_BYTES, Communicator
 #: Seeds of the first-level partition, the second-level partition and the local join.
 SEED_FIRST, SEED_SECOND = 0x9747B28C, 0x85EBCA6B
 SHUFFLES = ("auto", "one-level", "two-level")
+COMPRESSIONS = ("none", "auto", "cascaded")
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 
 
@@ -93,12 +97,88 @@ def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
-    return sink.getvalue()
+    return sink.getvalue().to_pybytes()
 
 
-def exchange(table: pa.Table, dest: np.ndarray, comm: Communicator) -> pa.Table:
+#: Arrow types whose columns the cascaded codec takes (integers without nulls).
+_INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32())
+
+
+def compressible(table: pa.Table) -> list[str]:
+    """The columns of ``table`` cascaded compression applies to: integers without nulls."""
+    return [f.name for f in table.schema if f.type in _INTEGER_TYPES and table.column(f.name).null_count == 0]
+
+
+def _column_stats(stats: dict, name: str) -> dict:
+    """A compressed column's figures: its scheme, bytes before and after, seconds each way."""
+    return stats.setdefault("compression", {}).setdefault(
+        name, {"scheme": None, "raw_bytes": 0, "bytes": 0, "compress_s": 0.0, "decompress_s": 0.0})
+
+
+def _message(piece: pa.Table, schemes: dict, stats: dict | None) -> bytes:
+    """One destination's rows: Arrow IPC of the other columns, then each compressed column."""
+    import time
+
+    from . import cascaded
+
+    if not schemes:
+        return b"\0" + _ipc(piece)
+    parts = [_ipc(piece.drop_columns(list(schemes)))]
+    for name, scheme in schemes.items():
+        t0 = time.perf_counter()
+        col = piece.column(name).to_numpy()
+        parts.append(cascaded.to_bytes(cascaded.encode(np, col, scheme)))
+        if stats is not None:
+            c = _column_stats(stats, name)
+            c["scheme"] = str(scheme)
+            c["raw_bytes"] += col.nbytes
+            c["bytes"] += len(parts[-1])
+            c["compress_s"] += time.perf_counter() - t0
+    head = json.dumps(list(schemes)).encode()
+    return b"\1" + struct.pack("<QQ", len(head), len(parts)) + head + \
+        b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+
+
+def _read_message(buf: bytes, schema: pa.Schema, stats: dict | None) -> pa.Table:
+    import time
+
+    from . import cascaded
+
+    if buf[:1] == b"\0":
+        return pa.ipc.open_stream(pa.py_buffer(buf[1:])).read_all()
+    hlen, nparts = struct.unpack_from("<QQ", buf, 1)
+    names = json.loads(buf[17:17 + hlen])
+    pos, parts = 17 + hlen, []
+    for _ in range(nparts):
+        (n,) = struct.unpack_from("<Q", buf, pos)
+        parts.append(buf[pos + 8:pos + 8 + n])
+        pos += 8 + n
+    rest = pa.ipc.open_stream(pa.py_buffer(parts[0])).read_all()
+    cols = {}
+    for name, blob in zip(names, parts[1:]):
+        t0 = time.perf_counter()
+        cols[name] = pa.array(cascaded.from_bytes(blob), schema.field(name).type)
+        if stats is not None:
+            _column_stats(stats, name)["decompress_s"] += time.perf_counter() - t0
+    return pa.table([cols[f.name] if f.name in cols else rest.column(f.name) for f in schema], schema=schema)
+
+
+def exchange(table: pa.Table, dest: np.ndarray, comm: Communicator, compress=None,
+             stats: dict | None = None) -> pa.Table:
     """Send row i of ``table`` to rank ``dest[i]`` (int64 (n,)); returns the rows every rank sent
-    here (in rank order), with ``table``'s schema.  Every rank calls it (a collective)."""
+    here (in rank order), with ``table``'s schema.  Every rank calls it (a collective).
+
+    ``compress(j)``: whether the messages to rank j are compressed (cascaded codec, each
+    :func:`compressible` column under the scheme ``cascaded.select`` picks from this rank's
+    column); ``stats`` receives each column's scheme, bytes before and after, and seconds."""
+    from . import cascaded
+
+    schemes = {}
+    if compress is not None and any(compress(j) for j in range(comm.size) if j != comm.rank):
+        for name in compressible(table):
+            scheme, _ = cascaded.select(np, table.column(name).to_numpy())
+            if scheme != cascaded.Scheme():
+                schemes[name] = scheme
     order = np.argsort(dest, kind="stable")
     counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -111,21 +191,27 @@ def exchange(table: pa.Table, dest: np.ndarray, comm: Communicator) -> pa.Table:
         for j in range(comm.size):
             lo, hi = bounds[j], bounds[j + 1]
             a, b = lo + (hi - lo) * r // rounds, lo + (hi - lo) * (r + 1) // rounds
-            pieces.append(_ipc(table.take(pa.array(order[a:b]))))
+            piece = table.take(pa.array(order[a:b]))
+            use = schemes if j != comm.rank and compress is not None and compress(j) else {}
+            pieces.append(_message(piece, use, stats))
         send_counts = np.array([len(p) for p in pieces], np.int64)
         recv_counts = comm.alltoall_counts(send_counts)
         buf = np.frombuffer(b"".join(pieces), np.uint8) if send_counts.sum() else np.empty(0, np.uint8)
         recv = comm.alltoallv(buf, send_counts, recv_counts)
         pos = 0
         for c in recv_counts:
-            got.append(pa.ipc.open_stream(pa.py_buffer(recv[pos:pos + c].tobytes())).read_all())
+            got.append(_read_message(recv[pos:pos + c].tobytes(), table.schema, stats))
             pos += int(c)
     return pa.concat_tables(got).combine_chunks() if got else table.schema.empty_table()
 
 
-def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str = "auto") -> pa.Table:
+def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str = "auto",
+            compression: str = "none", stats: dict | None = None) -> pa.Table:
     """:func:`exchange` directly (one level) or through the rail then the host (two levels:
     the inter-host traffic is rail-aligned, the rest stays on each host's links).
+
+    ``compression``: "none"; "cascaded" (every message to another rank); "auto" (messages to
+    other hosts only: paper 001 compresses the inter-node traffic, where links are slowest).
 
     Raises
     ------
@@ -134,16 +220,23 @@ def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str =
     """
     if method not in SHUFFLES:
         raise ValueError(f"unknown shuffle {method!r}; valid: {list(SHUFFLES)}")
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"unknown compression {compression!r}; valid: {list(COMPRESSIONS)}")
     layout = comm.allgather((comm.node, comm.local_rank, comm.local_size))
+    node_of = np.array([n for n, _, _ in layout], np.int64)
+    remote = {"none": None, "cascaded": lambda j: True,
+              "auto": lambda j: node_of[j] != comm.node}[compression]
     uniform = len({s for _, _, s in layout}) == 1
     if method == "auto":
         method = "two-level" if comm.nodes > 1 and comm.local_size > 1 and uniform else "one-level"
     if method == "one-level" or comm.size == 1:
-        return exchange(table, dest, comm)
+        return exchange(table, dest, comm, remote, stats)
     if not uniform:
         raise ValueError("the two-level shuffle needs the same number of ranks on every host; use 'one-level'")
-    node_of = np.array([n for n, _, _ in layout], np.int64)
     local_of = np.array([lr for _, lr, _ in layout], np.int64)
-    first = exchange(table.append_column("__gpujoin_dest", pa.array(dest, pa.int64())), node_of[dest], comm.rail())
+    rail = comm.rail()  # its rank j is host j: every message but the self-copy crosses hosts
+    first = exchange(table.append_column("__gpujoin_dest", pa.array(dest, pa.int64())), node_of[dest], rail,
+                     None if remote is None else (lambda j: True), stats)
     d2 = first.column("__gpujoin_dest").to_numpy()
-    return exchange(first.drop_columns(["__gpujoin_dest"]), local_of[d2], comm.host())
+    return exchange(first.drop_columns(["__gpujoin_dest"]), local_of[d2], comm.host(),
+                    (lambda j: True) if compression == "cascaded" else None, stats)

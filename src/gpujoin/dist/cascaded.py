@@ -1,0 +1,210 @@
+"""Cascaded compression of integer columns (paper 001 §5, nvCOMP's "cascaded" codec): run-length
+encoding, then delta encoding of the run values, then bit-packing of every stream with a frame of
+reference (each value stored as value - min in the bits that max - min needs), each layer on or
+off; a selector tries every combination on a sample of the column and keeps the smallest, as
+paper 001 chooses a scheme per column (its Table 1).
+
+Array code over NumPy or CuPy (``xp``): the host shuffle compresses with NumPy; on the GPU,
+nvCOMP's cascaded codec is the one to use where it is installed, this module the fallback.
+
+Streams are int64 while encoding (deltas wrap around as two's complement, which decoding undoes
+exactly); bit-packed words are uint64, 64 values at a time: value slot s of a group starts at
+bit s * bits, so one vectorized operation per slot packs every group at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: Values of a column the selector tries the schemes on.
+SAMPLE = 1 << 16
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """Which layers run: run-length encoding, delta of the (run) values, bit-packing."""
+
+    rle: bool = False
+    delta: bool = False
+    bitpack: bool = False
+
+    def __str__(self) -> str:
+        parts = [n for n, on in (("RLE", self.rle), ("delta", self.delta), ("bitpack", self.bitpack)) if on]
+        return "+".join(parts) or "none"
+
+
+SCHEMES = [Scheme(*flags) for flags in itertools.product((False, True), repeat=3)]
+
+
+def _rle(xp, x):
+    """(run values, run lengths) of ``x``."""
+    if x.size == 0:
+        return x, xp.zeros(0, xp.int64)
+    starts = xp.flatnonzero(xp.concatenate([xp.ones(1, bool), x[1:] != x[:-1]]))
+    lengths = xp.diff(xp.concatenate([starts, xp.asarray([x.size])]))
+    return x[starts], lengths.astype(xp.int64)
+
+
+def _unrle(xp, values, lengths):
+    return xp.repeat(values, lengths)
+
+
+def _delta(xp, x):
+    """(first value, differences of the rest): the first stays out of the packed stream, whose
+    frame then fits the differences alone (a sorted or dense column packs to a few bits)."""
+    if x.size == 0:
+        return 0, x
+    return int(x[0]), x[1:] - x[:-1]  # int64 wrap-around is undone by the cumulative sum
+
+
+def _undelta(xp, first: int, d):
+    return xp.cumsum(xp.concatenate([xp.asarray([first], xp.int64), d]), dtype=xp.int64)
+
+
+def _bits(span: int) -> int:
+    return int(span).bit_length()
+
+
+def pack(xp, x) -> tuple[object, int, int]:
+    """(uint64 words, bits, frame of reference) of int64 ``x``: x - ref in ``bits`` bits each."""
+    if x.size == 0:
+        return xp.zeros(0, xp.uint64), 0, 0
+    ref = int(x.min())
+    u = (x - xp.int64(ref)).view(xp.uint64)  # wraps: the unsigned difference, exact
+    bits = _bits(int(u.max()))
+    if bits == 0:
+        return xp.zeros(0, xp.uint64), 0, ref
+    groups = -(-x.size // 64)
+    v = xp.zeros(groups * 64, xp.uint64)
+    v[:x.size] = u
+    v = v.reshape(groups, 64)
+    out = xp.zeros((groups, bits), xp.uint64)
+    for s in range(64):
+        pos = s * bits
+        w, off = pos // 64, pos % 64
+        out[:, w] |= v[:, s] << xp.uint64(off)
+        if off + bits > 64:
+            out[:, w + 1] |= v[:, s] >> xp.uint64(64 - off)
+    return out.reshape(-1), bits, ref
+
+
+def unpack(xp, words, bits: int, ref: int, n: int):
+    """The int64 values :func:`pack` packed."""
+    if bits == 0:
+        return xp.full(n, ref, xp.int64)
+    groups = -(-n // 64)
+    w2 = words.reshape(groups, bits)
+    v = xp.empty((groups, 64), xp.uint64)
+    mask = xp.uint64((1 << bits) - 1) if bits < 64 else xp.uint64(0xFFFFFFFFFFFFFFFF)
+    for s in range(64):
+        pos = s * bits
+        w, off = pos // 64, pos % 64
+        x = w2[:, w] >> xp.uint64(off)
+        if off + bits > 64:
+            x |= w2[:, w + 1] << xp.uint64(64 - off)
+        v[:, s] = x & mask
+    with np.errstate(over="ignore"):
+        return v.reshape(-1)[:n].view(xp.int64) + xp.int64(ref)
+
+
+def _packed_bytes(xp, x) -> int:
+    """Bytes of int64 stream ``x`` bit-packed (without packing it)."""
+    if x.size == 0:
+        return 0
+    return -(-x.size // 64) * _bits(int(x.max()) - int(x.min())) * 8 + 16
+
+
+def encode(xp, column, scheme: Scheme) -> dict:
+    """``column`` (an integer array) under ``scheme``: {"n", "dtype", "scheme", "streams":
+    {name: (array, bits, ref)}, "<name>_n": rows of each stream} (bits None: the stream is
+    stored as int64)."""
+    x = column.astype(xp.int64)
+    streams = {}
+    values = x
+    if scheme.rle:
+        values, lengths = _rle(xp, x)
+        streams["lengths"] = lengths
+    first = None
+    if scheme.delta:
+        first, values = _delta(xp, values)
+    streams["values"] = values
+    enc = {"n": int(column.size), "dtype": str(column.dtype), "scheme": scheme, "streams": {}, "first": first}
+    for name, s in streams.items():
+        enc["streams"][name] = pack(xp, s) if scheme.bitpack else (s, None, 0)
+        enc[f"{name}_n"] = int(s.size)
+    return enc
+
+
+def decode(xp, enc: dict):
+    """The column :func:`encode` encoded."""
+    scheme = enc["scheme"]
+    streams = {}
+    for name, (arr, bits, ref) in enc["streams"].items():
+        streams[name] = arr if bits is None else unpack(xp, arr, bits, ref, enc[f"{name}_n"])
+    values = streams["values"]
+    if scheme.delta and enc["n"]:
+        values = _undelta(xp, enc["first"], values)
+    if scheme.rle:
+        values = _unrle(xp, values, streams["lengths"])
+    return values.astype(enc["dtype"])
+
+
+def encoded_bytes(xp, column, scheme: Scheme) -> int:
+    """Bytes ``column`` takes under ``scheme`` (streams and their headers)."""
+    x = column.astype(xp.int64)
+    streams = [x]
+    if scheme.rle:
+        vals, lengths = _rle(xp, x)
+        streams = [vals, lengths]
+    if scheme.delta:
+        streams[0] = _delta(xp, streams[0])[1]
+    return sum(_packed_bytes(xp, s) if scheme.bitpack else int(s.size) * 8 for s in streams) + 16 * len(streams)
+
+
+def select(xp, column) -> tuple[Scheme, float]:
+    """The scheme that compresses a sample of ``column`` (its first ``SAMPLE`` values) most, and
+    the sample's ratio (raw bytes over encoded); plain storage when nothing beats it."""
+    sample = column[:SAMPLE]
+    raw = int(sample.size) * sample.dtype.itemsize
+    if raw == 0:
+        return Scheme(), 1.0
+    best = min(SCHEMES, key=lambda s: (encoded_bytes(xp, sample, s) if s != Scheme() else raw,
+                                       s.rle + s.delta + s.bitpack))
+    size = raw if best == Scheme() else encoded_bytes(xp, sample, best)
+    if size >= raw:
+        return Scheme(), 1.0
+    return best, raw / size
+
+
+# ---------------------------------------------------------------- bytes on the wire (host)
+def to_bytes(enc: dict) -> bytes:
+    """A NumPy encoding as one message: a JSON header (its length first), then the streams."""
+    header = {"n": enc["n"], "dtype": enc["dtype"], "scheme": asdict(enc["scheme"]), "first": enc["first"],
+              "streams": []}
+    blobs = []
+    for name, (arr, bits, ref) in enc["streams"].items():
+        a = np.ascontiguousarray(arr)
+        header["streams"].append([name, int(a.size), str(a.dtype), bits, ref, enc[f"{name}_n"]])
+        blobs.append(a.tobytes())
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def from_bytes(buf: bytes) -> np.ndarray:
+    """The column a :func:`to_bytes` message holds (NumPy)."""
+    (hlen,) = struct.unpack_from("<Q", buf)
+    header = json.loads(buf[8:8 + hlen])
+    pos = 8 + hlen
+    enc = {"n": header["n"], "dtype": header["dtype"], "scheme": Scheme(**header["scheme"]), "streams": {},
+           "first": header["first"]}
+    for name, size, dtype, bits, ref, rows in header["streams"]:
+        arr = np.frombuffer(buf, dtype, size, pos)
+        pos += arr.nbytes
+        enc["streams"][name] = (arr, bits, ref)
+        enc[f"{name}_n"] = rows
+    return decode(np, enc)
