@@ -151,3 +151,13 @@ def test_mpi_bench_dist(tmp_path):
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["shuffle"] for r in recs] == ["one-level", "two-level"]
     assert all(r["correct"] and r["ranks"] == 2 and r["output_rows"] > 0 for r in recs)
+
+
+def test_selector_reproduces_paper_001_table_1():
+    """On TPC-H's shuffled columns (SF 0.01) the selector picks Table 1's configurations:
+    O_ORDERKEY and L_ORDERKEY 2 RLEs + 1 delta + bit-packing, O_ORDERPRIORITY bit-packing alone."""
+    from gpujoin.bench.dist import bench_compression
+
+    recs = bench_compression(0.01, log=lambda m: None)
+    assert [r["workload"]["column"] for r in recs] == ["o_orderkey", "o_orderpriority", "l_orderkey"]
+    assert all(r["matches_paper"] and r["ratio"] > 5 for r in recs), [(r["scheme"], r["ratio"]) for r in recs]

@@ -455,6 +455,13 @@ def cmd_bench_dist(a):
         _write_records(records, a.output)
 
 
+def cmd_bench_compression(a):
+    from .bench.dist import bench_compression
+
+    records = bench_compression(a.sf, log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+    _write_records(records, a.output)
+
+
 def cmd_bench_join_where(a):
     from .bench.join_where import bench_join_where
 
@@ -668,6 +675,11 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--runs", type=int, default=3, help="runs; the minimum is reported (as paper 001)")
     bd.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bd.set_defaults(fn=cmd_bench_dist)
+
+    bz = bsub.add_parser("compression", help="paper 001 Table 1: the cascaded selector on TPC-H's shuffled columns")
+    bz.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (generated with tpchgen-cli)")
+    bz.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
+    bz.set_defaults(fn=cmd_bench_compression)
 
     bc = bsub.add_parser("cpu-joins", help="paper 002: set intersection of unique 32-bit keys vs threads")
     bc.add_argument("--log2-n", default="22,23,24", help="comma-separated log2 of the keys per side")

@@ -88,3 +88,51 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     f"(partition {phases['partition'] * 1e3:.1f}, shuffle {phases['shuffle'] * 1e3:.1f}, "
                     f"local join {phases['local_join'] * 1e3:.1f} ms)")
     return records
+
+
+#: Paper 001 Table 1: the selector's configuration (RLEs, deltas, bit-packing) per shuffled column.
+TABLE1 = {"o_orderkey": (2, 1, True), "o_orderpriority": (0, 0, True), "l_orderkey": (2, 1, True)}
+
+
+def bench_compression(sf: float, log=print) -> list[dict]:
+    """The cascaded selector on TPC-H's shuffled columns (O_ORDERPRIORITY as int32 codes, as
+    paper 001 casts it) beside paper 001's Table 1: scheme, ratio on the whole column, and the
+    encode / decode GB/s of this host's NumPy codec."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from ..dist import cascaded
+    from ..tpch.data import ensure_data
+
+    root = ensure_data(sf, progress=False)
+    orders = pq.read_table(root / "orders.parquet", columns=["o_orderkey", "o_orderpriority"])
+    lineitem = pq.read_table(root / "lineitem.parquet", columns=["l_orderkey"])
+    prio = orders.column("o_orderpriority").combine_chunks().cast(pa.string())
+    codes = pc.index_in(prio, value_set=pc.unique(prio).sort()).to_numpy().astype(np.int32)
+    cols = {"o_orderkey": orders.column("o_orderkey").to_numpy(), "o_orderpriority": codes,
+            "l_orderkey": lineitem.column("l_orderkey").to_numpy()}
+    records = []
+    for name, col in cols.items():
+        t0 = time.perf_counter()
+        scheme, sample_ratio = cascaded.select(np, col)
+        t1 = time.perf_counter()
+        enc = cascaded.encode(np, col, scheme)
+        t2 = time.perf_counter()
+        back = cascaded.decode(np, enc)
+        t3 = time.perf_counter()
+        if not np.array_equal(back, col):
+            raise AssertionError(f"cascaded {scheme} did not round-trip {name}")
+        size = len(cascaded.to_bytes(enc))
+        paper = TABLE1[name]
+        rec = {"benchmark": "compression", "engine": "gpujoin", "device": device_name("cpu"), "commit": commit(),
+               "date": time.strftime("%Y-%m-%d"), "workload": {"tpch_sf": sf, "column": name, "rows": int(col.size),
+                                                              "dtype": str(col.dtype)},
+               "scheme": str(scheme), "config": [scheme.rle, scheme.delta, scheme.bitpack],
+               "paper_config": list(paper), "matches_paper": (scheme.rle, scheme.delta, scheme.bitpack) == paper,
+               "ratio": col.nbytes / size, "sample_ratio": sample_ratio, "select_s": t1 - t0,
+               "compress_GBps": col.nbytes / (t2 - t1) / 1e9, "decompress_GBps": col.nbytes / (t3 - t2) / 1e9}
+        records.append(rec)
+        log(f"{name}: {scheme} (paper: RLE {paper[0]}, delta {paper[1]}, bitpack {paper[2]}) ratio {rec['ratio']:.2f}, "
+            f"encode {rec['compress_GBps']:.2f} GB/s, decode {rec['decompress_GBps']:.2f} GB/s")
+    return records

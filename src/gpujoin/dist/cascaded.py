@@ -27,18 +27,22 @@ SAMPLE = 1 << 16
 
 @dataclass(frozen=True)
 class Scheme:
-    """Which layers run: run-length encoding, delta of the (run) values, bit-packing."""
+    """How many run-length and delta layers run, and whether bit-packing ends the cascade
+    (nvCOMP's num_RLEs, num_deltas, use_bp).  Layer i runs RLE (when i < rle: the values become
+    the runs' values, their lengths a stream of their own) and then delta (when i < delta) on the
+    values; bit-packing then packs every stream."""
 
-    rle: bool = False
-    delta: bool = False
+    rle: int = 0
+    delta: int = 0
     bitpack: bool = False
 
     def __str__(self) -> str:
-        parts = [n for n, on in (("RLE", self.rle), ("delta", self.delta), ("bitpack", self.bitpack)) if on]
-        return "+".join(parts) or "none"
+        parts = [f"{n}{'' if k == 1 else f' x{k}'}" for n, k in (("RLE", self.rle), ("delta", self.delta)) if k]
+        return "+".join(parts + (["bitpack"] if self.bitpack else [])) or "none"
 
 
-SCHEMES = [Scheme(*flags) for flags in itertools.product((False, True), repeat=3)]
+#: The configurations the selector tries (paper 001's Table 1 uses up to 2 RLEs and 1 delta).
+SCHEMES = [Scheme(r, d, bool(b)) for r, d, b in itertools.product((0, 1, 2), (0, 1, 2), (0, 1))]
 
 
 def _rle(xp, x):
@@ -124,16 +128,17 @@ def encode(xp, column, scheme: Scheme) -> dict:
     {name: (array, bits, ref)}, "<name>_n": rows of each stream} (bits None: the stream is
     stored as int64)."""
     x = column.astype(xp.int64)
-    streams = {}
+    streams, firsts = {}, []
     values = x
-    if scheme.rle:
-        values, lengths = _rle(xp, x)
-        streams["lengths"] = lengths
-    first = None
-    if scheme.delta:
-        first, values = _delta(xp, values)
+    for i in range(max(scheme.rle, scheme.delta)):
+        if i < scheme.rle:
+            values, streams[f"lengths{i}"] = _rle(xp, values)
+        if i < scheme.delta:
+            size = int(values.size)
+            first, values = _delta(xp, values)
+            firsts.append([i, first, size])
     streams["values"] = values
-    enc = {"n": int(column.size), "dtype": str(column.dtype), "scheme": scheme, "streams": {}, "first": first}
+    enc = {"n": int(column.size), "dtype": str(column.dtype), "scheme": scheme, "streams": {}, "firsts": firsts}
     for name, s in streams.items():
         enc["streams"][name] = pack(xp, s) if scheme.bitpack else (s, None, 0)
         enc[f"{name}_n"] = int(s.size)
@@ -147,22 +152,26 @@ def decode(xp, enc: dict):
     for name, (arr, bits, ref) in enc["streams"].items():
         streams[name] = arr if bits is None else unpack(xp, arr, bits, ref, enc[f"{name}_n"])
     values = streams["values"]
-    if scheme.delta and enc["n"]:
-        values = _undelta(xp, enc["first"], values)
-    if scheme.rle:
-        values = _unrle(xp, values, streams["lengths"])
+    firsts = {i: (first, size) for i, first, size in enc["firsts"]}
+    for i in reversed(range(max(scheme.rle, scheme.delta))):
+        if i in firsts and firsts[i][1]:
+            values = _undelta(xp, firsts[i][0], values)
+        if i < scheme.rle:
+            values = _unrle(xp, values, streams[f"lengths{i}"])
     return values.astype(enc["dtype"])
 
 
 def encoded_bytes(xp, column, scheme: Scheme) -> int:
     """Bytes ``column`` takes under ``scheme`` (streams and their headers)."""
     x = column.astype(xp.int64)
-    streams = [x]
-    if scheme.rle:
-        vals, lengths = _rle(xp, x)
-        streams = [vals, lengths]
-    if scheme.delta:
-        streams[0] = _delta(xp, streams[0])[1]
+    streams = []
+    for i in range(max(scheme.rle, scheme.delta)):
+        if i < scheme.rle:
+            x, lengths = _rle(xp, x)
+            streams.append(lengths)
+        if i < scheme.delta:
+            x = _delta(xp, x)[1]
+    streams.append(x)
     return sum(_packed_bytes(xp, s) if scheme.bitpack else int(s.size) * 8 for s in streams) + 16 * len(streams)
 
 
@@ -184,7 +193,7 @@ def select(xp, column) -> tuple[Scheme, float]:
 # ---------------------------------------------------------------- bytes on the wire (host)
 def to_bytes(enc: dict) -> bytes:
     """A NumPy encoding as one message: a JSON header (its length first), then the streams."""
-    header = {"n": enc["n"], "dtype": enc["dtype"], "scheme": asdict(enc["scheme"]), "first": enc["first"],
+    header = {"n": enc["n"], "dtype": enc["dtype"], "scheme": asdict(enc["scheme"]), "firsts": enc["firsts"],
               "streams": []}
     blobs = []
     for name, (arr, bits, ref) in enc["streams"].items():
@@ -201,7 +210,7 @@ def from_bytes(buf: bytes) -> np.ndarray:
     header = json.loads(buf[8:8 + hlen])
     pos = 8 + hlen
     enc = {"n": header["n"], "dtype": header["dtype"], "scheme": Scheme(**header["scheme"]), "streams": {},
-           "first": header["first"]}
+           "firsts": header["firsts"]}
     for name, size, dtype, bits, ref, rows in header["streams"]:
         arr = np.frombuffer(buf, dtype, size, pos)
         pos += arr.nbytes
