@@ -161,3 +161,17 @@ def test_selector_reproduces_paper_001_table_1():
     recs = bench_compression(0.01, log=lambda m: None)
     assert [r["workload"]["column"] for r in recs] == ["o_orderkey", "o_orderpriority", "l_orderkey"]
     assert all(r["matches_paper"] and r["ratio"] > 5 for r in recs), [(r["scheme"], r["ratio"]) for r in recs]
+
+
+def test_auto_shuffle_follows_the_crossover_model():
+    from types import SimpleNamespace
+
+    from gpujoin.dist.model import crossover
+    from gpujoin.dist.shuffle import auto_method
+
+    two_hosts = SimpleNamespace(nodes=2, local_size=8, size=16)
+    edge = crossover(16, 8)
+    assert auto_method(two_hosts, int(edge / 2)) == "two-level"
+    assert auto_method(two_hosts, int(edge * 2)) == "one-level"
+    assert auto_method(SimpleNamespace(nodes=1, local_size=8, size=8), 10) == "one-level"
+    assert auto_method(two_hosts, 10, uniform=False) == "one-level"

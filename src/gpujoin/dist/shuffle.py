@@ -12,7 +12,7 @@ hash names, receive the rows that hash here.
   ``MAX_MESSAGE_BYTES`` a message.
 - :func:`shuffle`: ``"one-level"`` (every rank to every rank), ``"two-level"`` (rail-aligned first:
   GPU y of each host to GPU y of the destination's host, then within the host, paper 001 §4.2),
-  or ``"auto"`` (two-level on more than one host with several ranks each).
+  or ``"auto"`` (:func:`auto_method`: by the crossover of paper 001's model, ``dist.model``).
 
 Host tables and MPI here; the GPUs' NCCL all-to-all of device columns is the next step of issue
 16 (its size exchange and partition planning are these).
@@ -205,6 +205,17 @@ def exchange(table: pa.Table, dest: np.ndarray, comm: Communicator, compress=Non
     return pa.concat_tables(got).combine_chunks() if got else table.schema.empty_table()
 
 
+def auto_method(comm: Communicator, rows: int, uniform: bool = True) -> str:
+    """Paper 001's choice: the two-level shuffle below the crossover of its model (few rows a
+    GPU: the one-level shuffle's P messages a rank cost more in latency than the second pass
+    costs in bytes), the one-level one above it; one level on one host or with one rank a host."""
+    if comm.nodes < 2 or comm.local_size < 2 or not uniform:
+        return "one-level"
+    from .model import crossover
+
+    return "two-level" if rows < crossover(comm.size, comm.local_size) else "one-level"
+
+
 def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str = "auto",
             compression: str = "none", stats: dict | None = None) -> pa.Table:
     """:func:`exchange` directly (one level) or through the rail then the host (two levels:
@@ -228,7 +239,7 @@ def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str =
               "auto": lambda j: node_of[j] != comm.node}[compression]
     uniform = len({s for _, _, s in layout}) == 1
     if method == "auto":
-        method = "two-level" if comm.nodes > 1 and comm.local_size > 1 and uniform else "one-level"
+        method = auto_method(comm, max(comm.allgather(table.num_rows)), uniform)
     if method == "one-level" or comm.size == 1:
         return exchange(table, dest, comm, remote, stats)
     if not uniform:
