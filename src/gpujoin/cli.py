@@ -116,6 +116,20 @@ def cmd_join_where(a):
     console.print(f"wrote {out.rows} rows, {len(result.schema)} columns to {a.output}")
 
 
+def _choices(spec: str | None, valid, option: str) -> list[str]:
+    """The comma-separated values of ``option``, each checked against ``valid``."""
+    values = _csv_list(spec)
+    bad = [v for v in values if v not in valid]
+    if bad:
+        raise ValueError(f"unknown {option} {bad[0]!r}; use {', '.join(valid)}")
+    return values
+
+
+def _stderr(message: str) -> None:
+    """A benchmark's progress line, on stderr (stdout may carry the records)."""
+    Console(stderr=True).print(message, markup=False, highlight=False)
+
+
 def _gpus(spec: str | None):
     """--gpus: None, a count ("2") or device ids ("0,1")."""
     if spec is None:
@@ -398,20 +412,14 @@ def cmd_bench_out_of_core(a):
     for x in limits:
         if x is not None:
             parse_bytes(x, "--memory-limit")
-    modes = _csv_list(a.mode)
-    bad = [m for m in modes if m not in ("sum", "table", "arrow")]
-    if bad:
-        raise ValueError(f"unknown --mode {bad[0]!r}; use sum, table, arrow")
+    modes = _choices(a.mode, ("sum", "table", "arrow"), "--mode")
     fracs = [float(x) for x in _csv_list(a.cache_fraction)] if a.cache_fraction else None
     from .bench.out_of_core import BASELINES
 
-    baselines = _csv_list(a.baselines)
-    bad = [b for b in baselines if b not in BASELINES]
-    if bad:
-        raise ValueError(f"unknown --baselines {bad[0]!r}; use {','.join(BASELINES)}")
+    baselines = _choices(a.baselines, BASELINES, "--baselines")
     records = bench_out_of_core([int(x) for x in _csv_list(a.log2_n)], limits, modes, a.runs, fracs,
                                 [int(x) for x in _csv_list(a.streams)], a.seed,
-                                log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False),
+                                log=_stderr,
                                 item_bytes=a.item_bytes, baselines=baselines)
     _write_records(records, a.output)
 
@@ -421,7 +429,7 @@ def cmd_bench_out_of_core_group_by(a):
 
     limits = [None if x.lower() == "none" else x for x in _csv_list(a.memory_limit)]
     records = bench_out_of_core_group_by(a.log2_rows, a.log2_groups, limits, a.runs, a.seed, _csv_list(a.peers),
-                                         log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+                                         log=_stderr)
     _write_records(records, a.output)
 
 
@@ -430,14 +438,10 @@ def cmd_bench_multi_gpu(a):
     from .outofcore.budget import parse_bytes
 
     parse_bytes(a.memory_limit, "--memory-limit")
-    inner = _csv_list(a.inner)
-    bad = [x for x in inner if x not in ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "gsm")]
-    if bad:
-        raise ValueError(f"unknown --inner {bad[0]!r}; use phj-tr, phj-ur, smj-tr, smj-ur, nphj, gsm")
+    inner = _choices(a.inner, ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "gsm"), "--inner")
     records = bench_multi_gpu([int(x) for x in _csv_list(a.log2_n)], [int(x) for x in _csv_list(a.gpus)],
                               a.memory_limit, inner, [int(x) for x in _csv_list(a.band_log2_n)], a.band_width,
-                              a.runs, a.streams, log=lambda m: Console(stderr=True).print(m, markup=False,
-                                                                                            highlight=False),
+                              a.runs, a.streams, log=_stderr,
                               zipf=[float(x) for x in _csv_list(a.zipf)])
     _write_records(records, a.output)
 
@@ -445,12 +449,9 @@ def cmd_bench_multi_gpu(a):
 def cmd_bench_dist(a):
     from .bench.dist import bench_dist
 
-    shuffles = _csv_list(a.shuffle)
-    bad = [x for x in shuffles if x not in ("auto", "one-level", "two-level")]
-    if bad:
-        raise ValueError(f"unknown --shuffle {bad[0]!r}; use auto, one-level, two-level")
+    shuffles = _choices(a.shuffle, ("auto", "one-level", "two-level"), "--shuffle")
     records = bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs,
-                         log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+                         log=_stderr)
     if records:  # rank 0's
         _write_records(records, a.output)
 
@@ -458,17 +459,14 @@ def cmd_bench_dist(a):
 def cmd_bench_compression(a):
     from .bench.dist import bench_compression
 
-    records = bench_compression(a.sf, log=lambda m: Console(stderr=True).print(m, markup=False, highlight=False))
+    records = bench_compression(a.sf, log=_stderr)
     _write_records(records, a.output)
 
 
 def cmd_bench_join_where(a):
     from .bench.join_where import bench_join_where
 
-    algos = _csv_list(a.algorithm)
-    bad = [x for x in algos if x not in ("nlj", "band", "auto")]
-    if bad:
-        raise ValueError(f"unknown --algorithm {bad[0]!r}; use nlj, band, auto")
+    algos = _choices(a.algorithm, ("nlj", "band", "auto"), "--algorithm")
     records = bench_join_where([int(x) for x in _csv_list(a.log2_n)], a.width, algos, a.device, a.runs)
     _write_records(records, a.output)
     for r in records:
@@ -479,10 +477,7 @@ def cmd_bench_join_where(a):
 def cmd_bench_cpu_joins(a):
     from .bench.cpu_joins import CPU_ALGORITHMS, bench_cpu_joins, summary
 
-    algos = _csv_list(a.algorithms)
-    bad = [x for x in algos if x not in CPU_ALGORITHMS]
-    if bad:
-        raise ValueError(f"unknown CPU join {bad[0]!r}; valid: {','.join(CPU_ALGORITHMS)}")
+    algos = _choices(a.algorithms, CPU_ALGORITHMS, "CPU join")
     threads = [int(t) for t in _csv_list(a.threads)] if a.threads else None
     sizes = [1 << int(x) for x in _csv_list(a.log2_n)]
     records = bench_cpu_joins(sizes, threads, a.runs, algos, _csv_list(a.peers), a.gpu, a.seed)
