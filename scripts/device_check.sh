@@ -69,7 +69,7 @@ if [[ $stage == bench-multi ]]; then
   grep -E "MemTotal" /proc/meminfo
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   gj bench multi-gpu --log2-n "${LOG2N-28}" --gpus ${GPUS:-1,2} --memory-limit ${LIMIT:-16GB} \
-    --inner ${INNER:-phj-tr} --zipf ${ZIPF:-0} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
+    --inner ${INNER:-phj-tr} --zipf ${ZIPF:-0} --output-ratio ${OUTRATIO:-1} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
 fi
 if [[ $stage == tests-ooc ]]; then
   # the out-of-core join and group-by (issue 14) against the CPU engine, tiny memory limits

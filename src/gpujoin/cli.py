@@ -441,8 +441,8 @@ def cmd_bench_multi_gpu(a):
     inner = _choices(a.inner, ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "gsm"), "--inner")
     records = bench_multi_gpu([int(x) for x in _csv_list(a.log2_n)], [int(x) for x in _csv_list(a.gpus)],
                               a.memory_limit, inner, [int(x) for x in _csv_list(a.band_log2_n)], a.band_width,
-                              a.runs, a.streams, log=_stderr,
-                              zipf=[float(x) for x in _csv_list(a.zipf)])
+                              a.runs, a.streams, log=_stderr, zipf=[float(x) for x in _csv_list(a.zipf)],
+                              output_ratios=[int(x) for x in _csv_list(a.output_ratio)])
     _write_records(records, a.output)
 
 
@@ -656,6 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--inner", default="phj-tr", help="comma-separated in-core joins of the partition pairs "
                     "(smj-tr: paper 000's sort-merge); gsm: the global sort-merge join instead")
     bm.add_argument("--zipf", default="0", help="comma-separated Zipf exponents of S's keys (0: uniform)")
+    bm.add_argument("--output-ratio", default="1", help="comma-separated output sizes over |S| (Fig. 11: 1,2,4,8,16)")
     bm.add_argument("--band-log2-n", default="24", help="comma-separated log2 of |L| = |R| of the ring's band join")
     bm.add_argument("--band-width", type=int, default=4)
     bm.add_argument("--streams", type=int, default=3, choices=[1, 3])

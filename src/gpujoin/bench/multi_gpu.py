@@ -92,9 +92,11 @@ def zipf_keys(n: int, z: float, seed: int) -> np.ndarray:
 
 def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], runs: int,
                  streams: int = 3, seed: int = 42, log=print, base: dict | None = None,
-                 zipf: list[float] = (0.0,)) -> list[dict]:
-    """One record a (size, Zipf exponent of S's keys, GPUs, in-core join): the hybrid join's SUM
-    over int32 tuples (``inner`` "gsm": the global sort-merge join instead)."""
+                 zipf: list[float] = (0.0,), output_ratios: list[int] = (1,)) -> list[dict]:
+    """One record a (size, Zipf exponent of S's keys, output ratio, GPUs, in-core join): the
+    hybrid join's SUM over int32 tuples (``inner`` "gsm": the global sort-merge join instead).
+    Output ratio k (paper 000 Fig. 11): R's keys folded onto n/k values, each held by k rows, so
+    every S row matches k of them: k|S| pairs, the SUM k times S's."""
     import cupy as cp
 
     from ..outofcore.budget import parse_bytes
@@ -104,12 +106,14 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
 
     records = []
     budget = parse_bytes(limit)
-    for log2_n, z in [(a, b) for a in log2_sizes for b in zipf]:
+    for log2_n, z, k in [(a, b, c) for a in log2_sizes for b in zipf for c in output_ratios]:
         rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes=4)
         if z:
             sk = zipf_keys(rk.size, z, seed)  # every key still matches one R row: the SUM is known
         n = rk.size
-        want = int(sp.sum(dtype=np.int64))
+        if k > 1:
+            rk, sk = rk % (n // k), sk % (n // k)  # n/k keys, k R rows each
+        want = k * int(sp.sum(dtype=np.int64))
         for d in gpu_counts:
             ids = list(range(d))
             for algo in inner:
@@ -120,9 +124,9 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                     res = stream_join([rk, rp], [sk, sp], "inner", pl, ids, algorithm=algo, memory_limit=budget,
                                       aggregate="sum", streams=streams)
                     dt = time.perf_counter() - t0
-                    if res.total != want or res.rows != n:
+                    if res.total != want or res.rows != k * n:
                         raise AssertionError(f"hybrid on {d} GPUs got {res.rows}, {res.total} at 2^{log2_n}; "
-                                             f"want {n}, {want}")
+                                             f"want {k * n}, {want}")
                     if r:  # the first run compiles and pins the staging buffers
                         times.append(dt)
                         stats = res.stats
@@ -134,7 +138,8 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                 name = "gsm" if algo == "gsm" else "hybrid" if d > 1 else "triton"
                 rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": name,
                        "inner": algo, "gpus": d, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8,
-                                                              "memory_limit": limit, "mode": "sum", "zipf": z},
+                                                              "memory_limit": limit, "mode": "sum", "zipf": z,
+                                                              "output_ratio": k},
                        "streams": streams, "runs": len(times), "median_s": med, "min_s": min(times),
                        "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9, "correct": True,
                        **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
@@ -148,7 +153,7 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                 loads = [g["pair_bytes"] for g in stats.get("per_gpu") or [] if "pair_bytes" in g]
                 if loads:
                     log(f"  per-GPU pair bytes (max/mean) {max(loads) / (sum(loads) / len(loads)):.3f}")
-                log(f"2^{log2_n} z={z} x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
+                log(f"2^{log2_n} z={z} out={k}x x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
                     f"predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
                     f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
         del rk, rp, sk, sp
@@ -206,7 +211,8 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
 
 
 def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], band_log2: list[int],
-                    band_width: int, runs: int, streams: int = 3, log=print, zipf: list[float] = (0.0,)) -> list[dict]:
+                    band_width: int, runs: int, streams: int = 3, log=print, zipf: list[float] = (0.0,),
+                    output_ratios: list[int] = (1,)) -> list[dict]:
     """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``."""
     from ..dist.devices import device_count
 
@@ -219,7 +225,7 @@ def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, in
     base = {"engine": "gpujoin", "device": f"{have} x {device_name('cuda')}", "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "links": links}
     records = bench_hybrid(log2_sizes, gpu_counts, limit, inner, runs, streams, log=log, base=base,
-                           zipf=zipf) if log2_sizes else []
+                           zipf=zipf, output_ratios=output_ratios) if log2_sizes else []
     if band_log2:
         records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base)
     return records
