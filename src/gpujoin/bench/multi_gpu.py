@@ -6,8 +6,8 @@
   ones (paper 004's transfer model with the rates measured here, ``Placement.predict``).
 - The ring's band join (``dist/nested_loop.py``): ``join_where`` of |a - b| <= w on 1 and more
   GPUs; the match phase (the ring) and the whole call.
-- The ceilings, measured in the same run: pinned PCIe each way on each GPU alone and on all at
-  once, and the peer-to-peer copy between GPUs 0 and 1.
+- The ceilings, measured in the same run (``plan.calibrate.measure_links``): pinned PCIe on each
+  GPU alone and on all at once, the staging copy, and the peer-to-peer copy between GPUs 0 and 1.
 """
 
 from __future__ import annotations
@@ -17,60 +17,6 @@ import time
 import numpy as np
 
 from .runner import commit, device_name
-
-
-def link_bandwidths(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict:
-    """GB/s (decimal) of pinned host-to-device copies on each GPU alone and on every GPU at once
-    (are the PCIe links independent?), and of device-to-device copies between the first two
-    GPUs (the peer link), one way and both ways at once."""
-    import cupy as cp
-
-    from ..cuda.runtime import event_time
-    from ..dist.devices import enable_peer_access, on_each
-    from ..outofcore.stream import parallel_copy, pinned_empty
-
-    host = pinned_empty(nbytes, np.uint8)
-    host[:] = 1
-    bufs, streams = {}, {}
-    for g in gpus:
-        with cp.cuda.Device(g):
-            bufs[g] = (cp.empty(nbytes, cp.uint8), cp.empty(nbytes, cp.uint8))
-            streams[g] = cp.cuda.Stream(non_blocking=True)
-    h2d = lambda g: cp.cuda.runtime.memcpyAsync(bufs[g][0].data.ptr, host.ctypes.data, nbytes, 1,  # noqa: E731
-                                                streams[g].ptr)
-    out = {}
-    for g in gpus:
-        with cp.cuda.Device(g):
-            out[f"h2d_gpu{g}_GBps"] = nbytes / event_time(lambda: h2d(g), reps, streams[g]) / 1e9
-    t0 = time.perf_counter()
-    on_each(gpus, lambda i: [h2d(gpus[i]) for _ in range(reps)] and streams[gpus[i]].synchronize())
-    out["h2d_all_GBps"] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
-    # the staging copy (pageable into pinned, the copy threads shared) with every GPU's thread at once
-    src = np.ones(nbytes, np.uint8)
-    pins = [pinned_empty(nbytes, np.uint8) for _ in gpus]
-    for ids, name in (([gpus[0]], "host_in_1_GBps"), (gpus, "host_in_all_GBps")):
-        t0 = time.perf_counter()
-        on_each(ids, lambda i: [parallel_copy(pins[i], src) for _ in range(reps)])
-        out[name] = len(ids) * reps * nbytes / (time.perf_counter() - t0) / 1e9
-    src = pins = None  # noqa: F841 (freed before the joins run)
-    if len(gpus) > 1:
-        a, b = gpus[:2]
-        out["peer_access"] = enable_peer_access([a, b])[a, b]
-        copy = lambda src, dst, s: cp.cuda.runtime.memcpyAsync(bufs[dst][1].data.ptr,  # noqa: E731
-                                                               bufs[src][0].data.ptr, nbytes, 4, s.ptr)
-        with cp.cuda.Device(b):
-            out["p2p_GBps"] = nbytes / event_time(lambda: copy(a, b, streams[b]), reps, streams[b]) / 1e9
-        t0 = time.perf_counter()
-        on_each([a, b], lambda i: [copy((a, b)[1 - i], (a, b)[i], streams[(a, b)[i]]) for _ in range(reps)]
-                and streams[(a, b)[i]].synchronize())
-        out["p2p_bidirectional_GBps"] = 2 * reps * nbytes / (time.perf_counter() - t0) / 1e9
-    bufs.clear()
-    host = None  # noqa: F841 (freed before the joins run)
-    for g in gpus:
-        with cp.cuda.Device(g):
-            cp.get_default_memory_pool().free_all_blocks()
-    cp.get_default_pinned_memory_pool().free_all_blocks()
-    return out
 
 
 def zipf_keys(n: int, z: float, seed: int) -> np.ndarray:
@@ -215,12 +161,13 @@ def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, in
                     output_ratios: list[int] = (1,)) -> list[dict]:
     """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``."""
     from ..dist.devices import device_count
+    from ..plan.calibrate import measure_links
 
     have = device_count()
     gpu_counts = [d for d in gpu_counts if d <= have]
     if not gpu_counts:
         raise ValueError(f"this host has {have} GPU(s); ask for --gpus up to that")
-    links = link_bandwidths(list(range(max(gpu_counts))))
+    links = measure_links(list(range(max(gpu_counts))))
     log("links: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in links.items()))
     base = {"engine": "gpujoin", "device": f"{have} x {device_name('cuda')}", "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "links": links}

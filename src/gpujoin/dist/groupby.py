@@ -33,6 +33,7 @@ def group_by_multi_gpu(algorithm: str, keys: np.ndarray, inputs: list[tuple], pl
         A GPU's budget cannot hold the working set, or host memory the spill.
     """
     from ..outofcore.budget import check_host
+    from ..plan.calibrate import link_rates
 
     cols, where = agg_columns(keys, inputs)
     if placement.spill_bytes:
@@ -80,7 +81,7 @@ def group_by_multi_gpu(algorithm: str, keys: np.ndarray, inputs: list[tuple], pl
              "p2p_bytes": sum(a.transfer.p2p for a in aggs), "gpus": list(gpus),
              "partition_algorithms": sorted(set().union(*(a.chosen for a in aggs))),
              "phases": {"pass1": pass1, "pass2": t1 - t0 - pass1, "assemble": time.perf_counter() - t1},
-             "predicted_phases": placement.predict(),
+             "predicted_phases": placement.predict(0, link_rates()),
              "per_gpu": [{"device": gpus[g], "partitions": len(share[g]), "rows": int(sizes[share[g]].sum()),
                           "pass1": times[g][0], "pass2": times[g][1]} for g in range(d)]}
     return gkeys, merged, stats

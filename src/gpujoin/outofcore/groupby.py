@@ -192,6 +192,8 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
     """
     import cupy as cp
 
+    from ..plan.calibrate import link_rates
+
     cols, where = agg_columns(keys, inputs)
     if placement.spill_bytes:
         check_host(placement.spill_bytes, "the group-by's spill", "raise memory_limit")
@@ -214,5 +216,5 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
              "h2d_bytes": transfer.h2d, "d2h_bytes": transfer.d2h, "partition_algorithms": sorted(agg.chosen),
              "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
              "phases": {"pass1": t1 - t0, "pass2": t2 - t1, **{f"pass2_{k}": v for k, v in agg.spent.items()}},
-             "predicted_phases": placement.predict()}
+             "predicted_phases": placement.predict(0, link_rates())}
     return gkeys, merged, stats

@@ -372,6 +372,8 @@ class TritonJoin:
     def stats(self, caches: list[PartitionedRelation], out_bytes: int) -> dict:
         import cupy as cp
 
+        from ..plan.calibrate import link_rates
+
         pl = self.placement
         return {"placement": pl.placement, "pass1_bits": pl.bits, "chunk_rows": pl.chunk_rows,
                 "budget_bytes": pl.budget, "cache_bytes": sum(r.bytes(True) for r in caches),
@@ -380,7 +382,7 @@ class TritonJoin:
                 "split_partitions": self.split_partitions, "streams": self.streams.count,
                 "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
                 "phases": dict(self.transfer.phases),
-                "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes)}
+                "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes, link_rates())}
 
     def run(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str) -> JoinResult:
         out_bytes = self.open_sink(build_cols, probe_cols, mode)

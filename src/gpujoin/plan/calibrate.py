@@ -8,6 +8,8 @@
 - L1 and L2 read bandwidth (kernels/bandwidth.cu): coalesced 16-byte reads that hit L1 (each
   block re-reads a 16 KiB window) or L2 (all threads sweep a power-of-two array of at most a
   quarter of L2, bypassing L1), as ratios to B_G (the paper's A100: 12 and 4.5).
+``measure_links`` adds the host's links: pinned PCIe per GPU and on all at once, the staging
+copy, and GPU-to-GPU copies (the multi-GPU models' rates, paper 000 §3.4).
 The result is cached per GPU model in ``<cache>/calibration.json`` (the TPC-H cache folder) and
 reused until ``calibrate(force=True)`` or ``gpujoin calibrate --force``.  A cache written before
 the L1/L2 kernels existed (gathers from cache-sized arrays, which measured the gather kernel's
@@ -18,7 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+
+import numpy as np
 
 from .cost import A100, H200_ANCHORS, DeviceModel
 
@@ -68,7 +73,6 @@ def cache_bandwidth(buf, props: dict) -> dict:
     """L1 and L2 read bandwidth (bytes/s) of the current GPU, read from ``buf`` (a CuPy array
     of at least sms * BLOCKS_PER_SM * L1_WINDOW_BYTES and L2/4 bytes), median of 5 runs."""
     import cupy as cp
-    import numpy as np
 
     from ..cuda.runtime import event_time, kernel
 
@@ -84,6 +88,80 @@ def cache_bandwidth(buf, props: dict) -> dict:
     t2 = event_time(lambda: l2((grid,), (THREADS,), (buf, np.uint64(words), np.int32(reps2), out)))
     return {"l1_bytes_per_s": grid * THREADS * reps * 16 / t1, "l2_bytes_per_s": grid * THREADS * reps2 * 16 / t2,
             "l2_test_bytes": words * 16}
+
+
+def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict:
+    """GB/s (decimal) of pinned host-to-device copies on each GPU alone and on every GPU at once
+    (are the PCIe links independent?), and of device-to-device copies between the first two
+    GPUs (the peer link), one way and both ways at once."""
+    import cupy as cp
+
+    from ..cuda.runtime import event_time
+    from ..dist.devices import enable_peer_access, on_each
+    from ..outofcore.stream import parallel_copy, pinned_empty
+
+    host = pinned_empty(nbytes, np.uint8)
+    host[:] = 1
+    bufs, streams = {}, {}
+    for g in gpus:
+        with cp.cuda.Device(g):
+            bufs[g] = (cp.empty(nbytes, cp.uint8), cp.empty(nbytes, cp.uint8))
+            streams[g] = cp.cuda.Stream(non_blocking=True)
+    h2d = lambda g: cp.cuda.runtime.memcpyAsync(bufs[g][0].data.ptr, host.ctypes.data, nbytes, 1,  # noqa: E731
+                                                streams[g].ptr)
+    out = {}
+    for g in gpus:
+        with cp.cuda.Device(g):
+            out[f"h2d_gpu{g}_GBps"] = nbytes / event_time(lambda: h2d(g), reps, streams[g]) / 1e9
+    t0 = time.perf_counter()
+    on_each(gpus, lambda i: [h2d(gpus[i]) for _ in range(reps)] and streams[gpus[i]].synchronize())
+    out["h2d_all_GBps"] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    # the staging copy (pageable into pinned, the copy threads shared) with every GPU's thread at once
+    src = np.ones(nbytes, np.uint8)
+    pins = [pinned_empty(nbytes, np.uint8) for _ in gpus]
+    for ids, name in (([gpus[0]], "host_in_1_GBps"), (gpus, "host_in_all_GBps")):
+        t0 = time.perf_counter()
+        on_each(ids, lambda i: [parallel_copy(pins[i], src) for _ in range(reps)])
+        out[name] = len(ids) * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    src = pins = None  # noqa: F841 (freed before the joins run)
+    if len(gpus) > 1:
+        a, b = gpus[:2]
+        out["peer_access"] = enable_peer_access([a, b])[a, b]
+        copy = lambda src, dst, s: cp.cuda.runtime.memcpyAsync(bufs[dst][1].data.ptr,  # noqa: E731
+                                                               bufs[src][0].data.ptr, nbytes, 4, s.ptr)
+        with cp.cuda.Device(b):
+            out["p2p_GBps"] = nbytes / event_time(lambda: copy(a, b, streams[b]), reps, streams[b]) / 1e9
+        t0 = time.perf_counter()
+        on_each([a, b], lambda i: [copy((a, b)[1 - i], (a, b)[i], streams[(a, b)[i]]) for _ in range(reps)]
+                and streams[(a, b)[i]].synchronize())
+        out["p2p_bidirectional_GBps"] = 2 * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    bufs.clear()
+    host = None  # noqa: F841 (freed before the joins run)
+    for g in gpus:
+        with cp.cuda.Device(g):
+            cp.get_default_memory_pool().free_all_blocks()
+    cp.get_default_pinned_memory_pool().free_all_blocks()
+    return out
+
+
+def link_rates() -> dict:
+    """The calibrated link rates for ``Placement.predict`` (bytes/s: ``pcie`` one GPU's pinned
+    host-to-device copy, ``p2p`` GPU to GPU), from the cache of this GPU model; {} when it holds
+    none (the placement module's constants stand)."""
+    try:
+        import cupy as cp
+
+        from ..cuda.runtime import device_properties
+
+        links = _load().get(device_properties(cp.cuda.Device().id)["name"], {}).get("links") or {}
+    except Exception:
+        return {}
+    out = {}
+    if "h2d_gpu0_GBps" in links:
+        out["pcie"] = links["h2d_gpu0_GBps"] * 1e9
+    if "p2p_GBps" in links:
+        out["p2p"] = links["p2p_GBps"] * 1e9
+    return out
 
 
 def _load() -> dict:
@@ -113,6 +191,9 @@ def calibrate(force: bool = False) -> dict:
     if name in cached and not force:
         return cached[name]
     result = measure()
+    from ..dist.devices import device_count
+
+    result["links"] = measure_links(list(range(max(1, device_count()))))
     cached[name] = result
     f = cache_file()
     f.parent.mkdir(parents=True, exist_ok=True)

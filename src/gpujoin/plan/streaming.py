@@ -42,11 +42,17 @@ def transfer_model(rows: list[int], widths: list[int], placement: Placement, gpu
     """Paper 000's choice among its equi-join algorithms from their transfer models (Eqs. 4-7:
     ``gsm`` sorts runs and merges them in log2(chunks) rounds, ``hybrid`` partitions once), and
     every prediction in seconds (``nl``, Eqs. 1-3, joins any θ: ``join_where``'s ring)."""
+    from dataclasses import replace
+
+    from .calibrate import link_rates
     from .multi_gpu_cost import H200_HOST, choose
 
+    rates = link_rates()  # this host's measured links when `gpujoin calibrate` ran here
+    links = replace(H200_HOST, **({"h2d": rates["pcie"], "duplex": 2 * rates["pcie"]} if "pcie" in rates else {}),
+                    **({"p2p": rates["p2p"]} if "p2p" in rates else {}))
     r, s = (n * w for n, w in zip(rows, widths))
     m, n = (max(1, -(-k // max(1, placement.chunk_rows))) for k in rows)
-    best, pred = choose(r, s, m, n, max(1, gpus), H200_HOST)
+    best, pred = choose(r, s, m, n, max(1, gpus), links)
     return best, pred
 
 
