@@ -67,6 +67,19 @@ def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: C
     return types
 
 
+def _host_table(x) -> pa.Table:
+    """A rank's slice as an Arrow table: tables in GPU memory (a DeviceTable, a dict of CuPy
+    arrays) are copied to the host, where the MPI shuffle moves rows (the NCCL all-to-all of
+    device columns is not built yet)."""
+    from ..table import on_device
+
+    if on_device(x):
+        from ..cuda.table import as_device_table
+
+        return as_device_table(x).to_arrow()
+    return to_arrow_table(x)
+
+
 def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "inner", nulls_equal: bool = False):
     """(left table, right table, left keys, right keys), or the error this rank's join would
     raise before it talks to the other ranks (``gpujoin dist join`` runs it on every rank first,
@@ -78,7 +91,7 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
         raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
     if nulls_equal:
         raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
-    lt, rt = to_arrow_table(left), to_arrow_table(right)
+    lt, rt = _host_table(left), _host_table(right)
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
     check_columns(rt, rk, "right")
@@ -92,7 +105,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
 
     Parameters
     ----------
-    left, right : this rank's rows (any table ``gpujoin.join`` takes)
+    left, right : this rank's rows (any table ``gpujoin.join`` takes; tables in GPU memory are
+        copied to the host for the MPI shuffle)
     on, left_on, right_on, how, suffix : as :func:`gpujoin.join` (``how`` not "cross")
     comm : the ranks (default: ``default_communicator()``)
     shuffle : "auto", "one-level" or "two-level" (``shuffle.shuffle``)
@@ -156,7 +170,7 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     from ..table import check_columns
 
     comm = comm or default_communicator()
-    t = to_arrow_table(table)
+    t = _host_table(table)
     by = [by] if isinstance(by, str) else list(by)
     check_columns(t, by, "input")
     types = [t.schema.field(b).type for b in by]
