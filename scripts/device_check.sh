@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|all]
+#                            tests-multi|bench-multi|tests-dist|bench-dist|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -70,6 +70,20 @@ if [[ $stage == bench-multi ]]; then
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   gj bench multi-gpu --log2-n "${LOG2N-28}" --gpus ${GPUS:-1,2} --memory-limit ${LIMIT:-16GB} \
     --inner ${INNER:-phj-tr} --zipf ${ZIPF:-0} --output-ratio ${OUTRATIO:-1} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
+fi
+if [[ $stage == tests-dist || $stage == bench-dist ]]; then
+  # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
+  # NCCL variables passed to the ranks; then 4 ranks on 2 GPUs played as 2 hosts of 2
+  mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \
+          -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
+  if [[ $stage == tests-dist ]]; then
+    timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" 2>&1 | tail -8
+    timeout 300 bash -c "$(declare -f mpi); mpi -n 4 python3 tests/mpi_dist_check.py 2 cuda" 2>&1 | tail -8
+  else
+    mpi -n ${RANKS:-2} python3 -m gpujoin.cli bench dist --rows ${ROWS:-1e6,1e7,1e8} --device cuda \
+      --runs ${RUNS:-3} -o "$OUT/bench_dist.jsonl" 2>&1 | tail -20
+  fi
 fi
 if [[ $stage == tests-ooc ]]; then
   # the out-of-core join and group-by (issue 14) against the CPU engine, tiny memory limits

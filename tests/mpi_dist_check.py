@@ -1,5 +1,5 @@
-"""Run under ``mpiexec -n P python tests/mpi_dist_check.py [RANKS_PER_NODE]`` (tests/test_dist_join.py
-does): every rank takes every P-th row of the same tables, the distributed join and group-by run
+"""Run under ``mpiexec -n P python tests/mpi_dist_check.py [RANKS_PER_NODE [DEVICE]]``
+(tests/test_dist_join.py does, on the CPU; scripts/device_check.sh's tests-dist stage on the GPUs): every rank takes every P-th row of the same tables, the distributed join and group-by run
 with both shuffles, and rank 0 checks the gathered result against gpujoin's one-process answer.
 Exits non-zero on any difference (an assertion on rank 0 aborts the job)."""
 
@@ -26,7 +26,8 @@ def gathered(comm, table):
 
 
 def main():
-    rpn = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    rpn = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None
+    device = sys.argv[2] if len(sys.argv) > 2 else "cpu"  # where each rank joins its rows
     comm = Communicator.from_mpi(ranks_per_node=rpn)
     rng = np.random.default_rng(7)
     n = 2000
@@ -48,20 +49,20 @@ def main():
             for on in ("k", ["k", "s"]):
                 stats = {}
                 compression = "cascaded" if how in ("inner", "full") else "auto"
-                out = join(extra(left), extra(right), on, how=how, comm=comm, shuffle=method, device="cpu",
+                out = join(extra(left), extra(right), on, how=how, comm=comm, shuffle=method, device=device,
                            stats=stats, compression=compression)
                 if compression == "cascaded" and comm.rank == 0:  # "a" (row ids) and "k" (right: no nulls)
                     assert {"a", "k"} <= set(stats["compression"]), stats["compression"]
                 got = gathered(comm, out)
                 if comm.rank == 0:
                     assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu"))
-        g = group_by(extra(right), ["s"], comm=comm, shuffle=method, device="cpu").agg(
+        g = group_by(extra(right), ["s"], comm=comm, shuffle=method, device=device).agg(
             n=(None, "size"), t=("b", "sum"), m=("k", "max"))
         got = gathered(comm, g)
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(right, ["s"], device="cpu").agg(
                 n=(None, "size"), t=("b", "sum"), m=("k", "max")), rel=1e-9)
-        g = group_by(extra(left), "k", comm=comm, shuffle=method, device="cpu").agg(n=(None, "size"))
+        g = group_by(extra(left), "k", comm=comm, shuffle=method, device=device).agg(n=(None, "size"))
         got = gathered(comm, g)
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(left, "k", device="cpu").agg(n=(None, "size")))
