@@ -450,8 +450,9 @@ def cmd_bench_dist(a):
     from .bench.dist import bench_dist
 
     shuffles = _choices(a.shuffle, ("auto", "one-level", "two-level"), "--shuffle")
-    records = bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs,
-                         log=_stderr)
+    compressions = _choices(a.compression, ("none", "auto", "cascaded"), "--compression")
+    records = bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs, log=_stderr,
+                         workload=a.workload, sf=a.sf, compressions=compressions)
     if records:  # rank 0's
         _write_records(records, a.output)
 
@@ -665,7 +666,11 @@ def build_parser() -> argparse.ArgumentParser:
     bm.set_defaults(fn=cmd_bench_multi_gpu)
 
     bd = bsub.add_parser("dist", help="paper 001's random workload under mpirun: the distributed join's phases")
-    bd.add_argument("--rows", default="1e6", help="comma-separated rows of each table a rank")
+    bd.add_argument("--workload", default="random", choices=["random", "tpch"],
+                    help="random (unique int64 keys, 30%% matching) or TPC-H lineitem x orders")
+    bd.add_argument("--rows", default="1e6", help="comma-separated rows of each table a rank (random)")
+    bd.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (tpch)")
+    bd.add_argument("--compression", default="none", help="comma-separated: none, auto, cascaded")
     bd.add_argument("--shuffle", default="one-level,two-level")
     bd.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     bd.add_argument("--runs", type=int, default=3, help="runs; the minimum is reported (as paper 001)")

@@ -34,6 +34,22 @@ def random_slice(rows: int, rank: int, size: int, seed: int = 1):
             int(hit.sum()))
 
 
+def _compression_summary(every: list[dict]) -> dict:
+    """Per compressed column over the ranks: scheme, ratio, compress and decompress GB/s."""
+    out: dict = {}
+    for st in every:
+        for name, c in (st.get("compression") or {}).items():
+            o = out.setdefault(name, {"scheme": c["scheme"], "raw_bytes": 0, "bytes": 0, "compress_s": 0.0,
+                                      "decompress_s": 0.0})
+            for k in ("raw_bytes", "bytes", "compress_s", "decompress_s"):
+                o[k] += c[k]
+    for o in out.values():
+        o["ratio"] = o["raw_bytes"] / o["bytes"] if o["bytes"] else None
+        o["compress_GBps"] = o["raw_bytes"] / o["compress_s"] / 1e9 if o["compress_s"] else None
+        o["decompress_GBps"] = o["raw_bytes"] / o["decompress_s"] / 1e9 if o["decompress_s"] else None
+    return out
+
+
 def alltoall_bandwidth(comm, nbytes: int = 1 << 26, reps: int = 3) -> float:
     """GB/s each rank sends in an MPI all-to-all of ``nbytes`` a rank (split evenly)."""
     per = nbytes // comm.size
@@ -48,8 +64,32 @@ def alltoall_bandwidth(comm, nbytes: int = 1 << 26, reps: int = 3) -> float:
     return per * (comm.size - 1) / float(np.median(times)) / 1e9 if comm.size > 1 else float("inf")
 
 
-def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print) -> list[dict]:
-    """Records (on rank 0) of the distributed join of the random workload."""
+def tpch_slice(sf: float, rank: int, size: int):
+    """(lineitem, orders, matching rows) of one rank for paper 001's TPC-H join: every size-th
+    row group of lineitem (l_orderkey, l_quantity) and of orders (o_orderkey, o_orderpriority as
+    int32 codes, as the paper casts it); every lineitem row has its order, so the job's output is
+    lineitem's row count."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..io import read_share
+    from ..tpch.data import ensure_data
+
+    root = ensure_data(sf, progress=False)
+    li = read_share(root / "lineitem.parquet", rank, size).select(["l_orderkey", "l_quantity"])
+    od = read_share(root / "orders.parquet", rank, size).select(["o_orderkey", "o_orderpriority"])
+    prio = od.column("o_orderpriority").combine_chunks().cast(pa.string())
+    codes = pc.index_in(prio, value_set=pa.array(["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"]))
+    od = od.set_column(1, "o_orderpriority", codes.cast(pa.int32()))
+    li = li.set_column(1, "l_quantity", li.column("l_quantity").cast(pa.float64()))
+    return li, od, li.num_rows
+
+
+def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print,
+               workload: str = "random", sf: float = 1.0, compressions: list[str] = ("none",)) -> list[dict]:
+    """Records (on rank 0) of the distributed join of the random workload (``rows_list`` rows a
+    rank) or of TPC-H lineitem x orders at scale factor ``sf`` (paper 001's two workloads),
+    with each shuffle and compression setting."""
     from ..backend import resolve_device
     from ..dist.join import default_communicator, join
 
@@ -59,16 +99,24 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     if comm.rank == 0:
         log(f"{comm.size} ranks on {comm.nodes} host(s); MPI all-to-all {ceiling:.2f} GB/s a rank")
     records = []
-    for rows in rows_list:
-        build, probe, hits = random_slice(rows, comm.rank, comm.size)
+    sizes = rows_list if workload == "random" else [None]
+    for rows in sizes:
+        if workload == "random":
+            build, probe, hits = random_slice(rows, comm.rank, comm.size)
+            keys = dict(on="k")
+        else:
+            probe, build, hits = tpch_slice(sf, comm.rank, comm.size)
+            keys = dict(left_on="l_orderkey", right_on="o_orderkey")
         want = sum(comm.allgather(hits))
-        for method in shuffles:
-            best, phases = None, None
+        total_rows = sum(comm.allgather(build.num_rows + probe.num_rows))
+        for method, compression in [(m, c) for m in shuffles for c in compressions]:
+            best, phases, squeeze = None, None, None
             for _ in range(runs):
                 comm.barrier()
                 t0 = time.perf_counter()
                 stats: dict = {}
-                out = join(probe, build, "k", comm=comm, shuffle=method, device=device, stats=stats)
+                out = join(probe, build, comm=comm, shuffle=method, device=device, stats=stats,
+                           compression=compression, **keys)
                 dt = max(comm.allgather(time.perf_counter() - t0))
                 got = sum(comm.allgather(out.num_rows))
                 if got != want:
@@ -76,17 +124,20 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 every = comm.allgather(stats)
                 if best is None or dt < best:  # paper 001 reports the minimum of its runs
                     best, phases = dt, {k: max(s[k] for s in every) for k in ("partition", "shuffle", "local_join")}
-            tuples = 2 * rows * comm.size
+                    squeeze = _compression_summary(every)
             if comm.rank == 0:
+                work = ({"rows_per_rank": rows, "match_rate": MATCH_RATE} if workload == "random"
+                        else {"tpch_sf": sf, "join": "lineitem x orders"})
                 records.append({"benchmark": "dist", "engine": "gpujoin", "device": device_name(device),
                                 "commit": commit(), "date": time.strftime("%Y-%m-%d"), "ranks": comm.size,
-                                "hosts": comm.nodes, "shuffle": method, "workload": {"rows_per_rank": rows,
-                                                                                     "match_rate": MATCH_RATE},
-                                "min_s": best, "tuples_per_s": tuples / best, "output_rows": want,
-                                "phases_s": phases, "mpi_alltoall_GBps": ceiling, "correct": True})
-                log(f"{rows:,} rows a rank, {method}: {best * 1e3:,.1f} ms, {tuples / best / 1e9:.3f} G tuples/s "
-                    f"(partition {phases['partition'] * 1e3:.1f}, shuffle {phases['shuffle'] * 1e3:.1f}, "
-                    f"local join {phases['local_join'] * 1e3:.1f} ms)")
+                                "hosts": comm.nodes, "shuffle": method, "compression": compression,
+                                "workload": {"name": workload, **work}, "min_s": best,
+                                "tuples_per_s": total_rows / best, "output_rows": want, "phases_s": phases,
+                                "columns": squeeze, "mpi_alltoall_GBps": ceiling, "correct": True})
+                what = f"{rows:,} rows a rank" if workload == "random" else f"TPC-H SF {sf:g}"
+                log(f"{what}, {method}, compression {compression}: {best * 1e3:,.1f} ms, "
+                    f"{total_rows / best / 1e9:.3f} G tuples/s (partition {phases['partition'] * 1e3:.1f}, "
+                    f"shuffle {phases['shuffle'] * 1e3:.1f}, local join {phases['local_join'] * 1e3:.1f} ms)")
     return records
 
 
