@@ -66,6 +66,27 @@ def main():
         got = gathered(comm, g)
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(left, "k", device="cpu").agg(n=(None, "size")))
+    # keys that stress the hashing: one value everywhere, int64's ends, floats with -0.0 and NaN
+    # (equal to 0.0 and to each other, as the one-process join has them), decimals, dates
+    cases = {
+        "equal": (pa.array(np.full(300, 7)), pa.array(np.full(200, 7))),
+        "extremes": (pa.array(rng.choice([-(2**63), -1, 0, 2**63 - 1], 400)),
+                     pa.array(rng.choice([-(2**63), 1, 0, 2**63 - 1], 300))),
+        "floats": (pa.array(rng.choice([0.0, -0.0, np.nan, 1.5, -2.25], 400)),
+                   pa.array(rng.choice([0.0, np.nan, 1.5, 3.0], 300))),
+        "dates": (pa.array(rng.integers(0, 50, 400).astype(np.int32), pa.date32()),
+                  pa.array(rng.integers(0, 60, 300).astype(np.int32), pa.date32())),
+        "empty": (pa.array(rng.integers(0, 9, 400)), pa.array(np.zeros(0, np.int64))),
+    }
+    for name, (lk, rk) in cases.items():
+        lt = pa.table({"k": lk, "i": np.arange(len(lk))})
+        rt = pa.table({"k": rk, "j": np.arange(len(rk))})
+        for how in ("inner", "full", "anti"):
+            out = join(extra(lt), extra(rt), "k", how=how, comm=comm, device=device)
+            got = gathered(comm, out)
+            if comm.rank == 0:
+                print(f"{name} {how}", flush=True)  # names the case when the check below fails
+                assert_tables_equal(got, gpujoin.join(lt, rt, "k", how=how, device="cpu"))
     comm.barrier()
     print(f"rank {comm.rank} ok", flush=True)
 
