@@ -225,6 +225,11 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
     key order of the probe side within each piece; ``stats`` with the sort, merge and join times,
     merge rounds, pieces and bytes moved.
 
+    Raises
+    ------
+    MemoryError
+        Host memory cannot hold the two sorted copies of the relations (checked before work).
+
     References
     ----------
     Paper 000 §3.2 (sorted runs, merge-path multi-GPU merge, merge-path partitioned join).
@@ -242,6 +247,11 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
     if band < 0:
         raise ValueError(f"band must be at least 0, got {band}")
     wr, ws = (sum(c.itemsize for c in cols) for cols in (build_cols, probe_cols))
+    from ..outofcore.budget import check_host
+
+    sorted_bytes = 2 * (build_cols[0].size * wr + probe_cols[0].size * ws)  # each relation sorted twice over
+    check_host(sorted_bytes, f"GSM's sorted copies of both relations ({sorted_bytes:,} bytes: runs and merges "
+               "ping-pong between two host buffers)", "use algorithm='hybrid', which partitions in place")
     if run_rows is None:  # a merge piece: two inputs, their merged copy and the ranks, within a quarter
         run_rows = max(1024, budget // 4 // (4 * max(wr, ws) + 16))
     slot = Uploader.slot_size(run_rows * max(c.itemsize for c in build_cols + probe_cols), 1)
