@@ -123,13 +123,12 @@ def _packed_bytes(xp, x) -> int:
     return -(-x.size // 64) * _bits(int(x.max()) - int(x.min())) * 8 + 16
 
 
-def encode(xp, column, scheme: Scheme) -> dict:
-    """``column`` (an integer array) under ``scheme``: {"n", "dtype", "scheme", "streams":
-    {name: (array, bits, ref)}, "<name>_n": rows of each stream} (bits None: the stream is
-    stored as int64)."""
-    x = column.astype(xp.int64)
+def _layers(xp, column, scheme: Scheme) -> tuple[dict, list]:
+    """The streams ``scheme``'s RLE and delta layers make of ``column`` ({name: int64 array},
+    the run lengths of each RLE layer and the values) and each delta layer's [layer, first value,
+    rows before it]."""
+    values = column.astype(xp.int64)
     streams, firsts = {}, []
-    values = x
     for i in range(max(scheme.rle, scheme.delta)):
         if i < scheme.rle:
             values, streams[f"lengths{i}"] = _rle(xp, values)
@@ -138,6 +137,14 @@ def encode(xp, column, scheme: Scheme) -> dict:
             first, values = _delta(xp, values)
             firsts.append([i, first, size])
     streams["values"] = values
+    return streams, firsts
+
+
+def encode(xp, column, scheme: Scheme) -> dict:
+    """``column`` (an integer array) under ``scheme``: {"n", "dtype", "scheme", "streams":
+    {name: (array, bits, ref)}, "<name>_n": rows of each stream} (bits None: the stream is
+    stored as int64)."""
+    streams, firsts = _layers(xp, column, scheme)
     enc = {"n": int(column.size), "dtype": str(column.dtype), "scheme": scheme, "streams": {}, "firsts": firsts}
     for name, s in streams.items():
         enc["streams"][name] = pack(xp, s) if scheme.bitpack else (s, None, 0)
@@ -163,15 +170,7 @@ def decode(xp, enc: dict):
 
 def encoded_bytes(xp, column, scheme: Scheme) -> int:
     """Bytes ``column`` takes under ``scheme`` (streams and their headers)."""
-    x = column.astype(xp.int64)
-    streams = []
-    for i in range(max(scheme.rle, scheme.delta)):
-        if i < scheme.rle:
-            x, lengths = _rle(xp, x)
-            streams.append(lengths)
-        if i < scheme.delta:
-            x = _delta(xp, x)[1]
-    streams.append(x)
+    streams = _layers(xp, column, scheme)[0].values()
     return sum(_packed_bytes(xp, s) if scheme.bitpack else int(s.size) * 8 for s in streams) + 16 * len(streams)
 
 

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from ..outofcore.stream import Downloader, HostColumn, Streams, Uploader, concatenate, parallel_copy, record
+from ..outofcore.stream import Downloader, HostColumn, Streams, Uploader, concatenate, parallel_copy
 from .devices import on_each
 from .merge_path import join_ranges, split
 
@@ -48,16 +48,7 @@ class _Worker:
         self.d2h = 0
 
     def upload(self, cols: list[np.ndarray], lo: int, hi: int) -> list:
-        import cupy as cp
-
-        with self.st.compute:
-            out = [cp.empty(hi - lo, c.dtype) for c in cols]
-        self.st.copy_in.wait_event(record(self.st.compute))
-        for c, o in zip(cols, out):
-            step = max(1, (self.up.slot_bytes - 256) // c.itemsize)  # a piece may outgrow the staging slot
-            for a in range(lo, hi, step):
-                b = min(hi, a + step)
-                self.up.put([c[a:b]], dest=[o[a - lo:b - lo]])
+        out = self.up.rows_to_device(cols, lo, hi)
         self.st.copy_in.synchronize()
         self.h2d += sum((hi - lo) * c.itemsize for c in cols)
         return out

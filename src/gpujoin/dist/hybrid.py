@@ -143,10 +143,17 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     probe = [_concat_columns([c[2][i] for c in cols]) for i in range(len(cols[0][2]))]
     t3 = time.perf_counter()
     R, S, rsz, ssz, share = plan["R"], plan["S"], plan["rsz"], plan["ssz"], plan["share"]
-    stats = workers[0].stats([R, S], workers[0].out_bytes * d)
+    import cupy as cp
+
+    with cp.cuda.Device(gpus[0]):
+        stats = workers[0].stats([R, S], workers[0].out_bytes * d)
+    each = [stats]
+    for g, w in enumerate(workers[1:], 1):  # once a GPU, on its device: each reads its own pool
+        with cp.cuda.Device(gpus[g]):
+            each.append(w.stats([], 0))
     for k in ("h2d_bytes", "d2h_bytes", "blocks", "split_partitions"):
-        stats[k] = sum(w.stats([], 0)[k] for w in workers)
-    stats["peak_gpu_bytes"] = max(w.stats([], 0)["peak_gpu_bytes"] for w in workers)
+        stats[k] = sum(e[k] for e in each)
+    stats["peak_gpu_bytes"] = max(e["peak_gpu_bytes"] for e in each)
     stats["p2p_bytes"] = sum(w.transfer.p2p for w in workers)
     stats["gpus"] = list(gpus)
     stats["algorithm"] = "hybrid"

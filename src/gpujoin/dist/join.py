@@ -56,11 +56,16 @@ def _destinations(table: pa.Table, names: list[str], types: list, comm: Communic
 
 
 def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: Communicator) -> list:
-    """The promoted key types, checked to agree on every rank (a rank's slice with other types
-    would hash its keys differently)."""
+    """The promoted key types, checked to agree on every rank."""
     from ..plan.keys import promote_key_types
 
     types = [promote_key_types(a, lt.schema.field(a).type, b, rt.schema.field(b).type) for a, b in zip(lk, rk)]
+    return _same_on_every_rank(types, comm)
+
+
+def _same_on_every_rank(types: list, comm: Communicator) -> list:
+    """``types``, checked to be every rank's: a rank whose keys had other types would hash them
+    differently and send equal keys to different ranks."""
     seen = comm.allgather([str(t) for t in types])
     if any(s != seen[0] for s in seen):
         raise TypeError(f"the ranks' key types differ ({seen}); give every rank slices of the same schema")
@@ -173,10 +178,7 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     t = _host_table(table)
     by = [by] if isinstance(by, str) else list(by)
     check_columns(t, by, "input")
-    types = [t.schema.field(b).type for b in by]
-    seen = comm.allgather([str(x) for x in types])
-    if any(s != seen[0] for s in seen):
-        raise TypeError(f"the ranks' key types differ ({seen}); give every rank slices of the same schema")
+    _same_on_every_rank([t.schema.field(b).type for b in by], comm)
     cols = [combined(t, b) for b in by]
     dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
     for c in cols:  # a null key is one group: its rows go to rank 0 together

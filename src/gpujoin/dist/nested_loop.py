@@ -128,13 +128,8 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
         loaded_r = [None, None]  # (chunk index, device columns)
 
         def upload(cols, lo, hi):
-            with st.compute:
-                out = [cp.empty(hi - lo, cp.int64) for _ in cols]
-            st.copy_in.wait_event(record(st.compute))
-            for c, o in zip(cols, out):
-                up.put([c[lo:hi]], dest=[o])
             me["h2d_bytes"] += (hi - lo) * width
-            return out
+            return up.rows_to_device(cols, lo, hi)
 
         def fetch(t):
             """Round t's R and S chunks of this GPU, copies enqueued on the copy-in stream."""

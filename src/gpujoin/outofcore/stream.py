@@ -399,3 +399,19 @@ class Uploader:
     def release(self, slot: int, event) -> None:
         """The kernels that read ``slot`` are enqueued; ``event`` marks their end."""
         self._read[slot] = event
+
+    def rows_to_device(self, cols: list[np.ndarray], lo: int, hi: int) -> list:
+        """Rows [lo, hi) of host columns ``cols`` in fresh device arrays (allocated on the compute
+        stream, which the copy-in stream waits for: the pool may reuse memory a kernel still
+        reads), their DMA enqueued on the copy-in stream in slot-sized pieces."""
+        import cupy as cp
+
+        with self.streams.compute:
+            out = [cp.empty(hi - lo, c.dtype) for c in cols]
+        self.streams.copy_in.wait_event(record(self.streams.compute))
+        for c, o in zip(cols, out):
+            step = max(1, (self.slot_bytes - 256) // c.itemsize)  # rows may outgrow one staging slot
+            for a in range(lo, hi, step):
+                b = min(hi, a + step)
+                self.put([c[a:b]], dest=[o[a - lo:b - lo]])
+        return out

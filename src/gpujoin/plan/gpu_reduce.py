@@ -50,8 +50,7 @@ class GpuReducer:
 
         from ..cuda.groupby import AggInput, run
         from ..outofcore.budget import gpu_budget
-        from .placement import plan_placement
-        from .streaming import choose_gpus
+        from .streaming import place
 
         n = keys.size
         rows_dtype = np.int32 if n <= 2**31 else np.int64  # row numbers up to n - 1
@@ -63,11 +62,7 @@ class GpuReducer:
             ops = ("count", "sum", "min", "max") if r.kind in ("int", "float") else ("count", "min", "max")
             host.append((r.values, r.valid.view(np.uint8) if r.has_valid else None, ops))
         width = keys.itemsize + sum((0 if v is None else v.itemsize) + (0 if m is None else 1) for v, m, _ in host)
-        budget = gpu_budget(memory_limit)
-        placement = plan_placement([n], [width], budget)
-        ids = choose_gpus(gpus, placement, algorithm)
-        if ids is not None and len(ids) > 1:
-            placement = plan_placement([n], [width], budget, gpus=len(ids))
+        placement, ids = place([n], [width], gpu_budget(memory_limit), algorithm, gpus)
         self.params = {"placement": placement.placement}
         if placement.placement == "out-of-core" and n:
             from ..outofcore.groupby import group_by_out_of_core
