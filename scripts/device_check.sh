@@ -78,11 +78,14 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
           -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   if [[ $stage == tests-dist ]]; then
+    timeout 200 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
+      tests/test_dist_device.py 2>&1 | tail -15
     timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" 2>&1 | tail -8
     timeout 300 bash -c "$(declare -f mpi); mpi -n 4 python3 tests/mpi_dist_check.py 2 cuda" 2>&1 | tail -8
   else
     mpi -n ${RANKS:-2} python3 -m gpujoin.cli bench dist --rows ${ROWS:-1e6,1e7,1e8} --device cuda \
-      --runs ${RUNS:-3} -o "$OUT/bench_dist.jsonl" 2>&1 | tail -20
+      --placement ${PLACEMENT:-host} --shuffle ${SHUFFLE:-one-level,two-level} --runs ${RUNS:-3} \
+      -o "$OUT/bench_dist.jsonl" 2>&1 | tail -20
   fi
 fi
 if [[ $stage == tests-ooc ]]; then

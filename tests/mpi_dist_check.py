@@ -87,8 +87,39 @@ def main():
             if comm.rank == 0:
                 print(f"{name} {how}", flush=True)  # names the case when the check below fails
                 assert_tables_equal(got, gpujoin.join(lt, rt, "k", how=how, device="cpu"))
+    if device == "cuda":
+        device_tables(comm, extra, left, right)
     comm.barrier()
     print(f"rank {comm.rank} ok", flush=True)
+
+
+def device_tables(comm, extra, left, right):
+    """Tables in GPU memory, shuffled over NCCL (or through the host where ranks share a GPU):
+    each rank's string columns dictionary-coded over its own strings (re-coded by the join into
+    one dictionary), a nullable payload; the result a DeviceTable a rank."""
+    import pyarrow.compute as pc
+
+    from gpujoin.cuda.table import DeviceTable
+
+    left = left.filter(pc.is_valid(left.column("k")))  # device-resident keys cannot be null
+    right = right.append_column("c", pa.array(np.arange(right.num_rows) % 7, mask=np.arange(right.num_rows) % 5 == 0))
+    dev = lambda t: DeviceTable.from_arrow(extra(t))  # noqa: E731
+    for method in ("one-level", "two-level"):
+        for how in ("inner", "left", "right", "full", "semi", "anti"):
+            for on in ("k", ["k", "s"]):
+                stats = {}
+                out = join(dev(left), dev(right), on, how=how, comm=comm, shuffle=method, stats=stats)
+                assert isinstance(out, DeviceTable) and stats["transport"] == "nccl", type(out)
+                got = gathered(comm, out.to_arrow())
+                if comm.rank == 0:
+                    print(f"device {method} {how} {on}", flush=True)
+                    assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu"))
+        g = group_by(dev(right), ["s"], comm=comm, shuffle=method).agg(n=(None, "size"), m=("k", "max"),
+                                                                        c=("c", "sum"))
+        got = gathered(comm, g.to_arrow())
+        if comm.rank == 0:
+            assert_tables_equal(got, gpujoin.group_by(right, ["s"], device="cpu").agg(
+                n=(None, "size"), m=("k", "max"), c=("c", "sum")))
 
 
 if __name__ == "__main__":

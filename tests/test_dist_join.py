@@ -182,3 +182,12 @@ def test_auto_shuffle_follows_the_crossover_model():
     assert auto_method(two_hosts, int(edge * 2)) == "one-level"
     assert auto_method(SimpleNamespace(nodes=1, local_size=8, size=8), 10) == "one-level"
     assert auto_method(two_hosts, 10, uniform=False) == "one-level"
+
+
+def test_alltoallv_sends_big_messages_in_rounds(monkeypatch):
+    from gpujoin.dist import comm as comm_module
+
+    monkeypatch.setattr(comm_module, "MAX_MESSAGE_BYTES", 7)  # 40 bytes: six rounds
+    comm = Communicator.single()
+    x = np.arange(5, dtype=np.int64)
+    np.testing.assert_array_equal(comm.alltoallv(x, np.array([5]), np.array([5])), x)

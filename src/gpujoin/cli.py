@@ -452,7 +452,7 @@ def cmd_bench_dist(a):
     shuffles = _choices(a.shuffle, ("auto", "one-level", "two-level"), "--shuffle")
     compressions = _choices(a.compression, ("none", "auto", "cascaded"), "--compression")
     records = bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs, log=_stderr,
-                         workload=a.workload, sf=a.sf, compressions=compressions)
+                         workload=a.workload, sf=a.sf, compressions=compressions, placement=a.placement)
     if records:  # rank 0's
         _write_records(records, a.output)
 
@@ -673,6 +673,9 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--compression", default="none", help="comma-separated: none, auto, cascaded")
     bd.add_argument("--shuffle", default="one-level,two-level")
     bd.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bd.add_argument("--placement", default="host", choices=["host", "gpu"],
+                    help="where each rank's tables are: host (shuffled over MPI) or gpu (made in GPU memory, "
+                         "shuffled over NCCL; with the NCCL ceiling and the one-GPU join beside)")
     bd.add_argument("--runs", type=int, default=3, help="runs; the minimum is reported (as paper 001)")
     bd.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bd.set_defaults(fn=cmd_bench_dist)

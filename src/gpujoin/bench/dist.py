@@ -19,19 +19,82 @@ from .runner import commit, device_name
 MATCH_RATE = 0.3
 
 
-def random_slice(rows: int, rank: int, size: int, seed: int = 1):
-    """(build, probe, matching probe rows) of one rank: int64 keys, int64 global row ids."""
-    import pyarrow as pa
-
+def random_slice(rows: int, rank: int, size: int, seed: int = 1, ranks=None, xp=np):
+    """(build, probe, matching probe rows) of one rank (or the concatenation of ``ranks``'
+    slices: the whole job's tables for a one-GPU baseline): int64 keys, int64 global row ids;
+    Arrow tables from NumPy, DeviceTables from CuPy (made on the GPU)."""
+    ranks = [rank] if ranks is None else list(ranks)
     total = rows * size
-    perm = np.random.default_rng(seed).permutation(total)  # every rank the same: unique keys
-    build_keys = perm[rank * rows:(rank + 1) * rows].astype(np.int64)
-    rng = np.random.default_rng(seed * 1000 + rank)
-    hit = rng.random(rows) < MATCH_RATE
-    probe_keys = np.where(hit, rng.integers(0, total, rows), total + rng.integers(0, total, rows)).astype(np.int64)
-    ids = np.arange(rank * rows, (rank + 1) * rows, dtype=np.int64)
-    return (pa.table({"k": build_keys, "build_id": ids}), pa.table({"k": probe_keys, "probe_id": ids}),
-            int(hit.sum()))
+    if xp is np:
+        perm = np.random.default_rng(seed).permutation(total)  # every rank the same: unique keys
+    else:
+        perm = xp.random.RandomState(seed).permutation(total)
+    parts = []
+    for r in ranks:
+        build_keys = perm[r * rows:(r + 1) * rows].astype(np.int64)
+        if xp is np:
+            rng = np.random.default_rng(seed * 1000 + r)
+            hit, a, b = rng.random(rows) < MATCH_RATE, rng.integers(0, total, rows), rng.integers(0, total, rows)
+        else:
+            rng = xp.random.RandomState(seed * 1000 + r)
+            hit, a, b = rng.random_sample(rows) < MATCH_RATE, rng.randint(0, total, rows), rng.randint(0, total, rows)
+        probe_keys = xp.where(hit, a, total + b).astype(np.int64)
+        ids = xp.arange(r * rows, (r + 1) * rows, dtype=np.int64)
+        parts.append((build_keys, probe_keys, ids, int(hit.sum())))
+    cat = (lambda i: parts[0][i]) if len(parts) == 1 else (lambda i: xp.concatenate([p[i] for p in parts]))
+    hits = sum(p[3] for p in parts)
+    if xp is np:
+        import pyarrow as pa
+
+        return pa.table({"k": cat(0), "build_id": cat(2)}), pa.table({"k": cat(1), "probe_id": cat(2)}), hits
+    from ..cuda.table import DeviceTable
+
+    return DeviceTable({"k": cat(0), "build_id": cat(2)}), DeviceTable({"k": cat(1), "probe_id": cat(2)}), hits
+
+
+def nccl_alltoall_bandwidth(comm, nbytes: int = 4 << 30, reps: int = 5) -> float:
+    """GB/s each rank sends to the others in an NCCL all-to-all of ``nbytes`` a rank (split
+    evenly; ``Communicator.alltoallv_device``, the shuffle's transport), median of ``reps``."""
+    import cupy as cp
+
+    per = nbytes // comm.size
+    send = cp.ones(per * comm.size, cp.uint8)
+    counts = np.full(comm.size, per, np.int64)
+    times = []
+    for _ in range(reps + 1):
+        comm.barrier()
+        t0 = time.perf_counter()
+        out = comm.alltoallv_device([send], counts, counts)
+        cp.cuda.get_current_stream().synchronize()
+        times.append(max(comm.allgather(time.perf_counter() - t0)))
+        del out
+    return per * (comm.size - 1) / float(np.median(times[1:])) / 1e9 if comm.size > 1 else float("inf")
+
+
+def single_gpu_join_s(rows: int, comm, runs: int) -> float | None:
+    """On rank 0: the in-core join of the whole job's random tables on its one GPU (seconds, the
+    minimum of ``runs``), what the distributed join is measured against; None on other ranks."""
+    import cupy as cp
+
+    import gpujoin
+
+    best = None
+    if comm.rank == 0:
+        build, probe, hits = random_slice(rows, 0, comm.size, ranks=range(comm.size), xp=cp)
+        for _ in range(runs):
+            cp.cuda.get_current_stream().synchronize()
+            t0 = time.perf_counter()
+            out = gpujoin.join(probe, build, on="k", device="cuda")
+            cp.cuda.get_current_stream().synchronize()
+            dt = time.perf_counter() - t0
+            if out.num_rows != hits:
+                raise AssertionError(f"one-GPU join gave {out.num_rows:,} rows, want {hits:,}")
+            best = dt if best is None else min(best, dt)
+            del out
+        del build, probe
+        cp.get_default_memory_pool().free_all_blocks()
+    comm.barrier()
+    return best
 
 
 def _compression_summary(every: list[dict]) -> dict:
@@ -86,23 +149,37 @@ def tpch_slice(sf: float, rank: int, size: int):
 
 
 def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print,
-               workload: str = "random", sf: float = 1.0, compressions: list[str] = ("none",)) -> list[dict]:
+               workload: str = "random", sf: float = 1.0, compressions: list[str] = ("none",),
+               placement: str = "host") -> list[dict]:
     """Records (on rank 0) of the distributed join of the random workload (``rows_list`` rows a
     rank) or of TPC-H lineitem x orders at scale factor ``sf`` (paper 001's two workloads),
-    with each shuffle and compression setting."""
+    with each shuffle and compression setting.
+
+    ``placement="gpu"`` (random workload): each rank's tables are made in its GPU's memory and
+    shuffled over NCCL; the NCCL all-to-all of 4 GiB a rank is measured first as the shuffle's
+    ceiling, and rank 0 times the in-core join of the whole job's tables on its one GPU."""
     from ..backend import resolve_device
     from ..dist.join import default_communicator, join
 
     device = resolve_device(device, "join")
     comm = default_communicator()
-    ceiling = alltoall_bandwidth(comm)
+    gpu = placement == "gpu"
+    if gpu and (workload != "random" or device != "cuda"):
+        raise ValueError("--placement gpu runs the random workload with --device cuda")
+    ceiling = nccl_alltoall_bandwidth(comm) if gpu else alltoall_bandwidth(comm)
     if comm.rank == 0:
-        log(f"{comm.size} ranks on {comm.nodes} host(s); MPI all-to-all {ceiling:.2f} GB/s a rank")
+        log(f"{comm.size} ranks on {comm.nodes} host(s); {'NCCL' if gpu else 'MPI'} all-to-all {ceiling:.2f} GB/s "
+            f"a rank")
     records = []
     sizes = rows_list if workload == "random" else [None]
     for rows in sizes:
+        one_gpu = None
         if workload == "random":
-            build, probe, hits = random_slice(rows, comm.rank, comm.size)
+            if gpu:
+                import cupy as cp
+
+                one_gpu = single_gpu_join_s(rows, comm, runs)
+            build, probe, hits = random_slice(rows, comm.rank, comm.size, xp=cp if gpu else np)
             keys = dict(on="k")
         else:
             probe, build, hits = tpch_slice(sf, comm.rank, comm.size)
@@ -125,6 +202,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 if best is None or dt < best:  # paper 001 reports the minimum of its runs
                     best, phases = dt, {k: max(s[k] for s in every) for k in ("partition", "shuffle", "local_join")}
                     squeeze = _compression_summary(every)
+                    sent = max(s.get("bytes_sent", 0) for s in every)
+                del out
             if comm.rank == 0:
                 work = ({"rows_per_rank": rows, "match_rate": MATCH_RATE} if workload == "random"
                         else {"tpch_sf": sf, "join": "lineitem x orders"})
@@ -133,7 +212,17 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                                 "hosts": comm.nodes, "shuffle": method, "compression": compression,
                                 "workload": {"name": workload, **work}, "min_s": best,
                                 "tuples_per_s": total_rows / best, "output_rows": want, "phases_s": phases,
-                                "columns": squeeze, "mpi_alltoall_GBps": ceiling, "correct": True})
+                                "columns": squeeze, "correct": True, "placement": placement,
+                                ("nccl_alltoall_GBps" if gpu else "mpi_alltoall_GBps"): ceiling})
+                if gpu:
+                    rate = sent / phases["shuffle"] / 1e9 if phases["shuffle"] else None
+                    records[-1].update({"bytes_sent_per_rank": sent, "shuffle_GBps": rate,
+                                        "shuffle_over_ceiling": rate / ceiling if rate else None,
+                                        "tuples_per_s_per_gpu": total_rows / best / comm.size,
+                                        "one_gpu_s": one_gpu, "speedup_over_one_gpu": one_gpu / best})
+                    log(f"  shuffle {rate:.1f} GB/s a rank ({rate / ceiling:.0%} of NCCL's), one GPU "
+                        f"{one_gpu * 1e3:.1f} ms: {one_gpu / best:.2f}x, "
+                        f"{total_rows / best / comm.size / 1e9:.2f} G tuples/s a GPU")
                 what = f"{rows:,} rows a rank" if workload == "random" else f"TPC-H SF {sf:g}"
                 log(f"{what}, {method}, compression {compression}: {best * 1e3:,.1f} ms, "
                     f"{total_rows / best / 1e9:.3f} G tuples/s (partition {phases['partition'] * 1e3:.1f}, "

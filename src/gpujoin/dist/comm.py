@@ -1,9 +1,10 @@
 """Ranks of a distributed job (paper 001: one process per GPU, started by ``mpirun`` or ``srun``).
 
 :class:`Communicator` names the ranks and their topology (which ranks share a host, from MPI's
-shared-memory split; the rail of GPU y of every host) and carries control, sizes and host data
-over MPI (mpi4py).  It is the only transport gpujoin uses between processes: no sockets of its
-own.  ``Communicator.single()`` is the one-rank job (no MPI needed), so that code written for
+shared-memory split; the rail of GPU y of every host), carries control, sizes and host data over
+MPI (mpi4py), and GPU data over NCCL (CuPy's bindings: grouped point-to-point sends and receives,
+NCCL's all-to-all).  These are the only transports gpujoin uses between processes: no sockets of
+its own.  ``Communicator.single()`` is the one-rank job (no MPI needed), so that code written for
 ranks runs, and is tested, in one process.
 """
 
@@ -73,6 +74,7 @@ class Communicator:
         self.nodes, self.node = len(hosts), hosts.index(lowest)
         self.device = None
         self._rail = None
+        self._nccl = None  # made at the first device all-to-all (a collective of every rank)
 
     @staticmethod
     def from_mpi(comm=None, ranks_per_node: int | None = None) -> Communicator:
@@ -112,6 +114,28 @@ class Communicator:
         """A job of one rank (no MPI)."""
         return Communicator(_Self())
 
+    @staticmethod
+    def from_nccl(comm, nccl_comm) -> Communicator:
+        """The ranks of ``comm`` (an mpi4py communicator, for control and sizes) with an existing
+        ``cupy.cuda.nccl.NcclCommunicator`` over the same ranks, in the same order, for GPU data;
+        each rank's GPU is the NCCL communicator's device.
+
+        Raises
+        ------
+        ValueError
+            The two communicators differ in size or in this rank's number.
+        """
+        out = Communicator.from_mpi(comm)
+        if (nccl_comm.size(), nccl_comm.rank_id()) != (out.size, out.rank):
+            raise ValueError(f"the NCCL communicator has rank {nccl_comm.rank_id()} of {nccl_comm.size()}, "
+                             f"MPI rank {out.rank} of {out.size}: give both over the same ranks, in order")
+        import cupy as cp
+
+        out.device = nccl_comm.device_id()
+        cp.cuda.runtime.setDevice(out.device)
+        out._nccl = nccl_comm
+        return out
+
     # ---------------------------------------------------------------- collectives
     def allgather(self, obj) -> list:
         return self.comm.allgather(obj)
@@ -130,11 +154,33 @@ class Communicator:
         if self._rail is None:
             sub = self.comm.Split(self.local_rank, self.node)
             self._rail = Communicator(sub, _SelfNode())
+            self._rail.device = self.device
         return self._rail
 
     def host(self) -> Communicator:
         """The ranks of this host, ordered by local rank."""
-        return Communicator(self.node_comm)
+        out = Communicator(self.node_comm)
+        out.device = self.device
+        return out
+
+    def nccl(self):
+        """This job's NCCL communicator (made on first use: every rank must call), or None when
+        two of its ranks use one GPU (NCCL refuses a GPU twice in a communicator: device data
+        then goes through host memory and MPI, see :meth:`alltoallv_device`)."""
+        if self._nccl is None:
+            import platform
+
+            import cupy as cp
+            from cupy.cuda import nccl
+
+            where = (platform.node(), cp.cuda.Device().pci_bus_id)
+            everyone = self.comm.allgather(where)
+            if len(set(everyone)) < len(everyone):
+                self._nccl = False
+            else:
+                uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None)
+                self._nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
+        return self._nccl or None
 
     def alltoall_counts(self, counts: np.ndarray) -> np.ndarray:
         """Each rank sends ``counts[j]`` (int64 (size,)) to rank j; returns what each rank sent
@@ -146,29 +192,75 @@ class Communicator:
         rows to each): returns the rows received, grouped by source rank (``recv_counts`` from
         :meth:`alltoall_counts`).
 
-        Raises
-        ------
-        ValueError
-            One message would exceed MPI's 2^31 - 1 bytes (send the rows in batches).
+        Messages past MPI's 32-bit counts (``MAX_MESSAGE_BYTES``) go in rounds, the same number on
+        every rank.
         """
         item = send.dtype.itemsize
         sc, rc = np.asarray(send_counts, np.int64) * item, np.asarray(recv_counts, np.int64) * item
-        if max(sc.max(initial=0), rc.max(initial=0)) > MAX_MESSAGE_BYTES:
-            raise ValueError(f"an all-to-all message of {int(max(sc.max(), rc.max())):,} bytes exceeds MPI's "
-                             f"{MAX_MESSAGE_BYTES:,}; send the rows in batches")
-        recv = np.empty(int(recv_counts.sum()), send.dtype)
-        sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
-        rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+        recv = np.empty(int(np.asarray(recv_counts).sum()), send.dtype)
         s8 = np.ascontiguousarray(send).view(np.uint8).reshape(-1)
         r8 = recv.view(np.uint8).reshape(-1)
+        sd, rd = _starts(sc), _starts(rc)
+        mine = int(max(sc.max(initial=0), rc.max(initial=0))) // MAX_MESSAGE_BYTES + 1
+        rounds = max(self.comm.allgather(mine))
         byte = _byte_type(self.comm)
-        self.comm.Alltoallv([s8, (sc.astype(np.int32), sd.astype(np.int32)), byte],
-                            [r8, (rc.astype(np.int32), rd.astype(np.int32)), byte])
+        for r in range(rounds):  # round r moves bytes [c * r // rounds, c * (r + 1) // rounds) of each message
+            s0, s1, r0, r1 = sc * r // rounds, sc * (r + 1) // rounds, rc * r // rounds, rc * (r + 1) // rounds
+            sbuf = np.concatenate([s8[a + b:a + c] for a, b, c in zip(sd, s0, s1)]) if len(sc) > 1 else \
+                s8[s0[0]:s1[0]]
+            rbuf = np.empty(int((r1 - r0).sum()), np.uint8)
+            self.comm.Alltoallv([sbuf, ((s1 - s0).astype(np.int32), _starts(s1 - s0).astype(np.int32)), byte],
+                                [rbuf, ((r1 - r0).astype(np.int32), _starts(r1 - r0).astype(np.int32)), byte])
+            pos = 0
+            for a, b, c in zip(rd, r0, r1):
+                r8[a + b:a + c] = rbuf[pos:pos + c - b]
+                pos += int(c - b)
         return recv
+
+    def alltoallv_device(self, columns: list, send_counts: np.ndarray, recv_counts: np.ndarray) -> list:
+        """:meth:`alltoallv` of GPU columns (CuPy arrays of one length, rows grouped by destination
+        rank, ``send_counts`` to each): returns one CuPy array a column of the rows received,
+        grouped by source rank.  Over NCCL, every column's messages in one group of sends and
+        receives on the current stream (paper 001's all-to-all); the rank's own rows are a device
+        copy.  When ranks share a GPU (:meth:`nccl` is None), through host memory and MPI."""
+        import cupy as cp
+
+        sc, rc = np.asarray(send_counts, np.int64), np.asarray(recv_counts, np.int64)
+        out = [cp.empty(int(rc.sum()), c.dtype) for c in columns]
+        sd, rd = _starts(sc), _starts(rc)
+        me = self.rank
+        comm = self.nccl() if self.size > 1 else None
+        if comm is None and self.size > 1:
+            for c, o in zip(columns, out):
+                o.set(self.alltoallv(cp.asnumpy(c), sc, rc))
+            return out
+        if comm is not None:
+            from cupy.cuda import nccl
+
+            stream = cp.cuda.get_current_stream().ptr
+            nccl.groupStart()
+            try:
+                for c, o in zip(columns, out):
+                    item = c.dtype.itemsize
+                    for j in range(self.size):
+                        if j != me and sc[j]:
+                            comm.send(c.data.ptr + int(sd[j]) * item, int(sc[j]) * item, nccl.NCCL_UINT8, j, stream)
+                        if j != me and rc[j]:
+                            comm.recv(o.data.ptr + int(rd[j]) * item, int(rc[j]) * item, nccl.NCCL_UINT8, j, stream)
+            finally:
+                nccl.groupEnd()
+        for c, o in zip(columns, out):
+            o[rd[me]:rd[me] + rc[me]] = c[sd[me]:sd[me] + sc[me]]
+        return out
 
 
 class _SelfNode(_Self):
     """A rail's ranks are on different hosts: to the rail, each is a host of one rank."""
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """int64 start of each of ``counts``' consecutive runs."""
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
 def _byte_type(comm):

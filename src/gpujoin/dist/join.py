@@ -73,9 +73,8 @@ def _same_on_every_rank(types: list, comm: Communicator) -> list:
 
 
 def _host_table(x) -> pa.Table:
-    """A rank's slice as an Arrow table: tables in GPU memory (a DeviceTable, a dict of CuPy
-    arrays) are copied to the host, where the MPI shuffle moves rows (the NCCL all-to-all of
-    device columns is not built yet)."""
+    """A rank's slice as an Arrow table (tables in GPU memory copied to the host: what the CLI's
+    checks read)."""
     from ..table import on_device
 
     if on_device(x):
@@ -110,8 +109,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
 
     Parameters
     ----------
-    left, right : this rank's rows (any table ``gpujoin.join`` takes; tables in GPU memory are
-        copied to the host for the MPI shuffle)
+    left, right : this rank's rows (any table ``gpujoin.join`` takes): host tables are shuffled
+        over MPI, tables in GPU memory (both sides) over NCCL
     on, left_on, right_on, how, suffix : as :func:`gpujoin.join` (``how`` not "cross")
     comm : the ranks (default: ``default_communicator()``)
     shuffle : "auto", "one-level" or "two-level" (``shuffle.shuffle``)
@@ -123,15 +122,20 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
 
     Returns
     -------
-    pyarrow.Table: this rank's output rows, the columns of ``gpujoin.join``'s output.
+    pyarrow.Table (a DeviceTable for inputs in GPU memory): this rank's output rows, the columns
+    of ``gpujoin.join``'s output.
 
     Raises
     ------
     ValueError
         ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression (raised by the
-        shuffle, on every rank alike).
+        shuffle, on every rank alike), compression of tables in GPU memory.
     TypeError
-        The ranks' key types differ.
+        The ranks' key types differ, or some ranks pass tables in GPU memory and others host
+        tables, or one side is in GPU memory and the other not.
+    MemoryError
+        A rank's shuffle of tables in GPU memory would not fit in its free GPU memory (every rank
+        raises it, before data moves).
 
     References
     ----------
@@ -140,6 +144,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     from ..plan.join import execute_join
 
     comm = comm or default_communicator()
+    if _on_device(left, right, comm):
+        return _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, device, stats, kwargs)
     t0 = time.perf_counter()
     lt, rt, lk, rk = check_inputs(left, right, on, left_on, right_on, how, kwargs.get("nulls_equal", False))
     types = _key_types(lt, rt, lk, rk, comm)
@@ -159,10 +165,87 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     return out
 
 
+def _on_device(left, right, comm: Communicator) -> bool:
+    """Whether this job's tables are in GPU memory (every rank's, and both sides)."""
+    from ..table import on_device
+
+    mine = (on_device(left), on_device(right))
+    if mine[0] != mine[1]:
+        raise TypeError("one side is in GPU memory and the other on the host: pass both as DeviceTables "
+                        "(DeviceTable.from_arrow) or both as host tables")
+    if len(set(comm.allgather(mine[0]))) > 1:
+        raise TypeError("some ranks pass tables in GPU memory and others host tables; give every rank the same kind")
+    return mine[0]
+
+
+def _sync() -> None:
+    import cupy as cp
+
+    cp.cuda.get_current_stream().synchronize()
+
+
+def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> list:
+    """The DeviceTables of ``tables``, checked (columns, key dtypes the same on every rank) and
+    with their string columns re-coded into dictionaries shared by every rank (the i-th key of
+    every table in one dictionary)."""
+    from ..cuda.table import as_device_table
+    from ..table import check_columns
+    from .device_shuffle import unify_dictionaries
+
+    tables = [as_device_table(t) for t in tables]
+    for t, k, side in zip(tables, keys, ("left", "right")):
+        check_columns(t, k, side if len(tables) > 1 else "input")
+    _same_on_every_rank([f"gpu {t[n].dtype} {'string' if n in t.dictionaries else ''}"
+                         for t, k in zip(tables, keys) for n in k], comm)
+    groups = [[(i, k[j]) for i, k in enumerate(keys)] for j in range(len(keys[0]))]
+    groups = [g for g in groups if any(n in tables[i].dictionaries for i, n in g)]
+    for i, t in enumerate(tables):
+        groups += [[(i, n)] for n in t.column_names if n in t.dictionaries and n not in keys[i]]
+    return unify_dictionaries(tables, groups, comm)
+
+
+def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, device, stats, kwargs):
+    """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
+    over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables)."""
+    from ..plan.join import _resolve_keys, execute_join
+    from . import device_shuffle
+
+    if how not in HOWS:
+        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
+    if kwargs.get("nulls_equal"):
+        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
+    _sync()
+    t0 = time.perf_counter()
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    lt, rt = _device_tables([left, right], [lk, rk], comm)
+    ld, rd = [device_shuffle.destinations([t[n] for n in k], SEED_FIRST, comm.size,
+                                          device_shuffle.key_validity(t, k), comm.rank)
+              for t, k in ((lt, lk), (rt, rk))]
+    _sync()
+    t1 = time.perf_counter()
+    moved: dict = {}
+    lt2 = shuffle_rows(lt, ld, comm, shuffle, "none", moved)
+    del ld
+    rt2 = shuffle_rows(rt, rd, comm, shuffle, "none", moved)
+    del rd
+    _sync()
+    t2 = time.perf_counter()
+    out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                               device=device, **kwargs)
+    _sync()
+    if stats is not None:
+        stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
+                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
+                      "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
+                      "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl", "compression": {}})
+    return out
+
+
 def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "auto", device: str = "auto",
              algorithm: str = "auto"):
     """This rank's groups of the group-by of every rank's ``table`` slice: rows hash-partitioned on
-    the key columns ``by`` (null keys on rank 0: they form one group), then grouped locally.
+    the key columns ``by`` (null keys on rank 0: they form one group), then grouped locally (a
+    table in GPU memory is shuffled over NCCL and grouped on the rank's GPU).
     Finish with ``.agg(...)`` as :func:`gpujoin.group_by` (every aggregate works: a group's rows
     are all on one rank).
 
@@ -175,8 +258,15 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     from ..table import check_columns
 
     comm = comm or default_communicator()
-    t = _host_table(table)
     by = [by] if isinstance(by, str) else list(by)
+    if _on_device(table, table, comm):  # in GPU memory: hashed there, shuffled over NCCL
+        from . import device_shuffle
+
+        (t,) = _device_tables([table], [by], comm)
+        dest = device_shuffle.destinations([t[b] for b in by], SEED_FIRST, comm.size,
+                                           device_shuffle.key_validity(t, by), 0)
+        return GroupBy(shuffle_rows(t, dest, comm, shuffle), by, algorithm=algorithm, device=device)
+    t = _host_table(table)
     check_columns(t, by, "input")
     _same_on_every_rank([t.schema.field(b).type for b in by], comm)
     cols = [combined(t, b) for b in by]

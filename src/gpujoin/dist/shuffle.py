@@ -14,8 +14,8 @@ hash names, receive the rows that hash here.
   GPU y of each host to GPU y of the destination's host, then within the host, paper 001 §4.2),
   or ``"auto"`` (:func:`auto_method`: by the crossover of paper 001's model, ``dist.model``).
 
-Host tables and MPI here; the GPUs' NCCL all-to-all of device columns is the next step of issue
-16 (its size exchange and partition planning are these).
+Host tables (Arrow) move over MPI here; tables in GPU memory (``DeviceTable``) through
+``device_shuffle.exchange`` over NCCL, under the same one- and two-level plans.
 """
 
 from __future__ import annotations
@@ -216,23 +216,38 @@ def auto_method(comm: Communicator, rows: int, uniform: bool = True) -> str:
     return "two-level" if rows < crossover(comm.size, comm.local_size) else "one-level"
 
 
-def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str = "auto",
-            compression: str = "none", stats: dict | None = None) -> pa.Table:
+def shuffle(table, dest, comm: Communicator, method: str = "auto",
+            compression: str = "none", stats: dict | None = None):
     """:func:`exchange` directly (one level) or through the rail then the host (two levels:
     the inter-host traffic is rail-aligned, the rest stays on each host's links).
 
+    ``table``: a pyarrow Table (``dest`` int64 NumPy (n,), moved over MPI) or a DeviceTable
+    (``dest`` int32 CuPy (n,), moved over NCCL by ``device_shuffle.exchange``).
     ``compression``: "none"; "cascaded" (every message to another rank); "auto" (messages to
     other hosts only: paper 001 compresses the inter-node traffic, where links are slowest).
+    The NCCL shuffle sends columns uncompressed: cascaded compression of device columns needs
+    nvCOMP, which gpujoin does not use yet.
 
     Raises
     ------
     ValueError
-        An unknown ``method``, or two levels on hosts with different numbers of ranks.
+        An unknown ``method``, two levels on hosts with different numbers of ranks, or
+        compression other than "none" for a DeviceTable.
     """
     if method not in SHUFFLES:
         raise ValueError(f"unknown shuffle {method!r}; valid: {list(SHUFFLES)}")
     if compression not in COMPRESSIONS:
         raise ValueError(f"unknown compression {compression!r}; valid: {list(COMPRESSIONS)}")
+    device = not isinstance(table, pa.Table)
+    if device and compression != "none":
+        raise ValueError(f"compression={compression!r}: the NCCL shuffle of tables in GPU memory sends columns "
+                         f"uncompressed (nvCOMP is not used yet); use compression='none', or host tables")
+    if device:
+        from .device_shuffle import exchange as device_exchange
+
+        move = lambda t, d, c, compress, st: device_exchange(t, d, c, st)  # noqa: E731
+    else:
+        move = exchange
     layout = comm.allgather((comm.node, comm.local_rank, comm.local_size))
     node_of = np.array([n for n, _, _ in layout], np.int64)
     remote = {"none": None, "cascaded": lambda j: True,
@@ -241,13 +256,58 @@ def shuffle(table: pa.Table, dest: np.ndarray, comm: Communicator, method: str =
     if method == "auto":
         method = auto_method(comm, max(comm.allgather(table.num_rows)), uniform)
     if method == "one-level" or comm.size == 1:
-        return exchange(table, dest, comm, remote, stats)
+        return move(table, dest, comm, remote, stats)
     if not uniform:
         raise ValueError("the two-level shuffle needs the same number of ranks on every host; use 'one-level'")
     local_of = np.array([lr for _, lr, _ in layout], np.int64)
     rail = comm.rail()  # its rank j is host j: every message but the self-copy crosses hosts
-    first = exchange(table.append_column("__gpujoin_dest", pa.array(dest, pa.int64())), node_of[dest], rail,
-                     None if remote is None else (lambda j: True), stats)
-    d2 = first.column("__gpujoin_dest").to_numpy()
-    return exchange(first.drop_columns(["__gpujoin_dest"]), local_of[d2], comm.host(),
-                    (lambda j: True) if compression == "cascaded" else None, stats)
+    step = _DeviceSteps() if device else _HostSteps
+    first = move(step.with_dest(table, dest), step.lookup(node_of, dest), rail,
+                 None if remote is None else (lambda j: True), stats)
+    d2 = step.dest(first)
+    return move(step.without_dest(first), step.lookup(local_of, d2), comm.host(),
+                (lambda j: True) if compression == "cascaded" else None, stats)
+
+
+_DEST = "__gpujoin_dest"
+
+
+class _HostSteps:
+    """The two-level shuffle's carrying of each row's final rank, on Arrow tables."""
+
+    @staticmethod
+    def with_dest(table, dest):
+        return table.append_column(_DEST, pa.array(dest, pa.int64()))
+
+    @staticmethod
+    def lookup(of: np.ndarray, dest):
+        return of[dest]
+
+    @staticmethod
+    def dest(table):
+        return table.column(_DEST).to_numpy()
+
+    @staticmethod
+    def without_dest(table):
+        return table.drop_columns([_DEST])
+
+
+class _DeviceSteps:
+    """The same on DeviceTables (``dest`` a CuPy array)."""
+
+    def __init__(self):
+        import cupy as cp
+
+        self.cp = cp
+
+    def with_dest(self, table, dest):
+        return table.with_column(_DEST, dest.astype(self.cp.int32, copy=False))
+
+    def lookup(self, of: np.ndarray, dest):
+        return self.cp.asarray(of.astype(np.int32))[dest]
+
+    def dest(self, table):
+        return table[_DEST]
+
+    def without_dest(self, table):
+        return table.select([n for n in table.column_names if n != _DEST])

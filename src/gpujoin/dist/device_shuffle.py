@@ -1,0 +1,168 @@
+"""Paper 001's shuffle of tables in GPU memory (``DeviceTable``): the keys hashed on the GPU, the
+rows radix-partitioned by destination rank, the partitions exchanged over NCCL.
+
+- :func:`destinations`: each row's rank, from the same hash as the host shuffle
+  (``shuffle.key_hashes``: murmur3's 64-bit finalizer chained over the key columns' int64 values,
+  seeded), computed by one elementwise kernel a key column; null keys stay on a given rank.
+- :func:`unify_dictionaries`: string columns are int32 codes into a dictionary of each rank's own;
+  before rows move, every rank re-codes its columns into one dictionary that all ranks agree on
+  (the union of theirs, gathered over MPI), so that a code means the same string everywhere and
+  the two key columns of a join share one dictionary, as the in-core device join needs.
+- :func:`exchange`: the rows grouped by destination with gpujoin's radix partition (a digit of
+  ceil(log2 P) bits of the destination: one histogram, scan and scatter pass, every column and
+  validity mask moved with its key), the counts exchanged over MPI, then every column's messages
+  in one NCCL group (``Communicator.alltoallv_device``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .comm import Communicator
+
+_FMIX = r"""
+__device__ __forceinline__ unsigned long long fmix64(unsigned long long x) {
+    x ^= x >> 33; x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33; x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33; return x;
+}
+"""
+_kernels: dict = {}
+
+
+def _kernel(name: str):
+    """The elementwise kernels (made on first use: CuPy compiles them)."""
+    if not _kernels:
+        import cupy as cp
+
+        # integer keys as their int64 value (sign- or zero-extended; uint64's bits as they are),
+        # as shuffle.key_hashes has them on the host
+        _kernels["mix"] = cp.ElementwiseKernel("uint64 h, T k", "uint64 o",
+                                               "o = fmix64((h * 31ull) ^ (unsigned long long)(long long)k)",
+                                               "gpujoin_hash_mix", preamble=_FMIX)
+        _kernels["dest"] = cp.ElementwiseKernel(
+            "uint64 h, T k, uint64 parts", "int32 d",
+            "d = (int)((((fmix64((h * 31ull) ^ (unsigned long long)(long long)k)) >> 32) * parts) >> 32)",
+            "gpujoin_hash_dest", preamble=_FMIX)
+    return _kernels[name]
+
+
+def key_hashes(columns: list, seed: int):
+    """uint64 (n,) hash of each row's integer key columns (CuPy arrays (n,)), equal to
+    ``shuffle.key_hashes`` of the same values on the host."""
+    import cupy as cp
+
+    h = cp.full(columns[0].size, np.uint64(seed), cp.uint64)
+    for c in columns:
+        h = _kernel("mix")(h, c)
+    return h
+
+
+def destinations(columns: list, seed: int, parts: int, valid=None, null_rank: int = 0):
+    """int32 (n,) partition 0 .. parts - 1 of each row of the integer key ``columns``, the host
+    shuffle's ``destinations(key_hashes(...))``; rows where ``valid`` (bool (n,)) is false go
+    to ``null_rank``."""
+    import cupy as cp
+
+    h = cp.full(columns[0].size, np.uint64(seed), cp.uint64) if len(columns) == 1 else key_hashes(columns[:-1], seed)
+    d = _kernel("dest")(h, columns[-1], np.uint64(parts))
+    if valid is not None:
+        d = cp.where(valid, d, np.int32(null_rank))
+    return d
+
+
+def key_validity(table, names: list[str]):
+    """bool (n,) rows of ``table`` whose key columns ``names`` are all present, or None (no nulls)."""
+    valid = None
+    for n in names:
+        v = table.validity.get(n)
+        if v is not None:
+            v = v.astype(bool)
+            valid = v if valid is None else valid & v
+    return valid
+
+
+def unify_dictionaries(tables: list, groups: list[list[tuple[int, str]]], comm: Communicator) -> list:
+    """``tables`` (DeviceTables) with each group of string columns (``(table index, column)``
+    pairs) re-coded into one dictionary shared by the group and by every rank: the union of the
+    group's dictionaries on all ranks, in rank order (so the same on each).  Every rank must call
+    it with the same groups (a collective)."""
+    import cupy as cp
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    tables = list(tables)
+    for group in groups:
+        mine = [tables[i].dictionaries.get(c) for i, c in group]
+        if any(d is None for d in mine):
+            raise TypeError(f"columns {[c for _, c in group]}: a string column on one side only, or on some ranks "
+                            f"only; give both sides and every rank string columns there")
+        every = [d for ds in comm.allgather(mine) for d in ds]
+        kind = pa.large_string() if any(pa.types.is_large_string(d.type) for d in every) else pa.string()
+        union = pc.unique(pa.concat_arrays([d.cast(kind) for d in every]))
+        for (i, c), local in zip(group, mine):
+            t = tables[i]
+            remap = cp.asarray(pc.index_in(local.cast(kind), value_set=union).to_numpy(
+                zero_copy_only=False).astype(np.int32))
+            codes = t.columns[c]
+            # a null slot's code may be anything: clip it into range (its value is never read)
+            new = remap[cp.clip(codes, 0, max(0, remap.size - 1))] if remap.size else codes
+            out = t.with_column(c, new.astype(codes.dtype, copy=False))
+            out.dictionaries[c] = union
+            if c in t.validity:
+                out.validity[c] = t.validity[c]
+            tables[i] = out
+    return tables
+
+
+def exchange(table, dest, comm: Communicator, stats: dict | None = None):
+    """Send row i of ``table`` (DeviceTable) to rank ``dest[i]`` (int32 CuPy (n,)); returns the
+    DeviceTable of the rows every rank sent here, grouped by source rank (a collective).
+
+    Memory on the GPU: the partitioned copy of the table and the received rows beside the input.
+
+    Raises
+    ------
+    MemoryError
+        The partitioned copy and the received rows would not fit in free GPU memory.
+    """
+    import cupy as cp
+
+    from ..cuda.primitives import Digits, radix_partition
+    from ..cuda.table import DeviceTable
+
+    if comm.size == 1:
+        return table
+    names = table.column_names
+    vnames = [n for n in names if n in table.validity]
+    cols = [table.columns[n] for n in names] + [table.validity[n] for n in vnames]
+    row = sum(c.dtype.itemsize for c in cols)
+    _agree_fits(table.num_rows * row, comm, "its partitioned copy")
+    if table.num_rows:
+        bits = max(1, (comm.size - 1).bit_length())
+        _, parted, offsets = radix_partition(dest.astype(cp.int32, copy=False), cols, Digits(bits, 0, False, 0))
+        send = np.diff(cp.asnumpy(offsets[:comm.size + 1]))
+    else:
+        parted, send = cols, np.zeros(comm.size, np.int64)
+    recv = comm.alltoall_counts(send)
+    _agree_fits(int(recv.sum()) * row, comm, "the rows it receives")
+    got = comm.alltoallv_device(parted, send, recv)
+    if stats is not None:
+        stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((send.sum() - send[comm.rank]) * row)
+        stats["bytes_received"] = stats.get("bytes_received", 0) + int((recv.sum() - recv[comm.rank]) * row)
+    k = len(names)
+    return DeviceTable(dict(zip(names, got[:k])), dict(zip(vnames, got[k:])), dict(table.types),
+                       dict(table.dictionaries))
+
+
+def _agree_fits(need: int, comm: Communicator, what: str) -> None:
+    """MemoryError on every rank, before any data moves, when ``need`` bytes of GPU memory for
+    ``what`` exceed one rank's free memory (every rank learns of any rank's shortfall)."""
+    import cupy as cp
+
+    free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
+    short = comm.allgather(need > free and (need, free))
+    for r, s in enumerate(short):
+        if s:
+            raise MemoryError(f"the shuffle on rank {r} needs about {s[0] / 2**30:.2f} GiB of GPU memory for {what}, "
+                              f"{s[1] / 2**30:.2f} GiB is free: use more ranks, or host tables (the MPI shuffle)")

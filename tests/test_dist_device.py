@@ -1,0 +1,77 @@
+"""Paper 001's shuffle of tables in GPU memory, in one process: the GPU's key hashes and
+destinations equal the host shuffle's, a one-rank job of DeviceTables equals ``gpujoin.join``,
+and the refusals.  Jobs of several ranks over NCCL run under ``mpirun`` (tests/mpi_dist_check.py
+with device cuda, the tests-dist stage of scripts/device_check.sh).  Marker ``gpu``."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import gpujoin
+from gpujoin.dist import Communicator, group_by, join
+from gpujoin.dist.shuffle import SEED_FIRST, destinations, key_hashes, shuffle
+from gpujoin.testing import assert_tables_equal
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+if not gpujoin.backend.cuda_available():
+    pytest.skip("no usable GPU", allow_module_level=True)
+
+from gpujoin.cuda.table import DeviceTable  # noqa: E402
+from gpujoin.dist import device_shuffle  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64", "bool"])
+def test_gpu_hashes_and_destinations_equal_the_hosts(dtype):
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype) if dtype != "bool" else None
+    values = rng.integers(0, 2, 5000).astype(bool) if info is None else np.concatenate(
+        [rng.integers(info.min, info.max, 5000, dtype=dtype, endpoint=True), [info.min, info.max, 0]]).astype(dtype)
+    other = rng.integers(-9, 9, values.size)
+    for cols in ([values], [values, other]):
+        host = key_hashes([pa.array(c) for c in cols], SEED_FIRST)
+        gpu = device_shuffle.key_hashes([cp.asarray(c) for c in cols], SEED_FIRST)
+        np.testing.assert_array_equal(cp.asnumpy(gpu), host)
+        for parts in (1, 2, 3, 8):
+            d = device_shuffle.destinations([cp.asarray(c) for c in cols], SEED_FIRST, parts)
+            np.testing.assert_array_equal(cp.asnumpy(d), destinations(host, parts))
+
+
+def test_one_rank_job_of_device_tables_equals_the_join():
+    comm = Communicator.single()
+    rng = np.random.default_rng(2)
+    left = pa.table({"k": rng.integers(0, 50, 600), "s": pa.array([f"v{i}" for i in rng.integers(0, 9, 600)]),
+                     "a": pa.array(np.arange(600), mask=rng.random(600) < 0.2)})
+    right = pa.table({"k": rng.integers(0, 60, 500), "s": pa.array([f"v{i}" for i in rng.integers(3, 12, 500)]),
+                      "b": rng.random(500)})
+    for how in ("inner", "left", "right", "full", "semi", "anti"):
+        for on in ("k", ["k", "s"]):
+            stats = {}
+            got = join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how, comm=comm,
+                       stats=stats)
+            assert isinstance(got, DeviceTable) and stats["transport"] == "nccl"
+            assert_tables_equal(got.to_arrow(), gpujoin.join(left, right, on, how=how, device="cpu"))
+    g = group_by(DeviceTable.from_arrow(right), "s", comm=comm).agg(n=(None, "size"), m=("k", "max"))
+    assert_tables_equal(g.to_arrow(), gpujoin.group_by(right, "s", device="cpu").agg(n=(None, "size"),
+                                                                                      m=("k", "max")))
+
+
+def test_dictionaries_unify_into_one_shared_by_both_keys():
+    comm = Communicator.single()
+    a = DeviceTable.from_arrow(pa.table({"s": ["x", "y", "x"]}))
+    b = DeviceTable.from_arrow(pa.table({"s": ["z", "y"]}))
+    a2, b2 = device_shuffle.unify_dictionaries([a, b], [[(0, "s"), (1, "s")]], comm)
+    assert a2.dictionaries["s"] is b2.dictionaries["s"]
+    assert a2.to_arrow().column("s").to_pylist() == ["x", "y", "x"]
+    assert b2.to_arrow().column("s").to_pylist() == ["z", "y"]
+
+
+def test_refusals():
+    comm = Communicator.single()
+    t = DeviceTable({"k": cp.arange(3)})
+    with pytest.raises(TypeError, match="GPU memory and the other on the host"):
+        join(t, pa.table({"k": [1]}), "k", comm=comm)
+    with pytest.raises(ValueError, match="uncompressed"):
+        shuffle(t, cp.zeros(3, cp.int32), comm, compression="cascaded")
+    with pytest.raises(ValueError, match="cross"):
+        join(t, t, how="cross", comm=comm)
