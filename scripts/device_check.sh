@@ -82,7 +82,10 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
       tests/test_dist_device.py 2>&1 | tail -15
     timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" 2>&1 | tail -8
     timeout 300 bash -c "$(declare -f mpi); mpi -n 4 python3 tests/mpi_dist_check.py 2 cuda" 2>&1 | tail -8
-  else
+  elif [[ -n ${PROFILE:-} ]]; then
+    mpi -n ${RANKS:-2} python3 scripts/profile_dist_shuffle.py $PROFILE 2>&1 | tail -12
+  fi
+  if [[ $stage == bench-dist ]]; then
     mpi -n ${RANKS:-2} python3 -m gpujoin.cli bench dist --rows ${ROWS:-1e6,1e7,1e8} --device cuda \
       --placement ${PLACEMENT:-host} --shuffle ${SHUFFLE:-one-level,two-level} --runs ${RUNS:-3} \
       -o "$OUT/bench_dist.jsonl" 2>&1 | tail -20

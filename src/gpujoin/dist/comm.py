@@ -217,12 +217,14 @@ class Communicator:
                 pos += int(c - b)
         return recv
 
-    def alltoallv_device(self, columns: list, send_counts: np.ndarray, recv_counts: np.ndarray) -> list:
+    def alltoallv_device(self, columns: list, send_counts: np.ndarray, recv_counts: np.ndarray,
+                         self_stream=None) -> list:
         """:meth:`alltoallv` of GPU columns (CuPy arrays of one length, rows grouped by destination
         rank, ``send_counts`` to each): returns one CuPy array a column of the rows received,
         grouped by source rank.  Over NCCL, every column's messages in one group of sends and
         receives on the current stream (paper 001's all-to-all); the rank's own rows are a device
-        copy.  When ranks share a GPU (:meth:`nccl` is None), through host memory and MPI."""
+        copy (on ``self_stream`` when given, beside the NCCL group; the current stream waits for
+        it).  When ranks share a GPU (:meth:`nccl` is None), through host memory and MPI."""
         import cupy as cp
 
         sc, rc = np.asarray(send_counts, np.int64), np.asarray(recv_counts, np.int64)
@@ -249,8 +251,13 @@ class Communicator:
                             comm.recv(o.data.ptr + int(rd[j]) * item, int(rc[j]) * item, nccl.NCCL_UINT8, j, stream)
             finally:
                 nccl.groupEnd()
-        for c, o in zip(columns, out):
-            o[rd[me]:rd[me] + rc[me]] = c[sd[me]:sd[me] + sc[me]]
+        main = cp.cuda.get_current_stream()
+        side = self_stream or main
+        with side:
+            for c, o in zip(columns, out):
+                o[rd[me]:rd[me] + rc[me]] = c[sd[me]:sd[me] + sc[me]]
+        if side is not main:
+            main.wait_event(side.record())
         return out
 
 

@@ -50,9 +50,7 @@ def _kernel(name: str):
 def key_hashes(columns: list, seed: int):
     """uint64 (n,) hash of each row's integer key columns (CuPy arrays (n,)), equal to
     ``shuffle.key_hashes`` of the same values on the host."""
-    import cupy as cp
-
-    h = cp.full(columns[0].size, np.uint64(seed), cp.uint64)
+    h = np.uint64(seed)  # a scalar the first kernel broadcasts
     for c in columns:
         h = _kernel("mix")(h, c)
     return h
@@ -64,7 +62,7 @@ def destinations(columns: list, seed: int, parts: int, valid=None, null_rank: in
     to ``null_rank``."""
     import cupy as cp
 
-    h = cp.full(columns[0].size, np.uint64(seed), cp.uint64) if len(columns) == 1 else key_hashes(columns[:-1], seed)
+    h = np.uint64(seed) if len(columns) == 1 else key_hashes(columns[:-1], seed)
     d = _kernel("dest")(h, columns[-1], np.uint64(parts))
     if valid is not None:
         d = cp.where(valid, d, np.int32(null_rank))
@@ -107,52 +105,106 @@ def unify_dictionaries(tables: list, groups: list[list[tuple[int, str]]], comm: 
             codes = t.columns[c]
             # a null slot's code may be anything: clip it into range (its value is never read)
             new = remap[cp.clip(codes, 0, max(0, remap.size - 1))] if remap.size else codes
-            out = t.with_column(c, new.astype(codes.dtype, copy=False))
+            out = t.select(t.column_names)  # the same columns, in order; this one re-coded
+            out.columns[c] = new.astype(codes.dtype, copy=False)
             out.dictionaries[c] = union
-            if c in t.validity:
-                out.validity[c] = t.validity[c]
             tables[i] = out
     return tables
 
 
 def exchange(table, dest, comm: Communicator, stats: dict | None = None):
     """Send row i of ``table`` (DeviceTable) to rank ``dest[i]`` (int32 CuPy (n,)); returns the
-    DeviceTable of the rows every rank sent here, grouped by source rank (a collective).
+    DeviceTable of the rows every rank sent here, grouped by source rank (a collective):
+    :func:`exchange_many` of one table."""
+    return exchange_many([table], [dest], comm, stats)[0]
 
-    Memory on the GPU: the partitioned copy of the table and the received rows beside the input.
+
+def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None) -> list:
+    """:func:`exchange` of several tables (a join's two sides), pipelined: table i + 1 is
+    partitioned on a stream of its own while table i's messages are on NVLink (NCCL's kernels
+    take few SMs and wait on links; the partition waits on HBM), and each table's self-copy
+    runs beside its NCCL group.  Every rank must pass the same number of tables, with the same
+    columns; a validity mask some rank has travels from every rank (all-valid where absent).
+
+    Memory on the GPU: each table's partitioned copy and its received rows beside the inputs.
 
     Raises
     ------
     MemoryError
-        The partitioned copy and the received rows would not fit in free GPU memory.
+        On every rank, before data moves, when some rank's partitioned copies or received rows
+        would not fit in its free GPU memory.
     """
     import cupy as cp
 
-    from ..cuda.primitives import Digits, radix_partition
     from ..cuda.table import DeviceTable
 
     if comm.size == 1:
-        return table
-    names = table.column_names
-    vnames = [n for n in names if n in table.validity]
-    cols = [table.columns[n] for n in names] + [table.validity[n] for n in vnames]
-    row = sum(c.dtype.itemsize for c in cols)
-    _agree_fits(table.num_rows * row, comm, "its partitioned copy")
-    if table.num_rows:
-        bits = max(1, (comm.size - 1).bit_length())
-        _, parted, offsets = radix_partition(dest.astype(cp.int32, copy=False), cols, Digits(bits, 0, False, 0))
-        send = np.diff(cp.asnumpy(offsets[:comm.size + 1]))
-    else:
-        parted, send = cols, np.zeros(comm.size, np.int64)
-    recv = comm.alltoall_counts(send)
-    _agree_fits(int(recv.sum()) * row, comm, "the rows it receives")
-    got = comm.alltoallv_device(parted, send, recv)
-    if stats is not None:
-        stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((send.sum() - send[comm.rank]) * row)
-        stats["bytes_received"] = stats.get("bytes_received", 0) + int((recv.sum() - recv[comm.rank]) * row)
-    k = len(names)
-    return DeviceTable(dict(zip(names, got[:k])), dict(zip(vnames, got[k:])), dict(table.types),
-                       dict(table.dictionaries))
+        return list(tables)
+    masks = comm.allgather([sorted(t.validity) for t in tables])  # the masks any rank has, per table
+    main = cp.cuda.get_current_stream()
+    side = _side_streams(len(tables))
+    ready = main.record()
+    cols_of, parted, offsets = [], [], []
+    for i, t in enumerate(tables):
+        vnames = [n for n in t.column_names if any(n in m[i] for m in masks)]
+        cols = [t.columns[n] for n in t.column_names] + \
+            [t.validity[n] if n in t.validity else cp.ones(t.num_rows, cp.uint8) for n in vnames]
+        cols_of.append((vnames, cols))
+    row = [sum(c.dtype.itemsize for c in cols) for _, cols in cols_of]
+    _agree_fits(sum(t.num_rows * r for t, r in zip(tables, row)), comm, "its partitioned copies")
+    for (vnames, cols), d, st in zip(cols_of, dests, side):
+        st.wait_event(ready)  # one partition at a time: each needs all of HBM's bandwidth
+        with st:
+            p, o = _partition(cols, d, comm.size)
+        ready = st.record()
+        parted.append(p)
+        offsets.append(o)
+    out = []
+    for t, (vnames, _), p, o, st, r in zip(tables, cols_of, parted, offsets, side, row):
+        send = cp.asnumpy(o, stream=st) if o is not None else np.zeros(comm.size, np.int64)
+        recv = comm.alltoall_counts(send)
+        _agree_fits(int(recv.sum()) * r, comm, "the rows it receives")
+        main.wait_event(st.record())
+        got = comm.alltoallv_device(p, send, recv, self_stream=st)
+        if stats is not None:
+            stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((send.sum() - send[comm.rank]) * r)
+            stats["bytes_received"] = stats.get("bytes_received", 0) + int((recv.sum() - recv[comm.rank]) * r)
+        k = len(t.column_names)
+        out.append(DeviceTable(dict(zip(t.column_names, got[:k])), dict(zip(vnames, got[k:])), dict(t.types),
+                               dict(t.dictionaries)))
+    # the partitioned copies were allocated on the side streams: they go back to the memory pool
+    # (for those streams' next allocations) only once the NCCL groups have read them
+    main.synchronize()
+    return out
+
+
+_streams: dict = {}
+
+
+def _side_streams(k: int) -> list:
+    """``k`` streams of the current GPU, the same ones every call: CuPy's memory pool keeps the
+    blocks freed on a stream for that stream's next allocations, so new streams on every call
+    would allocate afresh (cudaMalloc, and cudaFree's synchronization) and strand the old blocks."""
+    import cupy as cp
+
+    have = _streams.setdefault(cp.cuda.Device().id, [])
+    while len(have) < k:
+        have.append(cp.cuda.Stream(non_blocking=True))
+    return have[:k]
+
+
+def _partition(cols: list, dest, parts: int):
+    """(the columns grouped by destination, int64 (parts,) rows to each as a CuPy array): one
+    radix-partition pass on a digit of ceil(log2 parts) bits of ``dest``."""
+    import cupy as cp
+
+    from ..cuda.primitives import Digits, radix_partition
+
+    if not dest.size:
+        return cols, None
+    bits = max(1, (parts - 1).bit_length())
+    _, parted, offsets = radix_partition(dest.astype(cp.int32, copy=False), cols, Digits(bits, 0, False, 0))
+    return parted, cp.diff(offsets[:parts + 1])
 
 
 def _agree_fits(need: int, comm: Communicator, what: str) -> None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..table import combined, to_arrow_table
 from .comm import Communicator
-from .shuffle import SEED_FIRST, destinations, key_hashes
+from .shuffle import SEED_FIRST, destinations, key_hashes, shuffle_many
 from .shuffle import shuffle as shuffle_rows  # the functions take a parameter named shuffle
 
 HOWS = ("inner", "left", "right", "full", "semi", "anti")
@@ -224,10 +224,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     _sync()
     t1 = time.perf_counter()
     moved: dict = {}
-    lt2 = shuffle_rows(lt, ld, comm, shuffle, "none", moved)
-    del ld
-    rt2 = shuffle_rows(rt, rd, comm, shuffle, "none", moved)
-    del rd
+    lt2, rt2 = shuffle_many([lt, rt], [ld, rd], comm, shuffle, "none", moved)
+    del ld, rd
     _sync()
     t2 = time.perf_counter()
     out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,

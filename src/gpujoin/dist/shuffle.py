@@ -218,11 +218,19 @@ def auto_method(comm: Communicator, rows: int, uniform: bool = True) -> str:
 
 def shuffle(table, dest, comm: Communicator, method: str = "auto",
             compression: str = "none", stats: dict | None = None):
-    """:func:`exchange` directly (one level) or through the rail then the host (two levels:
-    the inter-host traffic is rail-aligned, the rest stays on each host's links).
+    """:func:`shuffle_many` of one table."""
+    return shuffle_many([table], [dest], comm, method, compression, stats)[0]
 
-    ``table``: a pyarrow Table (``dest`` int64 NumPy (n,), moved over MPI) or a DeviceTable
-    (``dest`` int32 CuPy (n,), moved over NCCL by ``device_shuffle.exchange``).
+
+def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "auto",
+                 compression: str = "none", stats: dict | None = None) -> list:
+    """Each table's rows to the ranks of ``dests``: :func:`exchange` directly (one level) or
+    through the rail then the host (two levels: the inter-host traffic is rail-aligned, the
+    rest stays on each host's links).  Every rank passes the same number of tables.
+
+    ``tables``: pyarrow Tables (``dests`` int64 NumPy (n,), moved over MPI) or DeviceTables
+    (``dests`` int32 CuPy (n,), moved over NCCL by ``device_shuffle.exchange_many``, which
+    partitions one table while the previous one is on the links).
     ``compression``: "none"; "cascaded" (every message to another rank); "auto" (messages to
     other hosts only: paper 001 compresses the inter-node traffic, where links are slowest).
     The NCCL shuffle sends columns uncompressed: cascaded compression of device columns needs
@@ -232,41 +240,41 @@ def shuffle(table, dest, comm: Communicator, method: str = "auto",
     ------
     ValueError
         An unknown ``method``, two levels on hosts with different numbers of ranks, or
-        compression other than "none" for a DeviceTable.
+        compression other than "none" for DeviceTables.
     """
     if method not in SHUFFLES:
         raise ValueError(f"unknown shuffle {method!r}; valid: {list(SHUFFLES)}")
     if compression not in COMPRESSIONS:
         raise ValueError(f"unknown compression {compression!r}; valid: {list(COMPRESSIONS)}")
-    device = not isinstance(table, pa.Table)
+    device = not all(isinstance(t, pa.Table) for t in tables)
     if device and compression != "none":
         raise ValueError(f"compression={compression!r}: the NCCL shuffle of tables in GPU memory sends columns "
                          f"uncompressed (nvCOMP is not used yet); use compression='none', or host tables")
     if device:
-        from .device_shuffle import exchange as device_exchange
+        from .device_shuffle import exchange_many
 
-        move = lambda t, d, c, compress, st: device_exchange(t, d, c, st)  # noqa: E731
+        move = lambda ts, ds, c, compress, st: exchange_many(ts, ds, c, st)  # noqa: E731
     else:
-        move = exchange
+        move = lambda ts, ds, c, compress, st: [exchange(t, d, c, compress, st)  # noqa: E731
+                                                for t, d in zip(ts, ds)]
     layout = comm.allgather((comm.node, comm.local_rank, comm.local_size))
     node_of = np.array([n for n, _, _ in layout], np.int64)
     remote = {"none": None, "cascaded": lambda j: True,
               "auto": lambda j: node_of[j] != comm.node}[compression]
     uniform = len({s for _, _, s in layout}) == 1
     if method == "auto":
-        method = auto_method(comm, max(comm.allgather(table.num_rows)), uniform)
+        method = auto_method(comm, max(comm.allgather(max(t.num_rows for t in tables))), uniform)
     if method == "one-level" or comm.size == 1:
-        return move(table, dest, comm, remote, stats)
+        return move(tables, dests, comm, remote, stats)
     if not uniform:
         raise ValueError("the two-level shuffle needs the same number of ranks on every host; use 'one-level'")
     local_of = np.array([lr for _, lr, _ in layout], np.int64)
     rail = comm.rail()  # its rank j is host j: every message but the self-copy crosses hosts
     step = _DeviceSteps() if device else _HostSteps
-    first = move(step.with_dest(table, dest), step.lookup(node_of, dest), rail,
-                 None if remote is None else (lambda j: True), stats)
-    d2 = step.dest(first)
-    return move(step.without_dest(first), step.lookup(local_of, d2), comm.host(),
-                (lambda j: True) if compression == "cascaded" else None, stats)
+    first = move([step.with_dest(t, d) for t, d in zip(tables, dests)], [step.lookup(node_of, d) for d in dests],
+                 rail, None if remote is None else (lambda j: True), stats)
+    return move([step.without_dest(f) for f in first], [step.lookup(local_of, step.dest(f)) for f in first],
+                comm.host(), (lambda j: True) if compression == "cascaded" else None, stats)
 
 
 _DEST = "__gpujoin_dest"

@@ -1,0 +1,53 @@
+"""Under mpirun: where the NCCL shuffle's time goes, one step at a time (each synchronized):
+destinations, the radix partition by rank, the NCCL group, the self-copy; 2^LOG2N rows a rank
+of int64 key + int64 payload."""
+import sys
+import time
+
+import cupy as cp
+import numpy as np
+
+from gpujoin.bench.dist import random_slice
+from gpujoin.dist import Communicator
+from gpujoin.dist import device_shuffle as ds
+from gpujoin.dist.shuffle import SEED_FIRST
+
+
+def timed(comm, fn, reps=3):
+    best = None
+    for _ in range(reps):
+        comm.barrier()
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        cp.cuda.Device().synchronize()
+        dt = max(comm.allgather(time.perf_counter() - t0))
+        best = dt if best is None else min(best, dt)
+    return best, out
+
+
+comm = Communicator.from_mpi()
+n = 1 << int(sys.argv[1])
+build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
+cols = [build["k"], build["build_id"]]
+t, dest = timed(comm, lambda: ds.destinations([build["k"]], SEED_FIRST, comm.size))
+log = []
+log.append(f"destinations {t * 1e3:.2f} ms")
+t, (parted, counts) = timed(comm, lambda: ds._partition(cols, dest, comm.size))
+log.append(f"partition {t * 1e3:.2f} ms ({sum(c.nbytes for c in cols) / t / 1e9:.0f} GB/s of columns)")
+send = cp.asnumpy(counts)
+recv = comm.alltoall_counts(send)
+t, _ = timed(comm, lambda: comm.alltoall_counts(send))
+log.append(f"count exchange {t * 1e3:.3f} ms")
+t, got = timed(comm, lambda: comm.alltoallv_device(parted, send, recv))
+sent = int(send.sum() - send[comm.rank]) * 16
+log.append(f"alltoallv_device {t * 1e3:.2f} ms ({sent / t / 1e9:.0f} GB/s out of a rank)")
+t, _ = timed(comm, lambda: [c.copy() for c in parted])
+log.append(f"copy of the partitioned columns {t * 1e3:.2f} ms")
+t, _ = timed(comm, lambda: ds.exchange(build, dest, comm))
+log.append(f"exchange (one table) {t * 1e3:.2f} ms ({sent / t / 1e9:.0f} GB/s)")
+pdest = ds.destinations([probe["k"]], SEED_FIRST, comm.size)
+t, _ = timed(comm, lambda: ds.exchange_many([build, probe], [dest, pdest], comm))
+log.append(f"exchange_many (two tables) {t * 1e3:.2f} ms ({2 * sent / t / 1e9:.0f} GB/s)")
+if comm.rank == 0:
+    print("\n".join(log), flush=True)
