@@ -203,6 +203,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     best, phases = dt, {k: max(s[k] for s in every) for k in ("partition", "shuffle", "local_join")}
                     squeeze = _compression_summary(every)
                     sent = max(s.get("bytes_sent", 0) for s in every)
+                    local = sorted({s["local_algorithm"] for s in every})
                 del out
             if comm.rank == 0:
                 work = ({"rows_per_rank": rows, "match_rate": MATCH_RATE} if workload == "random"
@@ -213,6 +214,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                                 "workload": {"name": workload, **work}, "min_s": best,
                                 "tuples_per_s": total_rows / best, "output_rows": want, "phases_s": phases,
                                 "columns": squeeze, "correct": True, "placement": placement,
+                                "local_algorithms": local,
                                 ("nccl_alltoall_GBps" if gpu else "mpi_alltoall_GBps"): ceiling})
                 if gpu:
                     rate = sent / phases["shuffle"] / 1e9 if phases["shuffle"] else None

@@ -220,45 +220,81 @@ class Communicator:
     def alltoallv_device(self, columns: list, send_counts: np.ndarray, recv_counts: np.ndarray,
                          self_stream=None) -> list:
         """:meth:`alltoallv` of GPU columns (CuPy arrays of one length, rows grouped by destination
-        rank, ``send_counts`` to each): returns one CuPy array a column of the rows received,
-        grouped by source rank.  Over NCCL, every column's messages in one group of sends and
-        receives on the current stream (paper 001's all-to-all); the rank's own rows are a device
-        copy (on ``self_stream`` when given, beside the NCCL group; the current stream waits for
-        it).  When ranks share a GPU (:meth:`nccl` is None), through host memory and MPI."""
+        rank, ``send_counts`` to each): returns one CuPy array a column of the rows received
+        (``recv_counts.sum()`` rows, in an order of their own; see below).
+
+        Over NCCL, every column's messages in one group of sends and receives on the current
+        stream (paper 001's all-to-all).  NCCL's copies run at full speed only between 16-byte
+        aligned addresses, and a rank's rows for another start anywhere, so each message is cut
+        into an aligned body (whole ``ALIGN_ROWS`` blocks, both ends aligned) and the few rows
+        before and after it; the receiver lays out every source's body first (each a multiple
+        of ``ALIGN_ROWS`` rows, so each starts aligned), then the short remainders, then its
+        own rows, a device copy (on ``self_stream`` when given, beside the NCCL group; the
+        current stream waits for it).  When ranks share a GPU (:meth:`nccl` is None), through
+        host memory and MPI, grouped by source rank."""
         import cupy as cp
 
         sc, rc = np.asarray(send_counts, np.int64), np.asarray(recv_counts, np.int64)
         out = [cp.empty(int(rc.sum()), c.dtype) for c in columns]
-        sd, rd = _starts(sc), _starts(rc)
-        me = self.rank
+        sd, me = _starts(sc), self.rank
         comm = self.nccl() if self.size > 1 else None
         if comm is None and self.size > 1:
             for c, o in zip(columns, out):
                 o.set(self.alltoallv(cp.asnumpy(c), sc, rc))
             return out
+        mine = _cut(sd, sc)  # (head, body, tail) rows of each message
+        theirs = _cut(np.asarray(self.comm.alltoall([int(x) for x in sd]), np.int64), rc)
         if comm is not None:
-            from cupy.cuda import nccl
-
-            stream = cp.cuda.get_current_stream().ptr
-            nccl.groupStart()
-            try:
-                for c, o in zip(columns, out):
-                    item = c.dtype.itemsize
-                    for j in range(self.size):
-                        if j != me and sc[j]:
-                            comm.send(c.data.ptr + int(sd[j]) * item, int(sc[j]) * item, nccl.NCCL_UINT8, j, stream)
-                        if j != me and rc[j]:
-                            comm.recv(o.data.ptr + int(rd[j]) * item, int(rc[j]) * item, nccl.NCCL_UINT8, j, stream)
-            finally:
-                nccl.groupEnd()
+            self._send_recv(comm, columns, out, sd, mine, theirs)
         main = cp.cuda.get_current_stream()
         side = self_stream or main
+        at = int(rc.sum() - rc[me])
         with side:
             for c, o in zip(columns, out):
-                o[rd[me]:rd[me] + rc[me]] = c[sd[me]:sd[me] + sc[me]]
+                o[at:] = c[sd[me]:sd[me] + sc[me]]
         if side is not main:
             main.wait_event(side.record())
         return out
+
+    def _send_recv(self, comm, columns, out, sd, mine, theirs) -> None:
+        """One NCCL group of every column's messages: to each peer its body, then its head and
+        tail rows; from each peer the same, bodies at the front of ``out``, the rest after them."""
+        import cupy as cp
+        from cupy.cuda import nccl
+
+        peers = [j for j in range(self.size) if j != self.rank]
+        bodies = np.cumsum([0] + [int(theirs[j][1]) for j in peers])
+        rest = bodies[-1] + np.cumsum([0] + [int(theirs[j][0] + theirs[j][2]) for j in peers])
+        stream = cp.cuda.get_current_stream().ptr
+        nccl.groupStart()
+        try:
+            for c, o in zip(columns, out):
+                w = c.dtype.itemsize
+                for i, j in enumerate(peers):  # NCCL matches one pair's messages in the order posted
+                    h, b, t = (int(x) for x in mine[j])
+                    s0 = int(sd[j])
+                    for start, rows in ((s0 + h, b), (s0, h), (s0 + h + b, t)):
+                        if rows:
+                            comm.send(c.data.ptr + start * w, rows * w, nccl.NCCL_UINT8, j, stream)
+                    h, b, t = (int(x) for x in theirs[j])
+                    for start, rows in ((bodies[i], b), (rest[i], h), (rest[i] + h, t)):
+                        if rows:
+                            comm.recv(o.data.ptr + int(start) * w, rows * w, nccl.NCCL_UINT8, j, stream)
+        finally:
+            nccl.groupEnd()
+
+
+#: Rows of the aligned blocks the device all-to-all sends whole (16 bytes of a 1-byte column).
+ALIGN_ROWS = 16
+
+
+def _cut(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """int64 (P, 3): each message of ``counts`` rows from row ``starts`` of its sender cut into
+    (head, body, tail) rows, the body the whole ``ALIGN_ROWS`` blocks inside it."""
+    a = ALIGN_ROWS
+    lo = np.minimum(-(-starts // a) * a, starts + counts)
+    hi = np.maximum((starts + counts) // a * a, lo)
+    return np.stack([lo - starts, hi - lo, starts + counts - hi], axis=1)
 
 
 class _SelfNode(_Self):
