@@ -33,9 +33,9 @@ cols = [build["k"], build["build_id"]]
 t, dest = timed(comm, lambda: ds.destinations([build["k"]], SEED_FIRST, comm.size))
 log = []
 log.append(f"destinations {t * 1e3:.2f} ms")
-t, (parted, counts) = timed(comm, lambda: ds._partition(cols, dest, comm.size))
+t, parted = timed(comm, lambda: ds._partition(cols, dest, comm.size))
 log.append(f"partition {t * 1e3:.2f} ms ({sum(c.nbytes for c in cols) / t / 1e9:.0f} GB/s of columns)")
-send = cp.asnumpy(counts)
+send = cp.asnumpy(cp.bincount(dest, minlength=comm.size)).astype(np.int64)
 recv = comm.alltoall_counts(send)
 t, _ = timed(comm, lambda: comm.alltoall_counts(send))
 log.append(f"count exchange {t * 1e3:.3f} ms")
@@ -58,7 +58,8 @@ log.append(f"copy of the partitioned columns {t * 1e3:.2f} ms")
 t, _ = timed(comm, lambda: ds.exchange(build, dest, comm))
 log.append(f"exchange (one table) {t * 1e3:.2f} ms ({sent / t / 1e9:.0f} GB/s)")
 pdest = ds.destinations([probe["k"]], SEED_FIRST, comm.size)
-t, _ = timed(comm, lambda: ds.exchange_many([build, probe], [dest, pdest], comm))
-log.append(f"exchange_many (two tables) {t * 1e3:.2f} ms ({2 * sent / t / 1e9:.0f} GB/s)")
+for log2c in (23, 24, 25, 26, 40):
+    t, _ = timed(comm, lambda: ds.exchange_many([build, probe], [dest, pdest], comm, chunk_rows=1 << log2c))
+    log.append(f"exchange_many (two tables), chunks of 2^{log2c} rows {t * 1e3:.2f} ms ({2 * sent / t / 1e9:.0f} GB/s)")
 if comm.rank == 0:
     print("\n".join(log), flush=True)

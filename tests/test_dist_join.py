@@ -191,3 +191,42 @@ def test_alltoallv_sends_big_messages_in_rounds(monkeypatch):
     comm = Communicator.single()
     x = np.arange(5, dtype=np.int64)
     np.testing.assert_array_equal(comm.alltoallv(x, np.array([5]), np.array([5])), x)
+
+
+def test_device_layout_places_every_row_once_with_aligned_bodies():
+    from gpujoin.dist.comm import ALIGN_ROWS, DeviceLayout, cut
+
+    rng = np.random.default_rng(4)
+    P = 4
+    for _ in range(50):
+        U = int(rng.integers(1, 4))
+        # counts[u, s, d]: rows of chunk u that rank s sends to rank d
+        counts = rng.integers(0, 70, (U, P, P))
+        counts[rng.random((U, P, P)) < 0.2] = 0
+        starts = np.cumsum(counts, axis=2) - counts
+        sent = {}
+        for r in range(P):
+            lay = DeviceLayout(r, [(starts[u, r], counts[u, r], starts[u, :, r], counts[u, :, r]) for u in range(U)])
+            taken = np.zeros(lay.rows, int)
+            for u in range(U):
+                sends, recvs, (src, dst, rows) = lay.unit(u)
+                assert (src, rows) == (starts[u, r, r], counts[u, r, r])
+                taken[dst:dst + rows] += 1
+                for j, st, n in recvs:
+                    taken[st:st + n] += 1
+                for j, st, n in sends:
+                    sent.setdefault((u, r, j), []).append((st, n))
+                got = {}
+                for j, st, n in recvs:
+                    got.setdefault(j, []).append(n)
+                for j in got:  # what j sends here, piece by piece, in the order this rank receives
+                    h, b, t = cut(starts[u, j, r], counts[u, j, r])
+                    assert got[j] == [x for x in (b, h, t) if x]
+                    if b:  # the body lands aligned
+                        assert next(st for jj, st, _ in recvs if jj == j) % ALIGN_ROWS == 0
+            assert (taken == 1).all() and lay.rows == counts[:, :, r].sum()
+        for (u, r, j), pieces in sent.items():  # a message's pieces cover its rows once, the body aligned
+            h, b, t = cut(starts[u, r, j], counts[u, r, j])
+            assert sum(n for _, n in pieces) == counts[u, r, j]
+            if b:
+                assert pieces[0][0] % ALIGN_ROWS == 0 and pieces[0][1] == b

@@ -119,19 +119,28 @@ def exchange(table, dest, comm: Communicator, stats: dict | None = None):
     return exchange_many([table], [dest], comm, stats)[0]
 
 
-def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None) -> list:
-    """:func:`exchange` of several tables (a join's two sides), pipelined: table i + 1 is
-    partitioned on a stream of its own while table i's messages are on NVLink (NCCL's kernels
-    take few SMs and wait on links; the partition waits on HBM), and each table's self-copy
-    runs beside its NCCL group.  Every rank must pass the same number of tables, with the same
-    columns; a validity mask some rank has travels from every rank (all-valid where absent).
+#: Rows of one chunk of the pipelined shuffle: a chunk is partitioned while the one before it is
+#: on the links (2^25 rows of 16 bytes: NCCL messages of about 256 MiB between two ranks).
+CHUNK_ROWS = 1 << 25
+
+
+def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,
+                  chunk_rows: int = CHUNK_ROWS) -> list:
+    """:func:`exchange` of several tables (a join's two sides), pipelined in chunks of
+    ``chunk_rows``: each chunk's rows to every rank are counted first (one bincount of its
+    destinations; the counts of every chunk exchanged in one MPI all-to-all, so that each rank
+    lays out its receive buffers before any data moves), then chunk c + 1 is radix-partitioned
+    on a stream of its own while chunk c's NCCL group is on the links (NCCL's kernels take few
+    SMs and wait on NVLink; the partition waits on HBM), and each chunk's self-copy runs beside.
+    Every rank must pass the same number of tables, with the same columns; a validity mask that
+    some rank has travels from every rank (all-valid where absent).
 
     Memory on the GPU: each table's partitioned copy and its received rows beside the inputs.
 
     Raises
     ------
     MemoryError
-        On every rank, before data moves, when some rank's partitioned copies or received rows
+        On every rank, before data moves, when some rank's partitioned copies and received rows
         would not fit in its free GPU memory.
     """
     import cupy as cp
@@ -140,42 +149,81 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
 
     if comm.size == 1:
         return list(tables)
-    masks = comm.allgather([sorted(t.validity) for t in tables])  # the masks any rank has, per table
-    main = cp.cuda.get_current_stream()
-    side = _side_streams(len(tables))
-    ready = main.record()
-    cols_of, parted, offsets = [], [], []
+    P, me = comm.size, comm.rank
+    every = comm.allgather([(sorted(t.validity), t.num_rows) for t in tables])
+    cols_of = []
     for i, t in enumerate(tables):
-        vnames = [n for n in t.column_names if any(n in m[i] for m in masks)]
-        cols = [t.columns[n] for n in t.column_names] + \
-            [t.validity[n] if n in t.validity else cp.ones(t.num_rows, cp.uint8) for n in vnames]
-        cols_of.append((vnames, cols))
+        vnames = [n for n in t.column_names if any(n in e[i][0] for e in every)]
+        cols_of.append((vnames, [t.columns[n] for n in t.column_names] +
+                        [t.validity[n] if n in t.validity else cp.ones(t.num_rows, cp.uint8) for n in vnames]))
     row = [sum(c.dtype.itemsize for c in cols) for _, cols in cols_of]
-    _agree_fits(sum(t.num_rows * r for t, r in zip(tables, row)), comm, "its partitioned copies")
-    for (vnames, cols), d, st in zip(cols_of, dests, side):
-        st.wait_event(ready)  # one partition at a time: each needs all of HBM's bandwidth
-        with st:
-            p, o = _partition(cols, d, comm.size)
-        ready = st.record()
-        parted.append(p)
-        offsets.append(o)
+    # every rank cuts each table into the same number of chunks (its largest slice's)
+    chunks = [max(1, -(-max(e[i][1] for e in every) // chunk_rows)) for i in range(len(tables))]
+    units = [(i, t.num_rows * c // k, t.num_rows * (c + 1) // k)
+             for i, (t, k) in enumerate(zip(tables, chunks)) for c in range(k)]
+    counts = [cp.bincount(dests[i][lo:hi], minlength=P)[:P] if hi > lo else cp.zeros(P, cp.int64)
+              for i, lo, hi in units]
+    cnt = cp.asnumpy(cp.stack(counts)).astype(np.int64).reshape(len(units), P)
+    starts = np.cumsum(cnt, axis=1) - cnt
+    got = comm.comm.alltoall([(starts[:, j].tolist(), cnt[:, j].tolist()) for j in range(P)])
+    their_starts = np.array([g[0] for g in got], np.int64).reshape(P, len(units)).T
+    their_cnt = np.array([g[1] for g in got], np.int64).reshape(P, len(units)).T
+    of = [[u for u, (i, _, _) in enumerate(units) if i == t] for t in range(len(tables))]
+    received = [int(their_cnt[us].sum()) for us in of]
+    _agree_fits(sum(t.num_rows * r for t, r in zip(tables, row)) + sum(n * r for n, r in zip(received, row)),
+                comm, "its partitioned copies and the rows it receives")
+    if stats is not None:
+        for us, r in zip(of, row):
+            stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((cnt[us].sum() - cnt[us, me].sum()) * r)
+            stats["bytes_received"] = stats.get("bytes_received", 0) + int(
+                (their_cnt[us].sum() - their_cnt[us, me].sum()) * r)
+    if comm.nccl() is None:  # ranks share a GPU: a table at a time, through the host
+        got_cols = [comm.alltoallv_device(_partition(cols, d, P), cnt[us].sum(axis=0), their_cnt[us].sum(axis=0))
+                    for (_, cols), d, us in zip(cols_of, dests, of)]
+    else:
+        got_cols = _pipelined(units, of, cols_of, dests, cnt, starts, their_starts, their_cnt, comm)
     out = []
-    for t, (vnames, _), p, o, st, r in zip(tables, cols_of, parted, offsets, side, row):
-        send = cp.asnumpy(o, stream=st) if o is not None else np.zeros(comm.size, np.int64)
-        recv = comm.alltoall_counts(send)
-        _agree_fits(int(recv.sum()) * r, comm, "the rows it receives")
-        main.wait_event(st.record())
-        got = comm.alltoallv_device(p, send, recv, self_stream=st)
-        if stats is not None:
-            stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((send.sum() - send[comm.rank]) * r)
-            stats["bytes_received"] = stats.get("bytes_received", 0) + int((recv.sum() - recv[comm.rank]) * r)
+    for t, (vnames, _), g in zip(tables, cols_of, got_cols):
         k = len(t.column_names)
-        out.append(DeviceTable(dict(zip(t.column_names, got[:k])), dict(zip(vnames, got[k:])), dict(t.types),
+        out.append(DeviceTable(dict(zip(t.column_names, g[:k])), dict(zip(vnames, g[k:])), dict(t.types),
                                dict(t.dictionaries)))
+    return out
+
+
+def _pipelined(units, of, cols_of, dests, cnt, starts, their_starts, their_cnt, comm: Communicator) -> list:
+    """The chunks' partitions, launched at once on two streams but one after another (each
+    needs all of HBM), and their NCCL groups on the current stream, each after its partition;
+    returns each table's received columns."""
+    import cupy as cp
+
+    from .comm import DeviceLayout
+
+    main = cp.cuda.get_current_stream()
+    layouts = [DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us]) for us in of]
+    outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
+    side = _side_streams(2)
+    ready, parts = main.record(), []
+    for q, (i, lo, hi) in enumerate(units):
+        s = side[q % 2]
+        s.wait_event(ready)
+        with s:
+            p = _partition([c[lo:hi] for c in cols_of[i][1]], dests[i][lo:hi], comm.size)
+        ready = s.record()
+        parts.append((p, ready, s))
+    for q, (i, _, _) in enumerate(units):
+        p, done, s = parts[q]
+        main.wait_event(done)
+        sends, recvs, (src, dst, rows) = layouts[i].unit(of[i].index(q))
+        comm.post_device(p, outs[i], sends, recvs)
+        with s:
+            for c, o in zip(p, outs[i]):
+                o[dst:dst + rows] = c[src:src + rows]
+    for s in side:
+        main.wait_event(s.record())
     # the partitioned copies were allocated on the side streams: they go back to the memory pool
     # (for those streams' next allocations) only once the NCCL groups have read them
     main.synchronize()
-    return out
+    return outs
 
 
 _streams: dict = {}
@@ -193,18 +241,17 @@ def _side_streams(k: int) -> list:
     return have[:k]
 
 
-def _partition(cols: list, dest, parts: int):
-    """(the columns grouped by destination, int64 (parts,) rows to each as a CuPy array): one
-    radix-partition pass on a digit of ceil(log2 parts) bits of ``dest``."""
+def _partition(cols: list, dest, parts: int) -> list:
+    """The columns grouped by destination (rows to rank 0 first): one radix-partition pass on a
+    digit of ceil(log2 parts) bits of ``dest``."""
     import cupy as cp
 
     from ..cuda.primitives import Digits, radix_partition
 
     if not dest.size:
-        return cols, None
+        return cols
     bits = max(1, (parts - 1).bit_length())
-    _, parted, offsets = radix_partition(dest.astype(cp.int32, copy=False), cols, Digits(bits, 0, False, 0))
-    return parted, cp.diff(offsets[:parts + 1])
+    return radix_partition(dest.astype(cp.int32, copy=False), cols, Digits(bits, 0, False, 0), bounds=False)[1]
 
 
 def _agree_fits(need: int, comm: Communicator, what: str) -> None:
