@@ -161,9 +161,10 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     chunks = [max(1, -(-max(e[i][1] for e in every) // chunk_rows)) for i in range(len(tables))]
     units = [(i, t.num_rows * c // k, t.num_rows * (c + 1) // k)
              for i, (t, k) in enumerate(zip(tables, chunks)) for c in range(k)]
-    counts = [cp.bincount(dests[i][lo:hi], minlength=P)[:P] if hi > lo else cp.zeros(P, cp.int64)
-              for i, lo, hi in units]
-    cnt = cp.asnumpy(cp.stack(counts)).astype(np.int64).reshape(len(units), P)
+    # each chunk's partition histogram (shared-memory counts a tile: what the scatter needs, read
+    # once; atomics on P global counters would serialize) gives its rows to each rank
+    hists = [_histogram([c[lo:hi] for c in cols_of[i][1]], dests[i][lo:hi], P) for i, lo, hi in units]
+    cnt = cp.asnumpy(cp.stack([h[1] for h in hists])).astype(np.int64).reshape(len(units), P)
     starts = np.cumsum(cnt, axis=1) - cnt
     got = comm.comm.alltoall([(starts[:, j].tolist(), cnt[:, j].tolist()) for j in range(P)])
     their_starts = np.array([g[0] for g in got], np.int64).reshape(P, len(units)).T
@@ -181,7 +182,8 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
         got_cols = [comm.alltoallv_device(_partition(cols, d, P), cnt[us].sum(axis=0), their_cnt[us].sum(axis=0))
                     for (_, cols), d, us in zip(cols_of, dests, of)]
     else:
-        got_cols = _pipelined(units, of, cols_of, dests, cnt, starts, their_starts, their_cnt, comm)
+        got_cols = _pipelined(units, of, cols_of, dests, [h[0] for h in hists], cnt, starts, their_starts,
+                              their_cnt, comm)
     out = []
     for t, (vnames, _), g in zip(tables, cols_of, got_cols):
         k = len(t.column_names)
@@ -190,7 +192,7 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     return out
 
 
-def _pipelined(units, of, cols_of, dests, cnt, starts, their_starts, their_cnt, comm: Communicator) -> list:
+def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, their_cnt, comm: Communicator) -> list:
     """The chunks' partitions, launched at once on two streams but one after another (each
     needs all of HBM), and their NCCL groups on the current stream, each after its partition;
     returns each table's received columns."""
@@ -207,7 +209,7 @@ def _pipelined(units, of, cols_of, dests, cnt, starts, their_starts, their_cnt, 
         s = side[q % 2]
         s.wait_event(ready)
         with s:
-            p = _partition([c[lo:hi] for c in cols_of[i][1]], dests[i][lo:hi], comm.size)
+            p = _partition([c[lo:hi] for c in cols_of[i][1]], dests[i][lo:hi], comm.size, hists[q])
         ready = s.record()
         parts.append((p, ready, s))
     for q, (i, _, _) in enumerate(units):
@@ -241,17 +243,36 @@ def _side_streams(k: int) -> list:
     return have[:k]
 
 
-def _partition(cols: list, dest, parts: int) -> list:
-    """The columns grouped by destination (rows to rank 0 first): one radix-partition pass on a
-    digit of ceil(log2 parts) bits of ``dest``."""
+def _digits(parts: int):
+    from ..cuda.primitives import Digits
+
+    return Digits(max(1, (parts - 1).bit_length()), 0, False, 0)  # the destination's low bits, in order
+
+
+def _histogram(cols: list, dest, parts: int):
+    """(the radix partition's first-pass histogram of ``dest`` or None for no rows, int64 (parts,)
+    rows to each rank as a CuPy array)."""
     import cupy as cp
 
-    from ..cuda.primitives import Digits, radix_partition
+    from ..cuda.primitives import radix_histogram
+
+    if not dest.size:
+        return None, cp.zeros(parts, cp.int64)
+    hist = radix_histogram(dest.astype(cp.int32, copy=False), cols, _digits(parts))
+    return hist, hist.reshape(256, -1)[:parts].sum(axis=1, dtype=cp.int64)
+
+
+def _partition(cols: list, dest, parts: int, hist=None) -> list:
+    """The columns grouped by destination (rows to rank 0 first): one radix-partition pass on a
+    digit of ceil(log2 parts) bits of ``dest`` (``hist``: its histogram from :func:`_histogram`,
+    which the pass then does not read again)."""
+    import cupy as cp
+
+    from ..cuda.primitives import radix_partition
 
     if not dest.size:
         return cols
-    bits = max(1, (parts - 1).bit_length())
-    return radix_partition(dest.astype(cp.int32, copy=False), cols, Digits(bits, 0, False, 0), bounds=False)[1]
+    return radix_partition(dest.astype(cp.int32, copy=False), cols, _digits(parts), bounds=False, counts=hist)[1]
 
 
 def _agree_fits(need: int, comm: Communicator, what: str) -> None:
