@@ -16,8 +16,6 @@ rows radix-partitioned by destination rank, the partitions exchanged over NCCL.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .comm import Communicator
@@ -122,8 +120,8 @@ def exchange(table, dest, comm: Communicator, stats: dict | None = None):
 
 
 #: Rows of one chunk of the pipelined shuffle: a chunk is partitioned while the one before it is
-#: on the links (environment GPUJOIN_SHUFFLE_CHUNK_ROWS overrides it).
-CHUNK_ROWS = int(os.environ.get("GPUJOIN_SHUFFLE_CHUNK_ROWS", 1 << 25))
+#: on the links (2^25 rows of 16 bytes: NCCL messages of about 256 MiB between two ranks).
+CHUNK_ROWS = 1 << 25
 
 
 def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,
@@ -203,10 +201,6 @@ def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, thei
     from .comm import DeviceLayout
 
     main = cp.cuda.get_current_stream()
-    # NCCL's groups on a high-priority stream: a partition launched before would otherwise hold
-    # every SM until its blocks drain, and the links would idle meanwhile
-    links = _link_stream()
-    links.wait_event(main.record())
     layouts = [DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us]) for us in of]
     outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
     side = _side_streams(2)
@@ -220,14 +214,13 @@ def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, thei
         parts.append((p, ready, s))
     for q, (i, _, _) in enumerate(units):
         p, done, s = parts[q]
-        links.wait_event(done)
+        main.wait_event(done)
         sends, recvs, (src, dst, rows) = layouts[i].unit(of[i].index(q))
-        with links:
-            comm.post_device(p, outs[i], sends, recvs)
+        comm.post_device(p, outs[i], sends, recvs)
         with s:
             for c, o in zip(p, outs[i]):
                 o[dst:dst + rows] = c[src:src + rows]
-    for s in side + [links]:
+    for s in side:
         main.wait_event(s.record())
     # the partitioned copies were allocated on the side streams: they go back to the memory pool
     # (for those streams' next allocations) only once the NCCL groups have read them
@@ -267,18 +260,6 @@ def _histogram(cols: list, dest, parts: int):
         return None, cp.zeros(parts, cp.int64)
     hist = radix_histogram(dest.astype(cp.int32, copy=False), cols, _digits(parts))
     return hist, hist.reshape(256, -1)[:parts].sum(axis=1, dtype=cp.int64)
-
-
-def _link_stream():
-    """The current GPU's highest-priority stream, for NCCL's groups (kept across calls, as
-    :func:`_side_streams`)."""
-    import cupy as cp
-
-    key = ("links", cp.cuda.Device().id)
-    if key not in _streams:
-        _, highest = cp.cuda.runtime.deviceGetStreamPriorityRange()
-        _streams[key] = cp.cuda.Stream(non_blocking=True, priority=highest)
-    return _streams[key]
 
 
 def _partition(cols: list, dest, parts: int, hist=None) -> list:
