@@ -120,6 +120,16 @@ def device_tables(comm, extra, left, right):
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(right, ["s"], device="cpu").agg(
                 n=(None, "size"), m=("k", "max"), c=("c", "sum")))
+    if comm.nccl() is not None:  # an NCCL communicator of the caller's (ranks on distinct GPUs)
+        from cupy.cuda import nccl
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        uid = world.bcast(nccl.get_unique_id() if world.Get_rank() == 0 else None)
+        theirs = Communicator.from_nccl(world, nccl.NcclCommunicator(world.Get_size(), uid, world.Get_rank()))
+        got = gathered(comm, join(dev(left), dev(right), "k", how="full", comm=theirs).to_arrow())
+        if comm.rank == 0:
+            assert_tables_equal(got, gpujoin.join(left, right, "k", how="full", device="cpu"))
 
 
 if __name__ == "__main__":
