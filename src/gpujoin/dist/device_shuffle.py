@@ -114,21 +114,23 @@ def unify_dictionaries(tables: list, groups: list[list[tuple[int, str]]], comm: 
 
 def exchange(table, dest, comm: Communicator, stats: dict | None = None):
     """Send row i of ``table`` (DeviceTable) to rank ``dest[i]`` (int32 CuPy (n,)); returns the
-    DeviceTable of the rows every rank sent here, grouped by source rank (a collective):
-    :func:`exchange_many` of one table."""
+    DeviceTable of the rows every rank sent here, in ``comm.DeviceLayout``'s order (a
+    collective): :func:`exchange_many` of one table."""
     return exchange_many([table], [dest], comm, stats)[0]
 
 
 #: Rows of one chunk of the pipelined shuffle: a chunk is partitioned while the one before it is
-#: on the links (2^25 rows of 16 bytes: NCCL messages of about 256 MiB between two ranks).
+#: on the links (2^25 rows of 16 bytes: NCCL messages of about 256 MiB between two ranks).  On two
+#: H200s the overlap barely happens yet: at 2^28 rows a rank whole tables were 4 ms faster
+#: (docs/BENCHMARKS.md), at 2^26 two chunks a table 1 ms faster.
 CHUNK_ROWS = 1 << 25
 
 
 def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,
                   chunk_rows: int = CHUNK_ROWS) -> list:
     """:func:`exchange` of several tables (a join's two sides), pipelined in chunks of
-    ``chunk_rows``: each chunk's rows to every rank are counted first (one bincount of its
-    destinations; the counts of every chunk exchanged in one MPI all-to-all, so that each rank
+    ``chunk_rows``: each chunk's rows to every rank are counted first (the radix partition's
+    histogram of its destinations; the counts of every chunk exchanged in one MPI all-to-all, so that each rank
     lays out its receive buffers before any data moves), then chunk c + 1 is radix-partitioned
     on a stream of its own while chunk c's NCCL group is on the links (NCCL's kernels take few
     SMs and wait on NVLink; the partition waits on HBM), and each chunk's self-copy runs beside.
