@@ -73,7 +73,7 @@ class Communicator:
         hosts = sorted(set(mpi_comm.allgather(lowest)))
         self.nodes, self.node = len(hosts), hosts.index(lowest)
         self.device = None
-        self._rail = None
+        self._rail = self._host = None
         self._nccl = None  # made at the first device all-to-all (a collective of every rank)
 
     @staticmethod
@@ -158,10 +158,12 @@ class Communicator:
         return self._rail
 
     def host(self) -> Communicator:
-        """The ranks of this host, ordered by local rank."""
-        out = Communicator(self.node_comm)
-        out.device = self.device
-        return out
+        """The ranks of this host, ordered by local rank (one object a job: its NCCL communicator,
+        made on first use, serves every later shuffle)."""
+        if self._host is None:
+            self._host = Communicator(self.node_comm)
+            self._host.device = self.device
+        return self._host
 
     def nccl(self):
         """This job's NCCL communicator (made on first use: every rank must call), or None when
