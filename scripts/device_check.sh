@@ -82,6 +82,8 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
       tests/test_dist_device.py 2>&1 | tail -15
     timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" 2>&1 | tail -8
     timeout 300 bash -c "$(declare -f mpi); mpi -n 4 python3 tests/mpi_dist_check.py 2 cuda" 2>&1 | tail -8
+    # Hypothesis's examples, each rank joining its rows on its GPU
+    timeout 200 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_hypothesis_check.py '' cuda 50" 2>&1 | tail -4
   elif [[ -n ${PROFILE:-} ]]; then
     mpi -n ${RANKS:-2} python3 scripts/profile_dist_shuffle.py $PROFILE 2>&1 | tail -12
   fi

@@ -106,6 +106,20 @@ def test_mpi_jobs(ranks, per_node):
 
 
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
+@pytest.mark.parametrize("ranks,per_node", [(2, None), (4, 2)])
+def test_mpi_jobs_under_hypothesis(ranks, per_node):
+    """Exact rows against the one-process join on examples Hypothesis draws (rank 0 draws, every
+    rank joins its rows): 2 ranks, and 4 ranks as 2 hosts of 2."""
+    pytest.importorskip("mpi4py")
+    script = Path(__file__).with_name("mpi_hypothesis_check.py")
+    cmd = [MPIEXEC, "-n", str(ranks), sys.executable, str(script), str(per_node or ""), "cpu", "25"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.count(" ok") == ranks
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
 def test_mpi_cli_job(tmp_path):
     """`mpiexec -n 2 gpujoin dist join`: each rank its row groups, part-RANK.parquet each, their union
     the join; a job that fails leaves no part file and exits non-zero with the reason."""
