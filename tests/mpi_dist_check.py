@@ -132,9 +132,11 @@ def device_tables(comm, extra, left, right):
             assert_tables_equal(got, gpujoin.join(left, right, "k", how="full", device="cpu"))
 
 
-if __name__ == "__main__":
+def run_or_abort(fn):
+    """Run ``fn``; on any failure print it and end every rank (the others would wait in a
+    collective for ever)."""
     try:
-        main()
+        fn()
     except BaseException:
         import traceback
 
@@ -143,3 +145,7 @@ if __name__ == "__main__":
         from mpi4py import MPI
 
         MPI.COMM_WORLD.Abort(1)
+
+
+if __name__ == "__main__":
+    run_or_abort(main)

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 import gpujoin
 from gpujoin.dist import Communicator, join
 from gpujoin.testing import assert_tables_equal
-from mpi_dist_check import gathered
+from mpi_dist_check import gathered, run_or_abort
 from strategies import join_pair
 
 HOWS = ["inner", "left", "right", "full", "semi", "anti"]
@@ -59,13 +59,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        sys.stdout.flush()
-        from mpi4py import MPI
-
-        MPI.COMM_WORLD.Abort(1)
+    run_or_abort(main)
