@@ -142,3 +142,31 @@ def test_ctrl_c_leaves_no_output_and_no_temporary_file(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "interrupted" in err
     assert sorted(x.name for x in tmp_path.iterdir()) == ["l.parquet", "r.parquet"]
+
+
+def test_ctrl_c_inside_numbas_compiler_waits_for_it():
+    """A SIGINT while Numba holds its compiler lock is raised when the lock is released (inside
+    LLVM's callbacks it was swallowed, or crashed the process)."""
+    from numba.core import event
+
+    from gpujoin import interrupt
+
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert interrupt.defer_while_compiling()
+        assert not interrupt.defer_while_compiling()  # once
+        event.start_event("numba:compiler_lock")
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler runs, records it, raises nothing
+        with pytest.raises(KeyboardInterrupt):
+            event.end_event("numba:compiler_lock")
+            time.sleep(0.01)
+        with pytest.raises(KeyboardInterrupt):  # outside the compiler: at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        for listener in list(event._registered.get("numba:compiler_lock", [])):
+            if type(listener).__name__ == "CompilerLock":
+                event.unregister("numba:compiler_lock", listener)

@@ -746,6 +746,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    from .interrupt import defer_while_compiling
+
+    defer_while_compiling()  # Ctrl-C inside Numba's compiler would be lost, or crash LLVM
     try:
         args.fn(args)
     except (GpujoinError, ValueError, TypeError, FileNotFoundError, RuntimeError, OSError) as exc:
