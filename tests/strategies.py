@@ -87,3 +87,14 @@ def join_tables(case: str, n: int, seed: int = 3):
     left = pa.table({"k": pa.array(lk, pa.int64()), "lv": pa.array(rng.integers(-9, 9, len(lk)), pa.int32())})
     right = pa.table({"k": pa.array(rk, pa.int64()), "rv": pa.array(rng.random(len(rk)))})
     return left, right
+
+
+def pk_fk_arrays(n: int, seed: int = 5):
+    """(R keys, R payloads, S keys, S payloads), n rows each: R's keys a permutation of 0..n-1
+    (unique), S's drawn from them (every S row matches one R row), payloads of 40 bits."""
+    rng = np.random.default_rng(seed)
+    rk = rng.permutation(n).astype(np.int64)
+    rp = rng.integers(0, 1 << 40, n)
+    sk = rng.integers(0, n, n).astype(np.int64)
+    sp = rng.integers(0, 1 << 40, n)
+    return rk, rp, sk, sp

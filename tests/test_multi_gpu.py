@@ -13,7 +13,7 @@ import gpujoin
 from gpujoin.plan.join import execute_join
 from gpujoin.testing import assert_tables_equal
 
-from strategies import join_pair, join_tables
+from strategies import join_pair, join_tables, pk_fk_arrays
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -99,12 +99,8 @@ def test_hybrid_core_sum_columns_and_balance(streams, algorithm):
     from gpujoin.dist.hybrid import hybrid_join
     from gpujoin.plan.placement import plan_placement
 
-    rng = np.random.default_rng(5)
     n = 300_000
-    rk = rng.permutation(n).astype(np.int64)
-    rp = rng.integers(0, 1 << 40, n)
-    sk = rng.integers(0, n, n).astype(np.int64)
-    sp = rng.integers(0, 1 << 40, n)
+    rk, rp, sk, sp = pk_fk_arrays(n)
     pl = plan_placement([n, n], [16, 16], 8 << 20, gpus=2, chunk_rows=20_000)
     assert pl.spill_bytes > 0
     res = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, aggregate="sum", streams=streams, algorithm=algorithm)

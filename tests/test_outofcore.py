@@ -12,7 +12,7 @@ import gpujoin
 from gpujoin.plan.join import execute_join
 from gpujoin.testing import assert_tables_equal
 
-from strategies import join_pair, join_tables
+from strategies import join_pair, join_tables, pk_fk_arrays
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -89,12 +89,8 @@ def test_triton_core_sum_and_columns(streams, cache):
     from gpujoin.outofcore.triton import triton_join
     from gpujoin.plan.placement import plan_placement
 
-    rng = np.random.default_rng(5)
     n = 200_000
-    rk = rng.permutation(n).astype(np.int64)
-    rp = rng.integers(0, 1 << 40, n)
-    sk = rng.integers(0, n, n).astype(np.int64)
-    sp = rng.integers(0, 1 << 40, n)
+    rk, rp, sk, sp = pk_fk_arrays(n)
     pl = plan_placement([n, n], [16, 16], 8 << 20, cache_bytes=cache, force_out_of_core=True)
     res = triton_join([rk, rp], [sk, sp], "inner", pl, aggregate="sum", streams=streams)
     assert res.total == int(sp.sum()) and res.rows == n

@@ -84,6 +84,14 @@ def _host_table(x) -> pa.Table:
     return to_arrow_table(x)
 
 
+def _check_how(how: str, nulls_equal: bool) -> None:
+    """ValueError for a join type or null semantics a repartitioned join cannot answer."""
+    if how not in HOWS:
+        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
+    if nulls_equal:
+        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
+
+
 def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "inner", nulls_equal: bool = False):
     """(left table, right table, left keys, right keys), or the error this rank's join would
     raise before it talks to the other ranks (``gpujoin dist join`` runs it on every rank first,
@@ -91,10 +99,7 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
     from ..plan.join import _resolve_keys
     from ..table import check_columns
 
-    if how not in HOWS:
-        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
-    if nulls_equal:
-        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
+    _check_how(how, nulls_equal)
     lt, rt = _host_table(left), _host_table(right)
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
@@ -210,10 +215,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     from ..plan.join import _resolve_keys, execute_join
     from . import device_shuffle
 
-    if how not in HOWS:
-        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
-    if kwargs.get("nulls_equal"):
-        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
+    _check_how(how, kwargs.get("nulls_equal", False))
     _sync()
     t0 = time.perf_counter()
     lk, rk = _resolve_keys(on, left_on, right_on, how)
