@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|tests-dist|bench-dist|all]
+#                            tests-multi|bench-multi|tests-dist|bench-dist|skew|skew-nsys|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -143,6 +143,21 @@ if [[ $stage == bench-host ]]; then
   gj bench out-of-core --log2-n ${LOG2N_HOST:-28} --memory-limit none --mode arrow,table --item-bytes 4 \
     --runs ${RUNS:-3} -o "$OUT/bench_host.jsonl" 2>&1 | tail -20
 fi
+if [[ $stage == skew ]]; then
+  # issue 17: every algorithm and `auto` on skewed and heavy-hitter inputs (one H200)
+  f="$OUT/bench_skew.jsonl"; T=${SKEW_TIMEOUT:-150}
+  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --sweep zipf=1,1.5,2 --runs 3 -o "$f" >/dev/null
+  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --sweep heavy_share=0.01,0.1,0.5 --runs 3 -o "$f" >/dev/null
+  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 26 --distinct-keys 16777216 --sweep build_zipf=1,1.5 --runs 3 -o "$f" >/dev/null
+  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm ${EQ_ALGOS:-smj-tr,smj-ur,auto,phj-tr} --equal-rows 65567 --runs 1 -o "$f" >/dev/null
+  timeout $T python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto --log2-rows 28 --sweep log2_groups=2,4 --runs 5 -o "$OUT/bench_skew_gb.jsonl" >/dev/null
+fi
+if [[ $stage == skew-nsys ]]; then
+  # kernel by kernel: PROFILE="join phj-tr log2_r=27 zipf=2" (profile_skew.py's arguments)
+  nsys profile -t cuda -o "$OUT/skew" --force-overwrite true python3 scripts/profile_skew.py ${PROFILE:-join phj-tr log2_r=27 zipf=2} 2>&1 | grep -v "^Generat\|^Collect\|^Process" | tail -8
+  nsys stats -q -r cuda_gpu_kern_sum "$OUT/skew.nsys-rep" 2>&1 | cut -c1-200 | head -${NSYS_LINES:-30}
+  rm -f "$OUT"/skew.*
+fi
 if [[ $stage == tests-join || $stage == tests-groupby ]]; then
   # one GPU test file in one call (the two together take longer than a device call may run)
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
@@ -227,11 +242,17 @@ if [[ $stage == cpu-joins || $stage == all ]]; then
 fi
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
+try:
+    from gpujoin.bench.workloads import GroupByWorkload, JoinWorkload
+    defaults = {"join": JoinWorkload().describe(), "group-by": GroupByWorkload().describe()}
+except Exception:
+    defaults = {}
 rows = [json.loads(l) for p in sorted(pathlib.Path(sys.argv[1]).glob("bench_*.jsonl")) for l in p.read_text().splitlines() if l]
 print(f"{'workload':58} {'algorithm':15} {'median ms':>10} {'G tuples/s':>10}  phases ms")
 for r in rows:
     w = r["workload"]
-    d = " ".join(f"{k}={v}" for k, v in w.items() if k != "seed")
+    base = defaults.get(r["benchmark"], {})
+    d = " ".join(f"{k}={v}" for k, v in w.items() if k != "seed" and (k.startswith("log2") or base.get(k) != v))
     ph = " ".join(f"{k[:5]}={v*1e3:.2f}" for k, v in r["phases_s"].items())
     algo = r["algorithm"] + (f"({r['chosen']})" if "chosen" in r else "")
     print(f"{d[:58]:58} {algo:15} {r['median_s']*1e3:10.2f} {r['throughput_g_per_s']:10.2f}  {ph}")

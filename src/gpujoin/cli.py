@@ -380,7 +380,8 @@ def cmd_bench(a):
     if a.what == "join":
         base = dict(log2_r=a.log2_r, log2_s=a.log2_s if a.log2_s is not None else a.log2_r,
                     match_ratio=a.match_ratio, zipf=a.zipf, distinct_keys=a.distinct_keys, payloads=a.payloads,
-                    key_bytes=a.key_bytes, payload_bytes=a.payload_bytes, seed=a.seed)
+                    key_bytes=a.key_bytes, payload_bytes=a.payload_bytes, seed=a.seed, heavy_share=a.heavy_share,
+                    build_zipf=a.build_zipf, equal_rows=a.equal_rows)
         algos = _csv_list(a.algorithm)
         runs = [runner.bench_join(JoinWorkload(**w), a.device, algos, a.runs, peers) for w in _sweep(a.sweep, base)]
     else:
@@ -610,6 +611,12 @@ def build_parser() -> argparse.ArgumentParser:
             bb.add_argument("--distinct-keys", type=int, default=0)
             bb.add_argument("--payloads", type=int, default=1)
             bb.add_argument("--payload-bytes", type=int, default=4, choices=[4, 8])
+            bb.add_argument("--heavy-share", type=float, default=0.0,
+                            help="share of S's rows that take one key of R (a heavy hitter)")
+            bb.add_argument("--build-zipf", type=float, default=0.0,
+                            help="Zipf exponent of R's keys over --distinct-keys (many-to-many, build-side skew)")
+            bb.add_argument("--equal-rows", type=int, default=0,
+                            help="both sides this many rows of one key (output its square), instead of the log2 sizes")
         else:
             bb.add_argument("--log2-rows", type=int, default=24)
             bb.add_argument("--log2-groups", type=int, default=16)

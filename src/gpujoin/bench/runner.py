@@ -110,7 +110,7 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
         r, s = make_join(w)
         left, right = pa.table(s), pa.table(r)
         sync = None
-    items = (1 << w.log2_r) + (1 << w.log2_s)
+    items = sum(w.sizes())
     records = []
     for algo in algos:
         stats = []

@@ -16,7 +16,10 @@ class _Workload:
 
 @dataclass
 class JoinWorkload(_Workload):
-    """R ⋈ S on ``k``.  ``distinct_keys`` > 0 makes it many-to-many (both sides uniform over K)."""
+    """R ⋈ S on ``k``.  ``distinct_keys`` > 0 makes it many-to-many (both sides over K keys,
+    S uniform, R uniform or Zipf ``build_zipf``).  Heavy hitters (issue 17): ``heavy_share`` of
+    S's rows take one key of R; ``equal_rows`` > 0 gives both sides that many rows of one key
+    (output equal_rows**2), in place of the log2 sizes."""
 
     log2_r: int = 24
     log2_s: int = 24
@@ -27,6 +30,15 @@ class JoinWorkload(_Workload):
     key_bytes: int = 4
     payload_bytes: int = 4
     seed: int = 42
+    heavy_share: float = 0.0
+    build_zipf: float = 0.0
+    equal_rows: int = 0
+
+    def sizes(self) -> tuple[int, int]:
+        """(|R|, |S|)."""
+        if self.equal_rows:
+            return self.equal_rows, self.equal_rows
+        return 1 << self.log2_r, 1 << self.log2_s
 
 
 @dataclass
@@ -82,13 +94,17 @@ def make_join(w: JoinWorkload, xp=np) -> tuple[dict, dict]:
 
     R's keys are 0..|R|-1 shuffled; a fraction 1 - match_ratio of them is replaced by keys
     outside S's domain (paper 003 §5's match ratio).  S's keys are drawn from 0..|R|-1,
-    uniformly or Zipf-distributed over a shuffled order (so hot keys are not the small ones).
+    uniformly or Zipf-distributed over a shuffled order (so hot keys are not the small ones),
+    then a ``heavy_share`` of them set to one key.
     """
     rng = _Random(xp, w.seed)
-    nr, ns = 1 << w.log2_r, 1 << w.log2_s
+    nr, ns = w.sizes()
     kdt = np.int32 if w.key_bytes == 4 else np.int64
-    if w.distinct_keys:
-        rk = rng.integers(0, w.distinct_keys, nr).astype(kdt)
+    if w.equal_rows:
+        rk, sk = xp.full(nr, 7, kdt), xp.full(ns, 7, kdt)
+    elif w.distinct_keys:
+        order = rng.permutation(w.distinct_keys).astype(kdt)
+        rk = order[zipf_ranks(rng, w.distinct_keys, nr, w.build_zipf)]
         sk = rng.integers(0, w.distinct_keys, ns).astype(kdt)
     else:
         rk = rng.permutation(nr).astype(kdt)
@@ -97,6 +113,8 @@ def make_join(w: JoinWorkload, xp=np) -> tuple[dict, dict]:
             rk[drop] += nr  # keys nr..2nr-1 never occur in S
         order = rng.permutation(nr).astype(kdt)
         sk = order[zipf_ranks(rng, nr, ns, w.zipf)]
+        if w.heavy_share:  # one key of R (the first drawn order's) takes this share of S's rows
+            sk[rng.random(ns) < w.heavy_share] = order[0]
         if w.key_bytes == 8:  # use the full width, so 8-byte keys are not 4-byte keys in disguise
             rk = rk * np.int64(1 << 31) + 7
             sk = sk * np.int64(1 << 31) + 7
