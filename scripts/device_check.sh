@@ -144,13 +144,17 @@ if [[ $stage == bench-host ]]; then
     --runs ${RUNS:-3} -o "$OUT/bench_host.jsonl" 2>&1 | tail -20
 fi
 if [[ $stage == skew ]]; then
-  # issue 17: every algorithm and `auto` on skewed and heavy-hitter inputs (one H200)
-  f="$OUT/bench_skew.jsonl"; T=${SKEW_TIMEOUT:-150}
-  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --sweep zipf=1,1.5,2 --runs 3 -o "$f" >/dev/null
-  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --sweep heavy_share=0.01,0.1,0.5 --runs 3 -o "$f" >/dev/null
-  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 26 --distinct-keys 16777216 --sweep build_zipf=1,1.5 --runs 3 -o "$f" >/dev/null
-  timeout $T python3 -m gpujoin.cli bench join --device cuda --algorithm ${EQ_ALGOS:-smj-tr,smj-ur,auto,phj-tr} --equal-rows 65567 --runs 1 -o "$f" >/dev/null
-  timeout $T python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto --log2-rows 28 --sweep log2_groups=2,4 --runs 5 -o "$OUT/bench_skew_gb.jsonl" >/dev/null
+  # issue 17: every algorithm and `auto` on skewed and heavy-hitter inputs (one H200);
+  # PARTS picks among zipf heavy mm eq gb
+  f="$OUT/bench_skew.jsonl"; T=${SKEW_TIMEOUT:-200}; parts=" ${PARTS:-zipf heavy mm eq gb} "
+  bj() { timeout $T python3 -m gpujoin.cli bench join --device cuda --runs ${RUNS:-3} -o "$f" "$@" 2>>"$OUT/skew_err.txt" >/dev/null; }
+  [[ $parts == *" zipf "* ]] && bj --algorithm all,auto --log2-r 27 --sweep zipf=${ZIPF:-1,1.5,2}
+  [[ $parts == *" heavy "* ]] && bj --algorithm all,auto --log2-r 27 --sweep heavy_share=0.01,0.1,0.5
+  [[ $parts == *" mm "* ]] && bj --algorithm all,auto --log2-r 26 --distinct-keys 16777216 --sweep build_zipf=1,1.5
+  [[ $parts == *" eq "* ]] && bj --algorithm ${EQ_ALGOS:-all,auto} --equal-rows 65567
+  [[ $parts == *" gb "* ]] && timeout $T python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto \
+    --log2-rows 28 --sweep log2_groups=2,4 --runs 5 -o "$OUT/bench_skew_gb.jsonl" 2>>"$OUT/skew_err.txt" >/dev/null
+  grep -i -B2 "error" "$OUT/skew_err.txt" | tail -8
 fi
 if [[ $stage == skew-nsys ]]; then
   # kernel by kernel: PROFILE="join phj-tr log2_r=27 zipf=2" (profile_skew.py's arguments)

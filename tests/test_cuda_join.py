@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import gpujoin
+from gpujoin.plan.join import execute_join
 from gpujoin.testing import assert_tables_equal
 
 from strategies import join_pair
@@ -168,6 +169,39 @@ def test_gpu_join_skew_and_edge_cases(algorithm, case):
         want = gpujoin.join(left, right, "k", how=how, device="cpu")
         got = gpujoin.join(left, right, "k", how=how, device="cuda", algorithm=algorithm)
         assert_tables_equal(got, want)
+
+
+@pytest.mark.parametrize("algorithm", ["phj-tr", "phj-ur", "nphj"])
+@pytest.mark.parametrize("case", ["all_equal", "zipf2", "many_to_many", "extremes"])
+def test_heavy_build_keys_take_the_sort_merge_path(algorithm, case, monkeypatch):
+    """Oversized PHJ build partitions and NPHJ's heavy keys join by sort-merge (issue 17); tiny
+    thresholds put both paths in one join, at every join type."""
+    from gpujoin.cuda.join import nphj, phj, run
+
+    monkeypatch.setattr(phj, "OVERSIZED_BUILD", 16)
+    monkeypatch.setattr(nphj, "HEAVY_SAMPLE", 256)
+    monkeypatch.setattr(nphj, "HEAVY_ROWS", 24)
+    rng = np.random.default_rng(11)
+    if case == "all_equal":
+        lk, rk = np.full(300, 5), np.full(200, 5)
+    elif case == "zipf2":
+        lk, rk = rng.zipf(2.0, 3_000) % 5_000, rng.zipf(2.0, 2_000) % 5_000
+    elif case == "many_to_many":
+        lk, rk = rng.integers(0, 300, 2_000), np.concatenate([rng.integers(0, 300, 1_500), np.full(500, 7)])
+    else:
+        ext = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1], np.int64)
+        lk, rk = rng.choice(ext, 400), np.concatenate([rng.choice(ext, 100), rng.integers(-50, 50, 900)])
+    left = pa.table({"k": lk.astype(np.int64), "a": np.arange(lk.size)})
+    right = pa.table({"k": rk.astype(np.int64), "b": np.arange(rk.size) * 3})
+    kw = {"radix_bits": 6} if algorithm != "nphj" else {}
+    for how in HOWS:
+        want = gpujoin.join(left, right, "k", how=how, device="cpu")
+        got, _ = execute_join(left, right, "k", how=how, device="cuda", algorithm=algorithm, **kw)
+        assert_tables_equal(got, want)
+    out = run(algorithm, cp.asarray(rk), cp.asarray(lk), [cp.arange(rk.size)], [cp.arange(lk.size)], "inner", **kw)
+    assert out.params.get("oversized_partitions", 0) + out.params.get("heavy_build_rows", 0) > 0
+    assert out.n_pairs == int((np.unique(lk, return_counts=True)[1][np.isin(np.unique(lk), rk)]
+                               * np.unique(rk, return_counts=True)[1][np.isin(np.unique(rk), lk)]).sum())
 
 
 # ---------------------------------------------------------------- device-resident tables

@@ -26,6 +26,8 @@ _ALGORITHMS = {
 #: The bitmap joins of paper 002 (CPU: hash, split, bucket; GPU: bitmap) answer semi and anti
 #: joins only.
 SEMI_ANTI_ONLY = frozenset({"hash", "split", "bucket", "bitmap"})
+#: The GPU joins that stream host-resident tables (papers 004 and 000), not device tables.
+HOST_STREAMING = frozenset({"triton", "hybrid", "gsm"})
 
 
 def cuda_available() -> bool:

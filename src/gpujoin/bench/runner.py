@@ -13,7 +13,7 @@ from typing import Callable
 import numba
 import pyarrow as pa
 
-from ..backend import SEMI_ANTI_ONLY, algorithms, resolve_device
+from ..backend import HOST_STREAMING, SEMI_ANTI_ONLY, algorithms, resolve_device
 from ..plan.groupby import GroupBy
 from ..plan.join import execute_join
 from .workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
@@ -98,8 +98,9 @@ def bench_join(w: JoinWorkload, device: str = "auto", algorithm: str | list[str]
     """
     dev = resolve_device(device, "join")
     # "all": every algorithm that answers the benchmark's inner join in GPU memory (bitmap joins
-    # are semi/anti only; the Triton join streams host tables: `gpujoin bench out-of-core`)
-    algos = _algorithms(algorithm, [a for a in algorithms(dev)["join"] if a not in SEMI_ANTI_ONLY | {"triton"}])
+    # are semi/anti only; the Triton and multi-GPU joins stream host tables: `gpujoin bench
+    # out-of-core`, `gpujoin bench multi-gpu`)
+    algos = _algorithms(algorithm, [a for a in algorithms(dev)["join"] if a not in SEMI_ANTI_ONLY | HOST_STREAMING])
     if dev == "cuda":
         import cupy as cp
 

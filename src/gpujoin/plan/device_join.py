@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..backend import resolve_algorithm, resolve_device
+from ..backend import HOST_STREAMING, resolve_algorithm, resolve_device
 from ..errors import ComputeError, SchemaError
 from ..table import check_columns
 from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, output_layout
@@ -62,9 +62,10 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
                            f"or pass host tables (DeviceTable.to_arrow())")
     dev = resolve_device("cuda", "join")
     algo = resolve_algorithm("join", algorithm, dev)
-    if algo == "triton":
-        raise ValueError("algorithm='triton' joins host-resident tables out of core; these tables are already in "
-                         "GPU memory: use an in-core algorithm, or pass host tables (DeviceTable.to_arrow())")
+    if algo in HOST_STREAMING:
+        raise ValueError(f"algorithm={algo!r} streams host-resident tables (out of core, or over several GPUs); "
+                         f"these tables are already in GPU memory: use an in-core algorithm, or pass host tables "
+                         f"(DeviceTable.to_arrow())")
     from ..outofcore.budget import gpu_memory_cap
 
     with gpu_memory_cap(memory_limit):

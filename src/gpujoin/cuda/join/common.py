@@ -41,28 +41,34 @@ def position_dtype(n: int):
     return cp.uint32 if n < 2**32 else cp.uint64
 
 
-def run_match(launch, cap: int, bdtype, pdtype, kdtype, what: str):
+def pair_arrays(n: int, bdtype, pdtype, kdtype, what: str):
+    """Uninitialized output arrays of ``n`` pairs: (out_b, out_p, out_k or None when kdtype is
+    None).  Raises MemoryError naming ``what`` when they do not fit."""
+    try:
+        return cp.empty(n, bdtype), cp.empty(n, pdtype), (cp.empty(n, kdtype) if kdtype is not None else None)
+    except cp.cuda.memory.OutOfMemoryError as e:
+        raise out_of_memory(e, what) from None
+
+
+def run_match(launch, cap: int, bdtype, pdtype, kdtype, what: str, extra: int = 0):
     """Run a match kernel with an output guess of ``cap`` rows, then once more with the exact
     size if the guess was short (the kernel counts every match, written or not).
 
     launch(out_b, out_p, out_k, counter, cap) starts the kernel.  Returns (out_b, out_p, out_k)
-    of the exact length; out_k is None when kdtype is None.
+    of the exact length plus ``extra`` rows after the kernel's, left for the caller to write
+    (PHJ's oversized partitions); out_k is None when kdtype is None.
     """
-    try:
-        counter = cp.zeros(1, cp.uint64)
-        for _attempt in range(2):
-            out_b = cp.empty(cap, bdtype)
-            out_p = cp.empty(cap, pdtype)
-            out_k = cp.empty(cap, kdtype) if kdtype is not None else None
-            launch(out_b, out_p, out_k, counter, np.uint64(cap))
-            total = int(counter.get()[0])
-            if total <= cap:
-                return out_b[:total], out_p[:total], (out_k[:total] if out_k is not None else None)
-            cap = total
-            counter.fill(0)
-            del out_b, out_p, out_k
-    except cp.cuda.memory.OutOfMemoryError as e:
-        raise out_of_memory(e, what) from None
+    counter = cp.zeros(1, cp.uint64)
+    for _attempt in range(2):
+        out_b, out_p, out_k = pair_arrays(cap + extra, bdtype, pdtype, kdtype, what)
+        launch(out_b, out_p, out_k, counter, np.uint64(cap))
+        total = int(counter.get()[0])
+        if total <= cap:
+            n = total + extra
+            return out_b[:n], out_p[:n], (out_k[:n] if out_k is not None else None)
+        cap = total
+        counter.fill(0)
+        del out_b, out_p, out_k
     raise AssertionError("the match kernel counted more rows on its second run")
 
 

@@ -13,13 +13,15 @@ positions, which come out in increasing order on both sides (clustered).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cupy as cp
 import numpy as np
 
 from ..primitives import key_type, merge_bounds, radix_sort, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
-                     needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
+                     needs_build_flags, needs_probe_flags, pair_arrays, position_dtype, unmatched)
 
 BLOCK = 256
 
@@ -47,6 +49,79 @@ def smj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.
         raise out_of_memory(e, f"SMJ-{method.upper()}") from None
 
 
+@dataclass
+class MergeRanges:
+    """Sorted build and probe keys and, per sorted probe row, its range of equal build keys
+    (merge path): what SMJ joins with, and what PHJ hands its oversized partitions to.
+
+    bperm / pperm: int64 positions of the sorted rows in their side's space (None: the sorted
+    order is the space).  lower: int64 (np,) first equal build row; counts: int64 (np,) how
+    many; offsets: int64 (np + 1,) each probe row's first output row (None without pairs).
+    """
+
+    sbk: cp.ndarray
+    spk: cp.ndarray
+    bperm: cp.ndarray | None
+    pperm: cp.ndarray | None
+    lower: cp.ndarray
+    counts: cp.ndarray
+    offsets: cp.ndarray | None = None
+
+    @property
+    def total(self) -> int:
+        return 0 if self.offsets is None else int(self.offsets[-1])
+
+
+def merge_ranges(sbk: cp.ndarray, spk: cp.ndarray, bperm=None, pperm=None, pairs: bool = True) -> MergeRanges:
+    """The match ranges of sorted keys ``sbk`` (build) and ``spk`` (probe), same dtype."""
+    lower = merge_bounds(sbk, spk, upper=False)
+    r = MergeRanges(sbk, spk, bperm, pperm, lower, merge_bounds(sbk, spk, upper=True) - lower)
+    if pairs:
+        r.offsets = cp.zeros(spk.size + 1, cp.int64)
+        cp.cumsum(r.counts, out=r.offsets[1:])
+    return r
+
+
+def expand(r: MergeRanges, bsrc, psrc, out_b: cp.ndarray, out_p: cp.ndarray, out_k: cp.ndarray | None) -> None:
+    """Write the ``r.total`` pairs of ``r`` into ``out_b``/``out_p``/``out_k`` (views of that
+    length): each side's value in ``bsrc``/``psrc`` (or its position, when None) and the key."""
+    total = r.total
+    if not total:
+        return
+    fn = kernel("merge.cu", f"expand_matches<{key_type(r.sbk)}, {word_type(out_b.dtype)}, {word_type(out_p.dtype)}>")
+    grid = (max(1, min((total + BLOCK - 1) // BLOCK, 132 * 16)),)
+    fn(grid, (BLOCK,), (r.lower, r.offsets, np.int64(r.spk.size), np.uint64(total), r.spk, ptr(r.bperm),
+                        ptr(r.pperm), ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k)))
+
+
+def range_flags(r: MergeRanges, pflag: cp.ndarray | None, bflag: cp.ndarray | None) -> None:
+    """Mark the matched probe rows (``pflag``) and build rows (``bflag``, uint8 over each space)
+    of ``r``; rows outside its permutations are left as they are."""
+    if pflag is not None and r.spk.size:
+        hit = (r.counts > 0).astype(cp.uint8)
+        if r.pperm is None:
+            pflag[:] = hit
+        else:
+            pflag[r.pperm] = hit
+    if bflag is not None and r.sbk.size:
+        hit = (merge_bounds(r.spk, r.sbk, upper=True) > merge_bounds(r.spk, r.sbk, upper=False)).astype(cp.uint8)
+        if r.bperm is None:
+            bflag[:] = hit
+        else:
+            bflag[r.bperm] = hit
+
+
+def sort_rows(bk: cp.ndarray, pk: cp.ndarray, bpos: cp.ndarray, ppos: cp.ndarray, pairs: bool) -> MergeRanges:
+    """The match ranges of a subset of rows: build keys ``bk`` at space positions ``bpos`` and
+    probe keys ``pk`` at ``ppos`` (int64), each side sorted on the bits the keys' range needs."""
+    both = [a for a in (bk, pk) if a.size]
+    lo = min(int(a.min()) for a in both) if both else 0
+    bits = (max(int(a.max()) for a in both) - lo).bit_length() if both else 0
+    sbk, (sbpos,) = radix_sort(bk, [bpos], lo, bits)
+    spk, (sppos,) = radix_sort(pk, [ppos], lo, bits)
+    return merge_ranges(sbk, spk, sbpos, sppos, pairs)
+
+
 def _smj(bk, pk, bpay, ppay, mode, method, emit_keys):
     nb, np_ = bk.size, pk.size
     timer = PhaseTimer()
@@ -64,31 +139,17 @@ def _smj(bk, pk, bpay, ppay, mode, method, emit_keys):
         bsrc, psrc = direct_column(space_b), direct_column(space_p)
     timer.mark("transform")
 
-    lower = merge_bounds(sbk, spk, upper=False)
-    counts = merge_bounds(sbk, spk, upper=True) - lower
-    pflag = (counts > 0).astype(cp.uint8) if needs_probe_flags(mode) else None
-    bflag = None
-    if needs_build_flags(mode):
-        bflag = (merge_bounds(spk, sbk, upper=True) > merge_bounds(spk, sbk, upper=False)).astype(cp.uint8)
     pairs = emits_pairs(mode)
+    r = merge_ranges(sbk, spk, pairs=pairs)
+    pflag = cp.zeros(np_, cp.uint8) if needs_probe_flags(mode) else None
+    bflag = cp.zeros(nb, cp.uint8) if needs_build_flags(mode) else None
+    range_flags(r, pflag, bflag)
     out_b = out_p = out_k = None
     if pairs:
-        offsets = cp.zeros(np_ + 1, cp.int64)
-        cp.cumsum(counts, out=offsets[1:])
-        total = int(offsets[-1])
         bdt = bsrc.dtype if bsrc is not None else position_dtype(nb)
         pdt = psrc.dtype if psrc is not None else position_dtype(np_)
-        fn = kernel("merge.cu", f"expand_matches<{key_type(bk)}, {word_type(bdt)}, {word_type(pdt)}>")
-
-        def launch(ob, op, ok, counter, cap):
-            counter.fill(total)
-            if total:
-                grid = (max(1, min((total + BLOCK - 1) // BLOCK, 132 * 16)),)
-                fn(grid, (BLOCK,), (lower, offsets, np.int64(np_), np.uint64(total), sbk, ptr(bsrc), ptr(psrc),
-                                    ob, op, ptr(ok)))
-
-        out_b, out_p, out_k = run_match(launch, total, bdt, pdt, bk.dtype if emit_keys else None,
-                                        "SMJ merge")
+        out_b, out_p, out_k = pair_arrays(r.total, bdt, pdt, bk.dtype if emit_keys else None, "SMJ merge")
+        expand(r, bsrc, psrc, out_b, out_p, out_k)
     probe_only, build_only = unmatched(mode, pflag, bflag)
     timer.mark("match")
     out = JoinOutput(space_b, space_p, params={"key_bits": bits, "method": method}, phases=timer.phases)

@@ -80,12 +80,14 @@ phj_match(const K* __restrict__ bk, const i64* __restrict__ boff, const K* __res
     }
 }
 
-// NPHJ build: insert every build row into a linear-probing table of 2^k slots (a multimap:
-// duplicate keys take their own slots).  slot_row starts all -1.
+// NPHJ build: insert build rows into a linear-probing table of 2^k slots (a multimap:
+// duplicate keys take their own slots): rows[0..n) when rows is not null, else rows 0..n-1.
+// slot_row starts all -1.
 template <typename K>
-__global__ void nphj_build(const K* __restrict__ bk, i64 n, K* __restrict__ slot_key,
+__global__ void nphj_build(const K* __restrict__ bk, i64 n, const i64* __restrict__ rows, K* __restrict__ slot_key,
                            i32* __restrict__ slot_row, u64 mask) {
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (i64)gridDim.x * blockDim.x) {
+        const i64 i = rows ? rows[j] : j;
         const K k = bk[i];
         u64 t = (u64)hash_key(k) & mask;
         while (atomicCAS(&slot_row[t], -1, (i32)i) != -1) t = (t + 1) & mask;

@@ -55,20 +55,24 @@ merge_bounds(const K* __restrict__ a, i64 na, const K* __restrict__ b, i64 nb, i
     }
 }
 
-// Expand per-probe match ranges into output pairs: probe row j matches build rows
+// Expand per-probe match ranges into output pairs: sorted probe row j matches sorted build rows
 // [lower[j], lower[j] + offsets[j+1] - offsets[j]).  Output row o finds its probe row by binary
-// search over the offsets, so one hot key does not leave a single thread all the work.
+// search over the offsets, so one hot key does not leave a single thread all the work (the cost
+// is the output's, whatever the multiplicities).  bperm / pperm (null: identity) map a sorted
+// row to its position in its side's space; out_k (when not null) gets the key, pkeys[j].  SMJ
+// expands whole sorted sides; PHJ the sorted rows of its oversized partitions.
 template <typename K, typename BV, typename PV>
 __global__ void expand_matches(const i64* __restrict__ lower, const i64* __restrict__ offsets, i64 m,
-                               u64 total, const K* __restrict__ bkeys,
-                               const BV* __restrict__ bsrc, const PV* __restrict__ psrc,
-                               BV* __restrict__ out_b, PV* __restrict__ out_p, K* __restrict__ out_k) {
+                               u64 total, const K* __restrict__ pkeys, const i64* __restrict__ bperm,
+                               const i64* __restrict__ pperm, const BV* __restrict__ bsrc,
+                               const PV* __restrict__ psrc, BV* __restrict__ out_b, PV* __restrict__ out_p,
+                               K* __restrict__ out_k) {
     for (u64 o = (u64)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (u64)gridDim.x * blockDim.x) {
         i64 lo = 0, hi = m;  // largest j with offsets[j] <= o
         while (hi - lo > 1) { i64 mid = (lo + hi) >> 1; if ((u64)offsets[mid] <= o) lo = mid; else hi = mid; }
-        const u64 bpos = (u64)(lower[lo] + (i64)(o - (u64)offsets[lo]));
-        out_b[o] = side_value(bsrc, bpos);
-        out_p[o] = side_value(psrc, (u64)lo);
-        if (out_k) out_k[o] = bkeys[bpos];
+        const i64 b = lower[lo] + (i64)(o - (u64)offsets[lo]);
+        out_b[o] = side_value(bsrc, (u64)(bperm ? bperm[b] : b));
+        out_p[o] = side_value(psrc, (u64)(pperm ? pperm[lo] : lo));
+        if (out_k) out_k[o] = pkeys[lo];
     }
 }
