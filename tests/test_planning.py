@@ -96,6 +96,9 @@ def test_join_rule_follows_section_4():
     assert auto.choose_join(est(0.125, k=8), dev).algorithm == "phj-tr"
     assert auto.choose_join(est(0.125, pw=8), dev).algorithm == "phj-tr"
     assert auto.choose_join(est(0.125, share=0.1), dev).algorithm == "phj-tr"
+    heavy = est(1.0, k=8)
+    heavy.build_repeated = 0.35  # Zipf z = 1 build keys of a many-to-many join
+    assert heavy.heavy_build and auto.choose_join(heavy, dev).algorithm == "smj-tr"
     choice = auto.choose_join(est(1.0), dev)
     ranked = choice.predicted
     assert min(ranked, key=ranked.get) == "phj-tr" and max(ranked, key=ranked.get) == "nphj"
@@ -121,6 +124,24 @@ def test_statistics_estimates():
     assert stats.match_ratio(build[:0], probe) == 0.0
     zipf = np.minimum(rng.zipf(1.5, 1 << 18), 1 << 16)
     assert stats.top_share(zipf) > stats.SKEW_SHARE > stats.top_share(rng.integers(0, 1 << 16, 1 << 18))
+
+
+def test_heavy_build_keys_and_sampled_groups():
+    """Issue 17: the small sample finds heavy build keys, and a few groups without the sketch."""
+    rng = np.random.default_rng(6)
+    n = 1 << 22
+    uniform_m2m = rng.integers(0, n // 8, n)  # 8 rows a key: not heavy
+    zipf_build = rng.permutation(1 << 20)[np.minimum(rng.zipf(1.2, n), 1 << 20) - 1]
+    assert stats.repeated_share(rng.permutation(n)) == 0.0
+    assert stats.repeated_share(uniform_m2m) < stats.HEAVY_BUILD_SHARE < stats.repeated_share(zipf_build)
+    assert stats.repeated_share(np.full(70_000, 3)) == 1.0 and stats.repeated_share(np.zeros(0)) == 0.0
+    est = stats.estimate_join(zipf_build, uniform_m2m, [4], [4])
+    assert est.heavy_build and est.as_dict()["heavy_build"]
+    few = stats.estimate_group_by(rng.integers(0, 16, n), [4], 8)
+    assert (few.groups, few.method) == (16, "sample (every group seen twice)")
+    many = stats.estimate_group_by(rng.integers(0, 1 << 16, n), [4], 8)
+    assert many.method == "sample (GEE)" and many.groups > 2**15  # the sketch (GEE on the host) took over
+    assert stats.sample_groups(np.array([5, 1])) is None and stats.sample_groups(np.zeros(0, np.int64)) is None
 
 
 def test_explain_join_and_group_by_on_the_cpu():

@@ -10,8 +10,10 @@ On an H200 (docs/BENCHMARKS.md) HGB was fastest up to 2^14 groups and PGB-TR fro
 4-byte MAX columns, so "fits in shared memory" is the measured crossover as well as the tree's
 test (the paper's A100 measured HGB ahead up to 2^18).
 
-Join: PHJ-TR when the match ratio is at least model (b)'s crossover for the payload columns, the
-probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 003 §4).
+Join: SMJ-TR for heavy build keys (many-to-many with skew, measured on an H200: PHJ's chains
+serialize a hot key's matches on one thread); else PHJ-TR when the match ratio is at least model
+(b)'s crossover for the payload columns, the probe keys are skewed, or keys or payloads are 8
+bytes; PHJ-UR below (paper 003 §4).
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
     predicted = {a: sum(ph.values()) for a, ph in phases.items()}
     p = max(len(est.build_payloads), len(est.probe_payloads), 1)
     crossover = cost.phj_crossover(dev, p)
+    if est.heavy_build:
+        return Choice("smj-tr", f"heavy build keys ({est.build_repeated:.0%} of a build sample repeats in it): "
+                                f"SMJ's expansion costs the output's, PHJ's chains serialize the hot keys' matches",
+                      predicted, phases)
     if wide_join(est):
         return Choice("phj-tr", "8-byte keys or payloads", predicted, phases)
     if est.match_ratio >= crossover:
@@ -98,11 +104,11 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
     from .stats import estimate_join, match_ratio, top_share
 
     dev = device_model()
-    # each sampled statistic only when the rules reach it (§4's order: width, match ratio, skew);
-    # together they cost up to 13% of a 10 ms join (H200)
+    # each sampled statistic only when the rules reach it (heavy build keys from a small sample,
+    # then §4's order: width, match ratio, skew); together they cost up to 13% of a 10 ms join (H200)
     est = estimate_join(build_keys, probe_keys, [p.dtype.itemsize for p in build_payloads],
                         [p.dtype.itemsize for p in probe_payloads], measure=False)
-    if not wide_join(est):
+    if not est.heavy_build and not wide_join(est):
         est.match_ratio = match_ratio(build_keys, probe_keys)
         p = max(len(est.build_payloads), len(est.probe_payloads), 1)
         if est.match_ratio < cost.phj_crossover(dev, p):
@@ -117,15 +123,13 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     (cuda.groupby.AggInput)."""
     from ..cuda.groupby.common import slot_bytes
     from .calibrate import device_model
-    from .stats import estimate_group_by, top_share
+    from .stats import estimate_group_by
 
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     dev = device_model()
-    # skew decides only among the algorithms for groups that do not fit in shared memory, so its
-    # sample is taken only then: auto's statistics cost up to 20% of a 5 ms HGB run (H200, 2^28 rows)
-    est = estimate_group_by(keys, widths, slot_bytes(inputs), skew=False)
-    if not fits_shared(est, dev):
-        est.top_share = top_share(keys)
+    # one small sample gives the skew and, for a few groups, their number; HyperLogLog's pass
+    # over every key only when the sample cannot tell (it cost 19% of HGB's 3 ms at 2^28 rows)
+    est = estimate_group_by(keys, widths, slot_bytes(inputs))
     choice = choose_group_by(est, dev)
     choice.estimate = est
     return choice

@@ -5,6 +5,7 @@
 - match ratio: the share of a sample of probe keys found in a sorted sample of build keys,
   scaled by the build sample's share of the build side (exact for unique build keys, in
   expectation).
+- heavy build keys: the share of a small build sample whose keys repeat in it (HEAVY_BUILD_SHARE).
 - skew: the top key's share of a sample; SKEW_SHARE or more counts as skewed for a join (Zipf
   z >= 1 over up to 2^27 distinct keys gives 5% or more, z = 0.5 over 2^10 keys 1.6%), and
   GROUP_BY_SKEW_SHARE or more for a group-by.  On an H200 (2^28 rows, g = 2^16) with the
@@ -26,6 +27,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 SKEW_SHARE = 0.02
+#: repeated_share of the build keys from which a join counts as having heavy build keys.  On an
+#: H200, 2^26 ⋈ 2^26 over 2^24 keys with Zipf build keys (issue 17): SMJ-TR 19.2 ms against
+#: PHJ-TR 38.2 at z = 1 (share about 0.35), 16.4 against 23.7 at z = 1.5; uniform
+#: many-to-many keys (share 0) stay PHJ-TR's (34.5 against 36.7 ms at 8 rows a key).
+HEAVY_BUILD_SHARE = 0.2
 GROUP_BY_SKEW_SHARE = 0.5
 SAMPLE = 1 << 14
 SKEW_SAMPLE = 1 << 12
@@ -82,30 +88,58 @@ class JoinEstimate:
     probe_payloads: list[int] = field(default_factory=list)
     match_ratio: float | None = 1.0  # None: not measured (the choice did not depend on it; 1 assumed)
     top_share: float | None = 0.0  # None: not measured
+    build_repeated: float | None = 0.0  # repeated_share of the build keys; None: not measured
 
     @property
     def skewed(self) -> bool:
         return self.top_share is not None and self.top_share >= SKEW_SHARE
 
     @property
+    def heavy_build(self) -> bool:
+        """Heavy build keys: HEAVY_BUILD_SHARE or more of a build sample repeats in it."""
+        return self.build_repeated is not None and self.build_repeated >= HEAVY_BUILD_SHARE
+
+    @property
     def matches(self) -> float:
         return (1.0 if self.match_ratio is None else self.match_ratio) * self.probe_rows
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "skewed": self.skewed}
+        return {**asdict(self), "skewed": self.skewed, "heavy_build": self.heavy_build}
 
 
-def top_share(keys) -> float:
-    """The most frequent key's share of a strided sample of ``keys`` (0 for no keys).
-
-    The sample (SKEW_SAMPLE keys: a 20% share is then known to about 0.6%) is counted on the
-    host, where a few thousand keys cost less than the kernel launches and syncs of a GPU unique.
-    """
+def sample_counts(keys) -> np.ndarray:
+    """How often each distinct key occurs in a strided sample of SKEW_SAMPLE ``keys`` (host
+    int64 counts; empty for no keys).  The sample is counted on the host, where a few thousand
+    keys cost less than the kernel launches and syncs of a GPU unique (about 50 us)."""
     if keys.size == 0:
-        return 0.0
-    s = _to_host(_sample(keys, SKEW_SAMPLE))
-    _, counts = np.unique(s, return_counts=True)
-    return float(counts.max()) / s.size
+        return np.zeros(0, np.int64)
+    return np.unique(_to_host(_sample(keys, SKEW_SAMPLE)), return_counts=True)[1]
+
+
+def top_share(keys, counts: np.ndarray | None = None) -> float:
+    """The most frequent key's share of a strided sample of ``keys`` (0 for no keys): a 20%
+    share is known to about 0.6% from SKEW_SAMPLE keys.  ``counts``: sample_counts(keys)."""
+    counts = sample_counts(keys) if counts is None else counts
+    return float(counts.max()) / counts.sum() if counts.size else 0.0
+
+
+def repeated_share(keys, counts: np.ndarray | None = None) -> float:
+    """The share of a strided sample of ``keys`` whose key occurs more than once in it: keys of
+    about |keys| / SKEW_SAMPLE rows or more (16,384 at 2^26 rows).  0 for unique keys and for
+    many-to-many keys of even, low multiplicity; the share of the rows that heavy keys hold
+    otherwise (Zipf z = 1 over 2^24 keys of 2^26 rows: about 0.35; all-equal keys: 1)."""
+    counts = sample_counts(keys) if counts is None else counts
+    return float(counts[counts > 1].sum()) / counts.sum() if counts.size else 0.0
+
+
+def sample_groups(counts: np.ndarray) -> int | None:
+    """The number of groups when a sample shows every group at least twice and at most one
+    distinct key per 8 sampled (a few groups, all seen), else None (the sketch is needed).
+    Reading a few thousand keys costs less than HyperLogLog's pass over all of them: at 2^28
+    rows into 2^4 groups that pass was 19% of HGB's 3 ms run (issue 17)."""
+    if counts.size and counts.min() >= 2 and counts.size * 8 <= counts.sum():
+        return int(counts.size)
+    return None
 
 
 def estimate_groups(keys) -> tuple[int, str]:
@@ -126,11 +160,15 @@ def estimate_groups(keys) -> tuple[int, str]:
     return max(1, min(n, int(round(est)))), "sample (GEE)"
 
 
-def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int, skew: bool = True) -> GroupByEstimate:
-    """The group-by's statistics; ``skew=False`` leaves top_share unmeasured (None)."""
-    groups, method = estimate_groups(keys)
+def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int) -> GroupByEstimate:
+    """The group-by's statistics: a small sample first (its top key's share, and the groups when
+    it shows them all: :func:`sample_groups`), the full estimate of the groups only otherwise."""
+    counts = sample_counts(keys)
+    groups, method = sample_groups(counts), "sample (every group seen twice)"
+    if groups is None:
+        groups, method = estimate_groups(keys)
     return GroupByEstimate(int(keys.size), groups, keys.dtype.itemsize, list(value_bytes), slot_bytes,
-                           top_share(keys) if skew else None, method)
+                           top_share(keys, counts), method)
 
 
 def match_ratio(build_keys, probe_keys) -> float:
@@ -147,7 +185,8 @@ def match_ratio(build_keys, probe_keys) -> float:
 
 def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],
                   measure: bool = True) -> JoinEstimate:
-    """The join's statistics; ``measure=False`` leaves the sampled ones (match ratio, skew) as None."""
+    """The join's statistics; ``measure=False`` leaves the match ratio and the probe keys' skew
+    as None (the build keys' small sample is always read)."""
     return JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, list(build_payloads),
                         list(probe_payloads), match_ratio(build_keys, probe_keys) if measure else None,
-                        top_share(probe_keys) if measure else None)
+                        top_share(probe_keys) if measure else None, repeated_share(build_keys))
