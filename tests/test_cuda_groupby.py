@@ -317,6 +317,15 @@ def test_auto_chooses_by_the_statistics_on_the_gpu():
          "c": cp.ones(n, cp.int32), "d": cp.ones(n, cp.int32)}
     _, st = gpujoin.plan.join.execute_join(s, r, "k")
     assert st.algorithm == "phj-ur" and "crossover" in st.params["auto"]  # match ratio ~10% < 19%
+    # issue 17: heavy build keys go to SMJ-TR; a few groups are counted from the sample alone
+    from gpujoin.plan.auto import resolve_gpu_join
+
+    heavy = cp.where(rng.random(n) < 0.5, 7, cp.arange(n)).astype(cp.int32)
+    choice = resolve_gpu_join(heavy, cp.arange(n, dtype=cp.int32), [], [])
+    assert choice.algorithm == "smj-tr" and choice.estimate.heavy_build
+    t = {"k": rng.integers(0, 16, n, dtype=cp.int32), "v": rng.integers(0, 100, n, dtype=cp.int32)}
+    plan = gpujoin.explain(gpujoin.group_by, t, "k", aggs={"m": ("v", "max")}, run=True)
+    assert plan.choice == "hgb" and "every group seen twice" in str(plan) and plan.result.num_rows == 16
 
 
 def test_explain_on_the_gpu_predicts_and_measures():
