@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|tests-dist|bench-dist|skew|skew-nsys|all]
+#                            tests-multi|bench-multi|tests-dist|bench-dist|skew|skew-nsys|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -155,6 +155,21 @@ if [[ $stage == skew ]]; then
   [[ $parts == *" gb "* ]] && timeout $T python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto \
     --log2-rows 28 --sweep log2_groups=2,4 --runs 5 -o "$OUT/bench_skew_gb.jsonl" 2>>"$OUT/skew_err.txt" >/dev/null
   grep -i -B2 "error" "$OUT/skew_err.txt" | tail -8
+fi
+if [[ $stage == auto-sweep ]]; then
+  # issue 17 item 3 and targets: what auto's statistics cost, then auto beside every algorithm on
+  # the narrow/wide joins, Zipf joins, and the group-by sweeps (g = 2^2..2^26, Zipf at 2^12, 2^16)
+  timeout 150 python3 scripts/profile_stats.py 2>&1 | tee "$OUT/profile_stats.txt"
+  f="$OUT/bench_auto.jsonl"; g="$OUT/bench_auto_gb.jsonl"; R=${RUNS:-5}
+  timeout 120 python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --sweep payloads=1,2 --runs $R -o "$f" >/dev/null 2>>"$OUT/auto_err.txt"
+  timeout 120 python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 2 --sweep zipf=1,2 --runs $R -o "$f" >/dev/null 2>>"$OUT/auto_err.txt"
+  timeout 150 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto --log2-rows 28 \
+    --sweep log2_groups=${GROUPS:-2,4,8,12,16,20,24,26} --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
+  for lg in 12 16; do
+    timeout 100 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto --log2-rows 28 --log2-groups $lg \
+      --sweep zipf=1.5,2 --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
+  done
+  grep -i -B2 "error" "$OUT/auto_err.txt" | tail -8
 fi
 if [[ $stage == skew-nsys ]]; then
   # kernel by kernel: PROFILE="join phj-tr log2_r=27 zipf=2" (profile_skew.py's arguments)

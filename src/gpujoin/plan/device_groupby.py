@@ -122,8 +122,10 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         algorithm = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
         groups = choice.estimate.groups
-    else:
-        groups = None
+    else:  # a few groups, all seen in a small sample, need no HyperLogLog pass (None: the algorithm runs it)
+        from .stats import sample_counts, sample_groups
+
+        groups = sample_groups(sample_counts(keys))
     out = run(algorithm, keys, inputs, groups_estimate=groups)
     sizes = out.columns[0]["count"] if need_sizes else None
     res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}

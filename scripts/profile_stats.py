@@ -1,0 +1,45 @@
+"""What auto's statistics cost (issue 17 item 3): each estimate on bench workloads, wall time
+with the device synchronized, median of 7 after a warm-up."""
+
+import statistics
+import time
+
+import cupy as cp
+
+from gpujoin.bench.workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
+from gpujoin.cuda.groupby.common import AggInput
+from gpujoin.plan import stats
+from gpujoin.plan.auto import resolve_gpu_group_by, resolve_gpu_join
+
+
+def timed(label, fn, reps=7):
+    fn()
+    ts = []
+    for _ in range(reps):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        fn()
+        cp.cuda.Device().synchronize()
+        ts.append(time.perf_counter() - t0)
+    print(f"{label:60} {statistics.median(ts) * 1e3:8.3f} ms", flush=True)
+
+
+for w in (JoinWorkload(log2_r=27, log2_s=27), JoinWorkload(log2_r=24, log2_s=24),
+          JoinWorkload(log2_r=26, log2_s=26, distinct_keys=1 << 24, build_zipf=1.0)):
+    r, s = make_join(w, cp)
+    bk, pk = r["k"], s["k"]
+    tag = f"join 2^{w.log2_r}" + (" mm zipf-build" if w.build_zipf else "")
+    timed(f"{tag}: sample_counts(build) + repeated_share", lambda: stats.repeated_share(bk))
+    timed(f"{tag}: match_ratio", lambda: stats.match_ratio(bk, pk))
+    timed(f"{tag}: top_share(probe)", lambda: stats.top_share(pk))
+    timed(f"{tag}: resolve_gpu_join (all auto does)", lambda: resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]))
+    print("  chose", resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]).algorithm)
+for w in (GroupByWorkload(log2_rows=28, log2_groups=4), GroupByWorkload(log2_rows=28, log2_groups=12, zipf=2.0),
+          GroupByWorkload(log2_rows=28, log2_groups=16)):
+    t = make_groupby(w, cp)
+    inputs = [AggInput(t["v0"], None, ("max",)), AggInput(t["v1"], None, ("max",))]
+    tag = f"group-by 2^28 g=2^{w.log2_groups} zipf={w.zipf}"
+    timed(f"{tag}: HyperLogLog (estimate_groups)", lambda: stats.estimate_groups(t["k"]))
+    timed(f"{tag}: resolve_gpu_group_by (all auto does)", lambda: resolve_gpu_group_by(t["k"], inputs))
+    print("  chose", resolve_gpu_group_by(t["k"], inputs).algorithm,
+          resolve_gpu_group_by(t["k"], inputs).estimate.method)
