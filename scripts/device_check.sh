@@ -164,7 +164,7 @@ if [[ $stage == auto-sweep ]]; then
   timeout 120 python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --sweep payloads=1,2 --runs $R -o "$f" >/dev/null 2>>"$OUT/auto_err.txt"
   timeout 120 python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 2 --sweep zipf=1,2 --runs $R -o "$f" >/dev/null 2>>"$OUT/auto_err.txt"
   timeout 150 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto --log2-rows 28 \
-    --sweep log2_groups=${GROUPS:-2,4,8,12,16,20,24,26} --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
+    --sweep log2_groups=${LOG2_GROUPS:-2,4,8,12,16,20,24,26} --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
   for lg in 12 16; do
     timeout 100 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto --log2-rows 28 --log2-groups $lg \
       --sweep zipf=1.5,2 --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
