@@ -18,7 +18,7 @@ from ..primitives import compact, key_type, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, needs_build_flags,
                      needs_probe_flags, position_dtype, run_match, unmatched)
-from .smj import expand, range_flags, sort_rows
+from .smj import match_with_ranges, sort_rows
 
 BLOCK = 256
 #: heavy_keys: the sample of build keys, and the rows a key must hold to be heavy.
@@ -73,7 +73,8 @@ def heavy_keys(bk: cp.ndarray) -> cp.ndarray | None:
     A linear-probing multimap inserts m equal keys in m^2/2 steps and walks all m for each
     probe row of the key: 25 million equal build keys would take hours.  The heavy keys' rows
     join by sort-merge instead (``smj.sort_rows``), at the cost of their output.  Keys of fewer
-    rows that the sample misses keep the quadratic build (with 2^26 build rows, those of under about 2,048 rows)."""
+    rows that the sample misses keep the quadratic build (with 2^26 build rows, those of under
+    about 2,048 rows)."""
     n = bk.size
     if n < HEAVY_ROWS:
         return None
@@ -134,19 +135,15 @@ def _nphj(bk, pk, bpay, ppay, mode, emit_keys, slots):
             fn(grid(np_), (BLOCK,), (pk, np.int64(np_), slot_key, slot_row, mask, ptr(bsrc), ptr(psrc),
                                      out_b, out_p, ptr(out_k), counter, cap, ptr(bflag), ptr(pflag)))
 
-    if heavy is not None:
-        range_flags(heavy, pflag, bflag)
-    extra = heavy.total if heavy is not None else 0
-    out_b, out_p, out_k = run_match(launch, np_ if pairs else 0, bdt, pdt,
-                                    bk.dtype if (emit_keys and pairs) else None, "NPHJ match", extra=extra)
-    if extra:
-        n = out_b.size - extra
-        expand(heavy, bsrc, psrc, out_b[n:], out_p[n:], out_k[n:] if out_k is not None else None)
+    out_b, out_p, out_k = match_with_ranges(launch, np_ if pairs else 0, bdt, pdt,
+                                            bk.dtype if (emit_keys and pairs) else None, "NPHJ match", heavy,
+                                            bsrc, psrc, pflag, bflag)
     probe_only, build_only = unmatched(mode, pflag, bflag)
     timer.mark("match")
     out = JoinOutput(list(bpay), list(ppay), direct_b=bsrc is not None, direct_p=psrc is not None,
                      probe_only=probe_only, build_only=build_only, key_b=bk, key_p=pk,
-                     params={"slots": slots, "heavy_build_rows": 0 if heavy is None else int(heavy.sbk.size)}, phases=timer.phases)
+                     params={"slots": slots, "heavy_build_rows": 0 if heavy is None else int(heavy.sbk.size)},
+                     phases=timer.phases)
     if pairs:
         out.pairs_b, out.pairs_p, out.pair_keys = out_b, out_p, out_k
     return out

@@ -27,8 +27,8 @@ import numpy as np
 from ..primitives import Digits, _passes, hash_partition_bits, key_type, radix_partition, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
-                     needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
-from .smj import expand, range_flags, sort_rows
+                     needs_build_flags, needs_probe_flags, position_dtype, unmatched)
+from .smj import match_with_ranges, sort_rows
 
 #: Shared-memory table of a work unit: at most CAP_BUILD build rows in NBUCKETS chains.
 CAP_BUILD, NBUCKETS, PROBE_CHUNK, BLOCK = 4096, 4096, 8192, 512
@@ -146,8 +146,6 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
 
     pflag = cp.zeros(np_, cp.uint8) if needs_probe_flags(mode) else None
     bflag = cp.zeros(nb, cp.uint8) if needs_build_flags(mode) else None
-    if heavy is not None:
-        range_flags(heavy, pflag, bflag)
     kt = key_type(bk)
     bdt = bsrc.dtype if bsrc is not None else position_dtype(nb)
     pdt = psrc.dtype if psrc is not None else position_dtype(np_)
@@ -164,12 +162,9 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
                                     ptr(bflag), ptr(pflag)),
                shared_mem=smem)
 
-    extra = heavy.total if heavy is not None else 0
-    out_b, out_p, out_k = run_match(launch, np_ if pairs else 0, bdt, pdt,
-                                    bk.dtype if (emit_keys and pairs) else None, "PHJ match", extra=extra)
-    if extra:
-        n = out_b.size - extra
-        expand(heavy, bsrc, psrc, out_b[n:], out_p[n:], out_k[n:] if out_k is not None else None)
+    out_b, out_p, out_k = match_with_ranges(launch, np_ if pairs else 0, bdt, pdt,
+                                            bk.dtype if (emit_keys and pairs) else None, "PHJ match", heavy,
+                                            bsrc, psrc, pflag, bflag)
     probe_only, build_only = unmatched(mode, pflag, bflag)
     timer.mark("match")
     out = JoinOutput(space_b, space_p, params={"radix_bits": bits, "work_units": units, "method": method,

@@ -21,7 +21,7 @@ import numpy as np
 from ..primitives import key_type, merge_bounds, radix_sort, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
-                     needs_build_flags, needs_probe_flags, pair_arrays, position_dtype, unmatched)
+                     needs_build_flags, needs_probe_flags, pair_arrays, position_dtype, run_match, unmatched)
 
 BLOCK = 256
 
@@ -111,24 +111,41 @@ def range_flags(r: MergeRanges, pflag: cp.ndarray | None, bflag: cp.ndarray | No
             bflag[r.bperm] = hit
 
 
+def key_range(bk: cp.ndarray, pk: cp.ndarray) -> tuple[int, int]:
+    """(smallest key of both sides, bits of the largest minus it): what their radix sort reads."""
+    both = [a for a in (bk, pk) if a.size]
+    lo = min(int(a.min()) for a in both) if both else 0
+    return lo, (max(int(a.max()) for a in both) - lo).bit_length() if both else 0
+
+
 def sort_rows(bk: cp.ndarray, pk: cp.ndarray, bpos: cp.ndarray, ppos: cp.ndarray, pairs: bool) -> MergeRanges:
     """The match ranges of a subset of rows: build keys ``bk`` at space positions ``bpos`` and
     probe keys ``pk`` at ``ppos`` (int64), each side sorted on the bits the keys' range needs."""
-    both = [a for a in (bk, pk) if a.size]
-    lo = min(int(a.min()) for a in both) if both else 0
-    bits = (max(int(a.max()) for a in both) - lo).bit_length() if both else 0
+    lo, bits = key_range(bk, pk)
     sbk, (sbpos,) = radix_sort(bk, [bpos], lo, bits)
     spk, (sppos,) = radix_sort(pk, [ppos], lo, bits)
     return merge_ranges(sbk, spk, sbpos, sppos, pairs)
 
 
+def match_with_ranges(launch, cap: int, bdtype, pdtype, kdtype, what: str, ranges: MergeRanges | None,
+                      bsrc, psrc, pflag, bflag):
+    """A hash join's ``run_match`` (see ``common.run_match``) when ``ranges`` (rows it left to
+    sort-merge: PHJ's oversized partitions, NPHJ's heavy keys) is not None: their flags are
+    marked, and their pairs written after the kernel's.  Returns (out_b, out_p, out_k)."""
+    if ranges is not None:
+        range_flags(ranges, pflag, bflag)
+    extra = ranges.total if ranges is not None else 0
+    out_b, out_p, out_k = run_match(launch, cap, bdtype, pdtype, kdtype, what, extra=extra)
+    if extra:
+        n = out_b.size - extra
+        expand(ranges, bsrc, psrc, out_b[n:], out_p[n:], out_k[n:] if out_k is not None else None)
+    return out_b, out_p, out_k
+
+
 def _smj(bk, pk, bpay, ppay, mode, method, emit_keys):
     nb, np_ = bk.size, pk.size
     timer = PhaseTimer()
-    both = [a for a in (bk, pk) if a.size]
-    lo = min(int(a.min()) for a in both) if both else 0
-    hi = max(int(a.max()) for a in both) if both else 0
-    bits = (hi - lo).bit_length()
+    lo, bits = key_range(bk, pk)
     if method == "ur":
         sbk, (sbrow,) = radix_sort(bk, [cp.arange(nb, dtype=position_dtype(nb))], lo, bits)
         spk, (sprow,) = radix_sort(pk, [cp.arange(np_, dtype=position_dtype(np_))], lo, bits)
