@@ -173,8 +173,9 @@ if [[ $stage == auto-sweep ]]; then
 fi
 if [[ $stage == skew-nsys ]]; then
   # kernel by kernel: PROFILE="join phj-tr log2_r=27 zipf=2" (profile_skew.py's arguments)
-  nsys profile -t cuda -o "$OUT/skew" --force-overwrite true python3 scripts/profile_skew.py ${PROFILE:-join phj-tr log2_r=27 zipf=2} 2>&1 | grep -v "^Generat\|^Collect\|^Process" | tail -8
-  nsys stats -q -r cuda_gpu_kern_sum "$OUT/skew.nsys-rep" 2>&1 | cut -c1-200 | head -${NSYS_LINES:-30}
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-*/*/host/target-linux-x64/nsys 2>/dev/null | head -1)
+  $nsys profile -t cuda -o "$OUT/skew" --force-overwrite true python3 scripts/profile_skew.py ${PROFILE:-join phj-tr log2_r=27 zipf=2} 2>&1 | grep -v "^Generat\|^Collect\|^Process" | tail -8
+  $nsys stats -q -r cuda_gpu_kern_sum "$OUT/skew.nsys-rep" 2>&1 | cut -c1-200 | head -${NSYS_LINES:-30}
   rm -f "$OUT"/skew.*
 fi
 if [[ $stage == tests-join || $stage == tests-groupby ]]; then

@@ -24,8 +24,12 @@ if what == "join":
     run = lambda: gpujoin.join(left, right, on="k", algorithm=algo, device="cuda")  # noqa: E731
 else:
     t = DeviceTable(make_groupby(w, cp))
-    run = lambda: gpujoin.group_by(t, "k", algorithm=algo, device="cuda").agg(  # noqa: E731
-        **{f"max_{c}": (c, "max") for c in t.column_names if c != "k"})
+
+    def run():
+        gb = gpujoin.group_by(t, "k", algorithm=algo, device="cuda")
+        out = gb.agg(**{f"max_{c}": (c, "max") for c in t.column_names if c != "k"})
+        print("  phases ms:", {k: round(v * 1e3, 3) for k, v in gb.stats.phases.items()}, gb.stats.params)
+        return out
 for i in range(reps):
     cp.cuda.Device().synchronize()
     t0 = time.perf_counter()

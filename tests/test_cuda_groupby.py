@@ -119,33 +119,85 @@ def test_hgb_shared_sliced_cluster_and_global_paths(log2_groups, sliced, monkeyp
     groups), cluster (2-8 blocks of distributed shared memory) and global aggregation, as the
     groups grow; the sliced passes with and without looked-up group ids."""
     from gpujoin.cuda.groupby import hgb as module
-    from gpujoin.cuda.groupby.hgb import hgb
 
     monkeypatch.setattr(module, "HGB_MAX_SLICES", 4 if sliced else 0)
     monkeypatch.setattr(module, "HGB_SLICE_GIDS", log2_groups % 2 == 0)
 
     g, n = 1 << log2_groups, 1 << 19
     rng = cp.random.default_rng(log2_groups)
-    k = rng.integers(0, g, n, dtype=cp.int64)
+    _check_group_by(k=rng.integers(0, g, n, dtype=cp.int64), rng=rng)
+
+
+def _check_group_by(k, rng, algorithm=None):
+    """An algorithm's (default HGB's; ``algorithm(keys, inputs)``) count, sum, min and max of
+    int64 (with nulls), int32, float64 and float32 columns against the CPU engine, for keys
+    ``k`` (groups of only nulls: their count, and null there); returns its output."""
+    from gpujoin.cuda.groupby.hgb import hgb
+
+    n = k.size
     cols = {"a": rng.integers(-(2**40), 2**40, n, dtype=cp.int64), "b": rng.integers(-1000, 1000, n, dtype=cp.int32),
             "f": rng.standard_normal(n), "h": rng.standard_normal(n, dtype=cp.float32)}
     valid = (rng.random(n) < 0.8).astype(cp.uint8)
     ops = ("count", "sum", "min", "max")
-    out = hgb(k, [AggInput(cols["a"], valid, ops)] + [AggInput(cols[c], None, ops) for c in "bfh"])
+    out = (algorithm or hgb)(k, [AggInput(cols["a"], valid, ops)] + [AggInput(cols[c], None, ops) for c in "bfh"])
     order = cp.argsort(out.keys)
     table = DeviceTable({"k": k, **cols}, {"a": valid}).to_arrow()
     aggs = {f"{c}_{fn}": (c, fn) for c in "abfh" for fn in ops}
     expected = gpujoin.group_by(table, "k", device="cpu").agg(**aggs).sort_by("k")
+    np.testing.assert_array_equal(cp.asnumpy(out.keys[order]), expected["k"].to_numpy())
     for i, c in enumerate("abfh"):
         got = {fn: cp.asnumpy(v[order]) for fn, v in out.columns[i].items()}
         if c == "a":
             got["sum"] = got["sum"].astype(object) * 2**32 + got.pop("sum_lo").astype(object)
+        present = got["count"] > 0  # HGB leaves a group of only nulls at the identity; the caller masks it
         for fn in ops:
             exp = expected[f"{c}_{fn}"].to_numpy(zero_copy_only=False)
+            if fn != "count":
+                assert np.isnan(exp[~present]).all()
+                got[fn], exp = got[fn][present], exp[present]
             if fn == "sum" and c in "fh":
                 np.testing.assert_allclose(got[fn], exp, rtol=1e-9)
             else:
                 np.testing.assert_array_equal(got[fn].astype(exp.dtype), exp, err_msg=f"{c} {fn}")
+    return out
+
+
+def _zipf_keys(n, z, distinct, seed, dtype):
+    """``n`` keys of Zipf ``z`` ranks over ``distinct`` shuffled values, the hottest the sentinel
+    (the smallest value of ``dtype``, which HGB keeps outside its table)."""
+    ranks = np.random.default_rng(seed).zipf(z, n) % distinct
+    values = np.random.default_rng(7).permutation(distinct).astype(np.int64) - distinct // 2
+    keys = cp.asarray(values[ranks]).astype(dtype)
+    keys[keys == int(values[1])] = np.iinfo(dtype).min
+    return keys
+
+
+@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
+@pytest.mark.parametrize("hot_max", [1, 3, 4096])
+def test_hgb_hot_groups_in_shared_memory_the_rest_in_global(dtype, hot_max, monkeypatch):
+    """HGB's global path with the sample's frequent keys numbered first and aggregated in shared
+    memory (issue 17): Zipf keys with the empty-slot key among the hottest, a few or many hot
+    groups, exact results."""
+    from gpujoin.cuda.groupby import hgb as module
+
+    monkeypatch.setattr(module, "SMEM_BLOCK_BUDGET", 0)
+    monkeypatch.setattr(module, "HGB_MAX_SLICES", 0)
+    monkeypatch.setattr(module, "HGB_CLUSTERS", ())
+    monkeypatch.setattr(module, "HOT_MIN_ROWS", 0)
+    monkeypatch.setattr(module, "HOT_MAX", hot_max)
+    _check_group_by(_zipf_keys(1 << 18, 1.5, 5000, hot_max, dtype), cp.random.default_rng(hot_max))
+
+
+@pytest.mark.parametrize("method", ["tr", "ur"])
+@pytest.mark.parametrize("z", [1.1, 2.0])
+def test_pgb_spills_heavy_key_partitions_to_hgb_in_place(method, z):
+    """PGB's partitions of heavy keys (more rows than SPILL_ROWS times the average) go to HGB,
+    read in place as row ranges (adjacent ones merged), exact results."""
+    from gpujoin.cuda.groupby.pgb import pgb
+
+    keys = _zipf_keys(1 << 19, z, 20_000, 3, cp.int32)
+    out = _check_group_by(keys, cp.random.default_rng(5), lambda k, i: pgb(k, i, method))
+    assert out.params["spilled_partitions"] >= 2
 
 
 @pytest.mark.parametrize("bits", [0, 2])
@@ -311,6 +363,13 @@ def test_auto_chooses_by_the_statistics_on_the_gpu():
         out = gb.agg(m=("v", "max"))
         assert gb.stats.algorithm == expected and "auto" in gb.stats.params
         assert out.num_rows == int(cp.unique(t["k"]).size)
+    # hot groups among many: HGB, the hot ones in shared memory (issue 17)
+    t = {"k": cp.where(rng.random(n) < 0.5, 7, rng.integers(0, 1 << 18, n)).astype(cp.int32),
+         "v": rng.integers(0, 100, n, dtype=cp.int32)}
+    gb = gpujoin.group_by(t, "k")
+    out = gb.agg(m=("v", "max"))
+    assert gb.stats.algorithm == "hgb" and gb.stats.params["hot_groups"] >= 1
+    assert out.num_rows == int(cp.unique(t["k"]).size)
     r = {"k": cp.arange(n, dtype=cp.int32), "a": cp.ones(n, cp.int32), "b": cp.ones(n, cp.int32)}
     misses = -1 - cp.arange(n, dtype=cp.int32)  # distinct, so the probe side is not skewed
     s = {"k": cp.where(rng.random(n) < 0.1, rng.integers(0, n, n, dtype=cp.int32), misses).astype(cp.int32),

@@ -66,16 +66,17 @@ def test_h200_constants_from_anchors():
 
 def test_group_by_rule_follows_figure_21():
     dev = cost.H200_ANCHORS
-    est = lambda g, share=0.0, slot=8: stats.GroupByEstimate(2**28, g, 4, [4, 4], slot, share)  # noqa: E731
+    est = lambda g, hot=0.0, slot=8: stats.GroupByEstimate(2**28, g, 4, [4, 4], slot, 0.0, "sample", hot)  # noqa: E731
     assert auto.choose_group_by(est(16), dev).algorithm == "hgb"
     assert auto.choose_group_by(est(2**14), dev).algorithm == "hgb"  # fits one 1024-thread block
-    assert auto.choose_group_by(est(20174, 0.4), dev).algorithm == "hgb"  # Zipf 2 over 2^16: few groups drawn
+    assert auto.choose_group_by(est(20174, 0.9), dev).algorithm == "hgb"  # Zipf 2 over 2^16: few groups drawn
     assert auto.choose_group_by(est(2**16), dev).algorithm == "pgb-tr"
     assert auto.choose_group_by(est(2**24), dev).algorithm == "pgb-tr"
-    assert auto.choose_group_by(est(2**16, 0.09), dev).algorithm == "pgb-tr"  # Zipf 1: PGB-TR ahead
-    assert auto.choose_group_by(est(2**16, 0.39), dev).algorithm == "pgb-tr"  # Zipf 1.5: PGB-TR ahead by 19%
-    skewed = auto.choose_group_by(est(2**16, 0.7), dev)  # one key holds most rows
-    assert skewed.algorithm in ("sgb-tr", "sgb-de-tr") and "skewed" in skewed.reason
+    assert auto.choose_group_by(est(2**16, 0.12), dev).algorithm == "pgb-tr"  # uniform: birthday repeats only
+    skewed = auto.choose_group_by(est(2**16, 0.55), dev)  # Zipf 1: HGB's hot groups in shared memory
+    assert skewed.algorithm == "hgb" and "hot" in skewed.reason
+    assert auto.choose_group_by(est(2**16, 0.9), dev).algorithm == "hgb"  # Zipf 1.5
+    assert auto.choose_group_by(est(2**24, 0.9), dev).algorithm == "pgb-tr"  # accumulators past L2
     # Table 2 with the H200's measured cache ratios: at g = 2^10 encoding pays from 2 + 1 columns
     # of values for 4-byte keys (SGB-TR measured 24.1 against 25.8 ms with two, H200), from 1 + 1 for 8-byte keys
     ordered = auto.choose_group_by(est(2**10), dev, ordered=True)
@@ -127,7 +128,10 @@ def test_statistics_estimates():
 
 
 def test_heavy_build_keys_and_sampled_groups():
-    """Issue 17: the small sample finds heavy build keys, and a few groups without the sketch."""
+    """Issue 17: the small sample finds heavy build keys, hot groups, and a few groups without
+    the sketch."""
+    from gpujoin.bench.workloads import GroupByWorkload, make_groupby
+
     rng = np.random.default_rng(6)
     n = 1 << 22
     uniform_m2m = rng.integers(0, n // 8, n)  # 8 rows a key: not heavy
@@ -141,6 +145,10 @@ def test_heavy_build_keys_and_sampled_groups():
     assert (few.groups, few.method) == (16, "sample (every group seen twice)")
     many = stats.estimate_group_by(rng.integers(0, 1 << 16, n), [4], 8)
     assert many.method == "sample (GEE)" and many.groups > 2**15  # the sketch (GEE on the host) took over
+    assert not many.hot and many.as_dict()["hot"] is False  # uniform over 2^16: birthday repeats only
+    zipf1 = make_groupby(GroupByWorkload(log2_rows=22, log2_groups=16, zipf=1.0), np)["k"]
+    hot = stats.estimate_group_by(zipf1, [4], 8)
+    assert hot.hot and hot.hot_share > 0.4  # Zipf z = 1 over 2^16 keys
     assert stats.sample_groups(np.array([5, 1])) is None and stats.sample_groups(np.zeros(0, np.int64)) is None
 
 

@@ -278,3 +278,24 @@ def hash_partition_bits(n: int, target: int) -> int:
     while (n >> bits) > target:
         bits += 1
     return bits
+
+
+def frequent_keys(keys: cp.ndarray, min_rows: float, sample: int, min_seen: int = 2,
+                  top: int | None = None) -> cp.ndarray | None:
+    """Sorted keys that a strided sample of ``sample`` of ``keys`` shows holding about
+    ``min_rows`` rows or more, seen at least ``min_seen`` times in it (once when the sample is
+    all of ``keys``); at most the ``top`` most frequent; None when there are none.  The heavy
+    hitters that the hash joins and HGB treat apart (issue 17): a strided sample costs no random
+    generator, and the same input gives the same keys."""
+    n = keys.size
+    if n == 0 or n < min_rows:
+        return None
+    step = max(1, n // sample)
+    s = keys[::step][:sample]
+    uniq, counts = cp.unique(s, return_counts=True)
+    seen = 1 if s.size == n else min_seen
+    pick = (counts >= seen) & (counts * (n / s.size) >= min_rows)
+    heavy, counts = uniq[pick], counts[pick]
+    if top is not None and heavy.size > top:
+        heavy = cp.sort(heavy[cp.argsort(-counts)[:top]])
+    return heavy if heavy.size else None

@@ -5,10 +5,13 @@ Group-by, the decision tree of paper 003 Fig. 21 with this GPU's limits:
    encoding pays, else SGB-TR;
 2. the groups' accumulators fit in the shared memory of one block (up to 220 KiB: one
    1024-thread block an SM, cuda/groupby/hgb.py): HGB;
-3. no heavy skew: PGB-TR; heavy skew: the sort-based branch of 1.
+3. hot groups (stats.GROUP_BY_HOT_SHARE of a sample in keys that repeat in it) whose
+   accumulators fit in L2: HGB, which keeps the hot groups in shared memory; else PGB-TR.
 On an H200 (docs/BENCHMARKS.md) HGB was fastest up to 2^14 groups and PGB-TR from 2^16 for two
-4-byte MAX columns, so "fits in shared memory" is the measured crossover as well as the tree's
-test (the paper's A100 measured HGB ahead up to 2^18).
+4-byte MAX columns on uniform keys, so "fits in shared memory" is the measured crossover as well
+as the tree's test (the paper's A100 measured HGB ahead up to 2^18); under Zipf z = 1 and 1.5 at
+2^16 groups HGB's hot groups put it ahead of PGB-TR (7.97 against 10.82 ms, 5.88 against 12.95).
+Fig. 21's sort-based branch for skew is gone: SGB-TR took 23.6 ms there.
 
 Join: SMJ-TR for heavy build keys (many-to-many with skew, measured on an H200: PHJ's chains
 serialize a hot key's matches on one thread); else PHJ-TR when the match ratio is at least model
@@ -44,7 +47,8 @@ def fits_shared(est: GroupByEstimate, dev: cost.DeviceModel) -> bool:
 def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool = False) -> Choice:
     """The group-by algorithm for ``est`` on ``dev`` (Fig. 21), with every candidate's prediction."""
     n, g, p = est.rows, max(est.groups, 1), max(len(est.value_bytes), 1)
-    phases = cost.group_by_phase_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes, est.skewed)
+    phases = cost.group_by_phase_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes,
+                                       est.hot_share or 0.0)
     predicted = {a: sum(ph.values()) for a, ph in phases.items()}
 
     def sort_based(why: str) -> Choice:
@@ -64,11 +68,11 @@ def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool =
         return Choice("hgb", f"{g:,} groups x {est.slot_bytes} B of accumulators fit in shared memory "
                              f"({2 * dev.smem_block_bytes // 1024} KiB of one block)", predicted,
                       phases)
-    if not est.skewed:
-        return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory and the keys are not skewed "
-                                f"(top key {est.top_share:.1%} of a sample)", predicted, phases)
-    return sort_based(f"{g:,} groups do not fit in shared memory and the keys are skewed "
-                      f"(top key {est.top_share:.1%} of a sample)")
+    share = f"keys that repeat in a sample hold {est.hot_share or 0:.0%} of it"
+    if est.hot and g * 8 * p <= dev.l2_bytes:
+        return Choice("hgb", f"{g:,} groups do not fit in shared memory, but {share}: HGB keeps those hot "
+                             f"groups in shared memory and the others' accumulators fit in L2", predicted, phases)
+    return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory ({share})", predicted, phases)
 
 
 def wide_join(est: JoinEstimate) -> bool:

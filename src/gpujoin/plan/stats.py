@@ -7,12 +7,13 @@
   expectation).
 - heavy build keys: the share of a small build sample whose keys repeat in it (HEAVY_BUILD_SHARE).
 - skew: the top key's share of a sample; SKEW_SHARE or more counts as skewed for a join (Zipf
-  z >= 1 over up to 2^27 distinct keys gives 5% or more, z = 0.5 over 2^10 keys 1.6%), and
-  GROUP_BY_SKEW_SHARE or more for a group-by.  On an H200 (2^28 rows, g = 2^16) with the
-  column-specialized PGB kernel, PGB-TR led SGB-TR at every Zipf z measured: by 31% at z = 1
-  (top key 9%), 19% at z = 1.5 (39%) and 6% at z = 2 (61%, where HGB wins anyway: few groups
-  are drawn); the sort-based branch is kept for a key holding half the rows or more, where
-  PGB sends the heavy partition to HGB's atomics on one hot group (docs/BENCHMARKS.md).
+  z >= 1 over up to 2^27 distinct keys gives 5% or more, z = 0.5 over 2^10 keys 1.6%).
+- hot groups: the share of a small sample whose key repeats in it (keys of about n / 4096 rows
+  or more); GROUP_BY_HOT_SHARE or more sends a group-by of many groups to HGB, whose hot
+  groups aggregate in shared memory (issue 17).  On an H200 (2^28 rows, g = 2^16, MAX of two
+  int32 columns): Zipf z = 1 (share about 0.55) HGB 7.97 against PGB-TR 10.82 ms, z = 1.5
+  5.88 against 12.95; uniform keys (share about 0.12, birthday repeats) PGB-TR 6.49 against
+  HGB 13.07 (docs/BENCHMARKS.md).
 
 Arrays are NumPy (host) or CuPy (device) int32/int64 keys; samples are strided, so they cost no
 random generator and the same input gives the same estimate.  Source: paper 003 §4 asks for
@@ -32,7 +33,7 @@ SKEW_SHARE = 0.02
 #: PHJ-TR 38.2 at z = 1 (share about 0.35), 16.4 against 23.7 at z = 1.5; uniform
 #: many-to-many keys (share 0) stay PHJ-TR's (34.5 against 36.7 ms at 8 rows a key).
 HEAVY_BUILD_SHARE = 0.2
-GROUP_BY_SKEW_SHARE = 0.5
+GROUP_BY_HOT_SHARE = 0.3
 SAMPLE = 1 << 14
 SKEW_SAMPLE = 1 << 12
 BUILD_SAMPLE, PROBE_SAMPLE = 1 << 20, 1 << 16
@@ -58,7 +59,8 @@ def _to_host(x):
 @dataclass
 class GroupByEstimate:
     """What a group-by's plan knows: rows, estimated groups, key and value widths (bytes), the
-    accumulator bytes a group needs in shared memory, and the top key's share of a sample."""
+    accumulator bytes a group needs in shared memory, the top key's share of a sample and the
+    share of the sample in keys that repeat in it (:func:`repeated_share`: the hot groups)."""
 
     rows: int
     groups: int
@@ -67,13 +69,15 @@ class GroupByEstimate:
     slot_bytes: int = 8
     top_share: float | None = 0.0  # None: not measured (the choice did not depend on it)
     method: str = "sample"
+    hot_share: float | None = 0.0
 
     @property
-    def skewed(self) -> bool:
-        return self.top_share is not None and self.top_share >= GROUP_BY_SKEW_SHARE
+    def hot(self) -> bool:
+        """Hot groups: GROUP_BY_HOT_SHARE or more of a sample falls in keys that repeat in it."""
+        return bool(self.hot_share is not None and self.hot_share >= GROUP_BY_HOT_SHARE)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "skewed": self.skewed}
+        return {**asdict(self), "hot": self.hot}
 
 
 @dataclass
@@ -161,14 +165,15 @@ def estimate_groups(keys) -> tuple[int, str]:
 
 
 def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int) -> GroupByEstimate:
-    """The group-by's statistics: a small sample first (its top key's share, and the groups when
-    it shows them all: :func:`sample_groups`), the full estimate of the groups only otherwise."""
+    """The group-by's statistics: a small sample first (its top key's share, its hot groups'
+    share, and the groups when it shows them all: :func:`sample_groups`), the full estimate of
+    the groups only otherwise."""
     counts = sample_counts(keys)
     groups, method = sample_groups(counts), "sample (every group seen twice)"
     if groups is None:
         groups, method = estimate_groups(keys)
     return GroupByEstimate(int(keys.size), groups, keys.dtype.itemsize, list(value_bytes), slot_bytes,
-                           top_share(keys, counts), method)
+                           top_share(keys, counts), method, float(repeated_share(keys, counts)))
 
 
 def match_ratio(build_keys, probe_keys) -> float:

@@ -27,10 +27,10 @@ import cupy as cp
 import numpy as np
 
 from ..kernels import CLUSTER_SIZES
-from ..primitives import key_type
+from ..primitives import frequent_keys, key_type
 from ..runtime import PhaseTimer, check_memory, device_properties, kernel, ptr
 from .common import (MAXC, AggInput, GroupByOutput, allocate, column_spec, decode, descriptors, estimate_groups,
-                     global_bytes, smem_bytes)
+                     global_bytes, slot_bytes, smem_bytes)
 
 BLOCK = 256
 #: Shared memory per block (bytes) for the groups' slots: at most SMEM_BLOCK_BUDGET (two blocks
@@ -61,6 +61,17 @@ SLICE_BLOCK = 1024
 #: that caches the group-id table's probes).
 HGB_BLOCKS_PER_SM = int(os.environ.get("GPUJOIN_HGB_BLOCKS_PER_SM", "4"))
 HGB_SLICE_GIDS = os.environ.get("GPUJOIN_HGB_SLICE_GIDS", "1") == "1"
+#: Hot groups (issue 17): when the groups' accumulators go to global memory, the keys that a
+#: strided sample of HOT_SAMPLE keys shows at least HOT_SEEN times (about HOT_SEEN * n /
+#: HOT_SAMPLE rows or more each; at most HOT_MAX, the most frequent) take group ids 0..h-1, and
+#: their accumulators stay in every block's shared memory (at most HOT_BUDGET bytes, in copies
+#: as at small g).  A group of many rows then costs shared atomics and one global merge a
+#: block, instead of a global atomic a row on one L2 address: Zipf z = 1.5 over 2^16 groups
+#: puts 38% of the rows on one group.  Under HOT_MIN_ROWS rows the sample is not taken;
+#: GPUJOIN_HGB_HOT_MAX=0 turns hot groups off.
+HOT_SAMPLE, HOT_SEEN = 1 << 16, 8
+HOT_MAX = int(os.environ.get("GPUJOIN_HGB_HOT_MAX", "4096"))
+HOT_BUDGET, HOT_MIN_ROWS = 24 * 1024, 1 << 20
 
 
 def _pow2(x: int) -> int:
@@ -112,6 +123,27 @@ class HashTable:
         self.sentinel_gid = int(in_table.size) if has_sentinel else -1
         self.group_keys = cp.concatenate([in_table, cp.full(1, empty, keys.dtype)]) if has_sentinel else in_table
         self.num_groups = int(self.group_keys.size)
+        self.hot = 0  # groups numbered first by number_first
+
+    def number_first(self, first: cp.ndarray) -> int:
+        """Renumber the groups so that the keys ``first`` (distinct, each in the table) take
+        ids 0..h-1 and the others follow in slot order; returns h (the sentinel key, kept
+        outside the table, is never among them)."""
+        slots = self.lookup(first, ids="slot")
+        slots = slots[slots >= 0]
+        h = int(slots.size)
+        if h == 0:
+            return 0
+        occupied = self.table != self.table.dtype.type(sentinel(self.table.dtype))
+        cold = occupied.copy()
+        cold[slots] = False
+        gid = cp.cumsum(cold, dtype=cp.int32)
+        gid += h - 1
+        gid[slots] = cp.arange(h, dtype=cp.int32)
+        keys = self.group_keys.copy()
+        keys[gid[occupied]] = self.table[occupied]  # the sentinel's group stays last
+        self.slot_gid, self.group_keys, self.hot = gid, keys, h
+        return h
 
     def lookup(self, probe: cp.ndarray, ids: cp.ndarray | None = None, sentinel_id: int | None = None
                ) -> cp.ndarray:
@@ -131,9 +163,22 @@ class HashTable:
         return codes
 
 
+def placement(part: list[AggInput], g: int, props: dict) -> tuple[str, int]:
+    """Where stage 2 keeps the accumulators of ``part`` for ``g`` groups: ("block", 0) in one
+    block's shared memory, ("slices", passes), ("cluster", blocks a cluster) or ("global", 0)."""
+    if smem_bytes(part, g) <= SMEM_BLOCK_BUDGET:
+        return "block", 0
+    passes = -(-smem_bytes(part, g) // min(SLICE_BUDGET, props["smem_optin"]))  # one slice a pass
+    if passes <= HGB_MAX_SLICES:
+        return "slices", passes
+    cl = next((c for c in HGB_CLUSTERS if c in CLUSTER_SIZES and smem_bytes(part, -(-g // c)) <= SMEM_BLOCK_BUDGET),
+              None)
+    return ("cluster", cl) if cl is not None else ("global", 0)
+
+
 def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> list[cp.ndarray]:
     """Stage 2 over every input (rows of ``keys``, the keys the table was built from): each
-    input's (accumulators, g) u64 slots."""
+    input's (accumulators, g) u64 slots.  May renumber ``table``'s groups (hot groups first)."""
     g, n = table.num_groups, keys.size
     check_memory(global_bytes(inputs, g), f"the aggregates of {g:,} groups")
     accs = allocate(inputs, g)
@@ -141,43 +186,43 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
         return accs
     props = device_properties(cp.cuda.Device().id)
     kt = key_type(keys)
+    parts = [(inputs[lo:lo + MAXC], accs[lo:lo + MAXC]) for lo in range(0, len(inputs), MAXC)]
+    where = [placement(part, g, props) for part, _ in parts]
+    hot = 0
+    if HOT_MAX > 0 and n >= HOT_MIN_ROWS and ("global", 0) in where:
+        first = frequent_keys(keys, HOT_SEEN * n / HOT_SAMPLE, HOT_SAMPLE, HOT_SEEN, HOT_MAX)
+        hot = 0 if first is None else table.number_first(first)
     gids = None  # each row's group id, looked up once when the sliced passes would probe again
-    for lo in range(0, len(inputs), MAXC):
-        part, part_accs = inputs[lo:lo + MAXC], accs[lo:lo + MAXC]
-        block, slice_, grid_y = BLOCK, 0, 1
-        passes = -(-smem_bytes(part, g) // min(SLICE_BUDGET, props["smem_optin"]))  # one slice a pass
-        if smem_bytes(part, g) <= SMEM_BLOCK_BUDGET:  # every group in one block's shared memory
-            copies = 1
+    for (part, part_accs), (path, count) in zip(parts, where):
+        block, slice_, grid_y, copies, part_hot = BLOCK, 0, 1, 1, 0
+        if path == "block":  # every group in one block's shared memory
             while copies < 8 and smem_bytes(part, 2 * copies * g) <= SMEM_COPIES_BUDGET:
                 copies *= 2
-            sstride = (g * copies + 1) & ~1
-            smem = smem_bytes(part, g * copies)
-            use_smem = 1
-        elif passes <= HGB_MAX_SLICES:  # a few passes, a slice of groups each
-            grid_y = passes
-            slice_ = -(-g // grid_y)
-            copies, sstride, smem, use_smem, block = 1, (slice_ + 1) & ~1, smem_bytes(part, slice_), 1, SLICE_BLOCK
+            sstride, smem, use_smem = (g * copies + 1) & ~1, smem_bytes(part, g * copies), 1
+        elif path == "slices":  # a few passes, a slice of groups each
+            grid_y, slice_ = count, -(-g // count)
+            sstride, smem, use_smem, block = (slice_ + 1) & ~1, smem_bytes(part, slice_), 1, SLICE_BLOCK
             if grid_y > 1 and gids is None and HGB_SLICE_GIDS:
                 gids = table.lookup(keys)
-        else:
-            cl = next((c for c in HGB_CLUSTERS if c in CLUSTER_SIZES
-                       and smem_bytes(part, -(-g // c)) <= SMEM_BLOCK_BUDGET), None)
-            if cl is not None:  # the groups fit in a cluster's distributed shared memory
-                slice_ = -(-g // cl)
-                sstride = (slice_ + 1) & ~1
-                smem = smem_bytes(part, slice_)
-                fn = kernel("groupby.cu", f"hgb_aggregate_cluster<{kt}, {cl}>")
-                if smem > 48 * 1024:
-                    fn.max_dynamic_shared_size_bytes = smem
-                per_sm = max(1, min(2, props["smem_optin"] // smem))
-                grid = max(cl, props["sms"] * per_sm // cl * cl)
-                desc = descriptors(part, part_accs, smem_slots=sstride)
-                args = (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
-                        np.uint32(table.mask))
-                fn((grid,), (CLUSTER_BLOCK,), (*args, desc, np.int32(len(part)), np.uint64(g), np.uint64(slice_),
-                                               np.uint64(sstride)), shared_mem=smem)
-                continue
-            copies, sstride, smem, use_smem = 1, 0, 0, 0
+        elif path == "cluster":  # the groups fit in a cluster's distributed shared memory
+            slice_ = -(-g // count)
+            sstride, smem = (slice_ + 1) & ~1, smem_bytes(part, slice_)
+            fn = kernel("groupby.cu", f"hgb_aggregate_cluster<{kt}, {count}>")
+            if smem > 48 * 1024:
+                fn.max_dynamic_shared_size_bytes = smem
+            per_sm = max(1, min(2, props["smem_optin"] // smem))
+            grid = max(count, props["sms"] * per_sm // count * count)
+            args = (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
+                    np.uint32(table.mask))
+            fn((grid,), (CLUSTER_BLOCK,), (*args, descriptors(part, part_accs, smem_slots=sstride),
+                                           np.int32(len(part)), np.uint64(g), np.uint64(slice_), np.uint64(sstride)),
+               shared_mem=smem)
+            continue
+        else:  # global memory, but for the hot groups (in shared memory when there are any)
+            part_hot = max(0, min(hot, HOT_BUDGET // slot_bytes(part) - 1))
+            while part_hot and copies < 8 and smem_bytes(part, 2 * copies * part_hot) <= HOT_BUDGET:
+                copies *= 2
+            sstride, smem, use_smem = (part_hot * copies + 1) & ~1, smem_bytes(part, part_hot * copies), int(part_hot > 0)
         fn = kernel("groupby.cu", f"hgb_aggregate<{kt}, {column_spec(part)}>")
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
@@ -187,7 +232,7 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
         fn((grid, grid_y), (block,), (keys, np.int64(n), table.table, table.slot_gid, np.int32(table.sentinel_gid),
                                       np.uint32(table.mask), ptr(gids if grid_y > 1 else None), desc,
                                       np.int32(len(part)), np.uint64(g), np.int32(use_smem), np.int32(copies),
-                                      np.uint64(sstride), np.uint64(slice_)), shared_mem=smem)
+                                      np.uint64(sstride), np.uint64(slice_), np.uint64(part_hot)), shared_mem=smem)
     return accs
 
 
@@ -212,4 +257,4 @@ def hgb(keys: cp.ndarray, inputs: list[AggInput], groups_estimate: int | None = 
     accs = aggregate(table, keys, inputs)
     cols = [decode(inp, a) for inp, a in zip(inputs, accs)]
     timer.mark("aggregate")
-    return GroupByOutput(table.group_keys, cols, timer.phases, {"table_slots": table.mask + 1})
+    return GroupByOutput(table.group_keys, cols, timer.phases, {"table_slots": table.mask + 1, "hot_groups": table.hot})

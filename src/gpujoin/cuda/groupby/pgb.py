@@ -34,6 +34,24 @@ BLOCK = 512  # groupby.cu: PGB_BLOCK
 #: The largest shared-memory table (slots), and the share of its slots a partition may fill.
 MAX_TABLE, FILL = 16384, 0.75
 PARALLEL_BITS = 8  # one radix pass
+#: A partition of more than SPILL_ROWS times the average rows (and more than a block's share
+#: of all rows) is aggregated by HGB afterwards.  On an H200, 2^28 rows into 2^16 groups with
+#: Zipf z = 1 keys: at 4 (the earlier limit), partitions of up to 4x the average kept one block
+#: busy 7.1 ms, against 1.7 ms for the whole kernel on uniform keys.
+SPILL_ROWS = 2
+
+
+def _ranges(offsets, parts) -> list[tuple[int, int]]:
+    """The row ranges of partitions ``parts`` (by partition ``offsets``), in order, adjacent
+    ones merged: their rows are read in place, not gathered through an index."""
+    out: list[tuple[int, int]] = []
+    for p in sorted(int(x) for x in parts):
+        lo, hi = int(offsets[p]), int(offsets[p + 1])
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        elif hi > lo:
+            out.append((lo, hi))
+    return out
 
 
 def _layout(key_bytes: int, inputs: list[AggInput], budget: int) -> tuple[int, int, int] | None:
@@ -132,9 +150,11 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     fn = kernel("groupby.cu", f"pgb_aggregate<{key_type(keys)}, i32, {column_spec(part_inputs)}>")
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
-    # a partition far above the average size (a heavy key) goes to HGB, not to one block
-    row_limit = max(4 * (n >> bits), n // props["sms"], 1 << 12)
     grid = max(1, min(P, props["sms"] * max(1, min(2048 // BLOCK, props["smem_optin"] // smem))))
+    # a partition of more rows than SPILL_ROWS times the average, and than a block's share of
+    # the rows, goes to HGB (all the GPU's blocks) instead of keeping one block busy after
+    # the others finish: a hot key's partition, which no radix split can cut
+    row_limit = max(int(SPILL_ROWS * (n >> bits)), n // grid, 1 << 12)
     fn((grid,), (BLOCK,), (pkeys, offsets, np.int32(P), ptr(index),
                            descriptors(part_inputs, accs, smem_slots=sstride, smem_base=acc_base),
                            np.int32(len(inputs)), np.int32(tbl_bits), np.uint32(max_groups), np.uint64(sstride),
@@ -144,19 +164,25 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     counts = cp.asnumpy(cp.stack([counter[0], filled[0], spill_count[0].astype(cp.uint64)]))  # one sync
     g, spilled = int(min(counts[0], counts[1])), int(counts[2])
     parts = [GroupByOutput(out_keys[:g], [decode(i, a[:, :g]) for i, a in zip(inputs, accs)])]
+    timer.mark("aggregate")
     if spilled:  # partitions with too many groups or rows for one block: HGB over their rows
         off = cp.asnumpy(offsets)
-        pos = cp.concatenate([cp.arange(off[p], off[p + 1], dtype=cp.int64)
-                              for p in sorted(cp.asnumpy(spill_parts[:spilled]).tolist())])
+        ranges = _ranges(off, cp.asnumpy(spill_parts[:spilled]))
+
+        def rows_of(a):
+            return a[ranges[0][0]:ranges[0][1]] if len(ranges) == 1 else cp.concatenate([a[lo:hi] for lo, hi in ranges])
         if method == "tr":
-            sub = [AggInput(i.values[pos], None if i.valid is None else i.valid[pos], i.ops)
+            sub = [AggInput(rows_of(i.values), None if i.valid is None else rows_of(i.valid), i.ops)
                    if i.values is not None else i for i in part_inputs]
         else:
-            rows = index[pos]
+            rows = rows_of(index)
             sub = [AggInput(i.values[rows], None if i.valid is None else i.valid[rows], i.ops)
                    if i.values is not None else i for i in inputs]
-        parts.append(hgb(pkeys[pos], sub))
+        # hashing spreads the groups evenly over the partitions: the spilled ones hold about
+        # their share of the estimate (HGB's table grows if they hold more)
+        parts.append(hgb(rows_of(pkeys), sub, groups_estimate=est * spilled // P + 1024))
     group_keys, cols = concat_outputs(parts) if len(parts) > 1 else (parts[0].keys, parts[0].columns)
-    timer.mark("aggregate")
+    if spilled:
+        timer.mark("spilled")
     return GroupByOutput(group_keys, cols, timer.phases,
                          {"radix_bits": bits, "estimated_groups": est, "spilled_partitions": spilled})

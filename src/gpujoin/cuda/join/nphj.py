@@ -14,7 +14,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from ..primitives import compact, key_type, word_type
+from ..primitives import compact, frequent_keys, key_type, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, needs_build_flags,
                      needs_probe_flags, position_dtype, run_match, unmatched)
@@ -75,15 +75,7 @@ def heavy_keys(bk: cp.ndarray) -> cp.ndarray | None:
     join by sort-merge instead (``smj.sort_rows``), at the cost of their output.  Keys of fewer
     rows that the sample misses keep the quadratic build (with 2^26 build rows, those of under
     about 2,048 rows)."""
-    n = bk.size
-    if n < HEAVY_ROWS:
-        return None
-    step = max(1, n // HEAVY_SAMPLE)
-    sample = bk[::step][:HEAVY_SAMPLE]
-    keys, counts = cp.unique(sample, return_counts=True)
-    seen = 1 if sample.size == n else 2
-    heavy = keys[(counts >= seen) & (counts * (n / sample.size) >= HEAVY_ROWS)]
-    return heavy if heavy.size else None
+    return frequent_keys(bk, HEAVY_ROWS, HEAVY_SAMPLE)
 
 
 def key_in(keys: cp.ndarray, sorted_set: cp.ndarray) -> cp.ndarray:

@@ -466,7 +466,10 @@ hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const
 // memory with one atomic per touched slot; else straight into global memory.  With `slice` > 0
 // the groups are cut in slices of `slice` ids, block (x, y) keeps slice y in shared memory and
 // skips the rows of other slices: gridDim.y passes over the rows instead of global atomics,
-// for groups that fit a few blocks' shared memory.  Each thread takes HGB_ROWS rows at a time
+// for groups that fit a few blocks' shared memory.  With `hot` > 0 (and no slice), only ids below
+// `hot` (the frequent keys', numbered first) are kept in shared memory, the others go straight
+// to global memory: a hot group costs shared atomics, not one L2 address's serialized atomics
+// from every row.  Each thread takes HGB_ROWS rows at a time
 // and loads all their keys, slots and values before its atomics, so the loads overlap.
 // (1024, 1): the register cap of (256, 4), and room for one 1024-thread block an SM when a
 // slice takes most of the SM's shared memory.
@@ -474,7 +477,7 @@ template <typename K, int SPEC>
 __global__ void __launch_bounds__(1024, 1)
 hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const i32* __restrict__ slot_gid,
               i32 sentinel_gid, u32 mask, const i32* __restrict__ gids, const u64* __restrict__ desc, int ncols,
-              u64 groups, int use_smem, int copies, u64 sstride, u64 slice) {
+              u64 groups, int use_smem, int copies, u64 sstride, u64 slice, u64 hot) {
     extern __shared__ __align__(16) unsigned char smem[];
     Col cols[MAXC];
 #pragma unroll
@@ -482,7 +485,8 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
         if (c < ncols) cols[c] = spec_col<SPEC>(desc, c);
     const u64 lo = slice ? (u64)blockIdx.y * slice : 0;
     const u64 in_slice = slice ? (lo < groups ? min(slice, groups - lo) : 0) : groups;
-    const u64 slots = in_slice * (u64)copies;
+    const u64 in_smem = hot ? hot : in_slice;  // ids kept in shared memory (when use_smem)
+    const u64 slots = in_smem * (u64)copies;
     if (use_smem) {
 #pragma unroll
         for (int c = 0; c < MAXC; ++c)
@@ -514,8 +518,10 @@ hgb_aggregate(const K* __restrict__ keys, i64 n, const K* __restrict__ table, co
 #pragma unroll
             for (int u = 0; u < HGB_ROWS; ++u) {
                 if (!ok[u]) continue;
-                if (use_smem) merge_raw<true>(smem + cols[c].soff, nullptr, sstride, g[u] * copies + copy, cols[c], raw[u]);
-                else merge_raw<false>(nullptr, cols[c].acc, groups, g[u], cols[c], raw[u]);
+                if (use_smem && g[u] < in_smem)
+                    merge_raw<true>(smem + cols[c].soff, nullptr, sstride, g[u] * copies + copy, cols[c], raw[u]);
+                else
+                    merge_raw<false>(nullptr, cols[c].acc, groups, g[u], cols[c], raw[u]);  // lo is 0 here
             }
         }
     }
