@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|tests-dist|bench-dist|skew|skew-nsys|auto-sweep|all]
+#                            tests-multi|bench-multi|tests-dist|bench-dist|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -170,6 +170,15 @@ if [[ $stage == auto-sweep ]]; then
       --sweep zipf=1.5,2 --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
   done
   grep -i -B2 "error" "$OUT/auto_err.txt" | tail -8
+fi
+if [[ $stage == gb-skew ]]; then
+  # issue 17 item 2: every group-by algorithm and auto under Zipf keys, 2^28 rows, MAX of two
+  # 4-byte columns, g = 2^LOG2_GROUPS groups (HGB's hot groups, PGB's spilled partitions)
+  for lg in ${LOG2_GROUPS:-12 16 20}; do
+    timeout ${GB_TIMEOUT:-150} python3 -m gpujoin.cli bench group-by --device cuda --algorithm ${GB_ALGOS:-all,auto} --log2-rows 28 \
+      --log2-groups $lg --sweep zipf=${ZIPF:-0.5,0.75,1,1.5,2} --runs ${RUNS:-5} -o "$OUT/bench_gb_skew.jsonl" 2>>"$OUT/gb_err.txt" >/dev/null
+  done
+  grep -i -B2 "error" "$OUT/gb_err.txt" | tail -8
 fi
 if [[ $stage == skew-nsys ]]; then
   # kernel by kernel: PROFILE="join phj-tr log2_r=27 zipf=2" (profile_skew.py's arguments)

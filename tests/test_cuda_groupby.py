@@ -281,6 +281,15 @@ def test_hyperloglog_estimate(dtype):
         assert abs(estimate_groups(keys) - g) <= 0.05 * g + 1
     keys = (cp.arange(1 << 26, dtype=cp.uint32) * cp.uint32(2654435761)).view(cp.int32).astype(dtype)  # distinct
     assert abs(estimate_groups(keys) - (1 << 26)) <= 0.05 * (1 << 26)
+    # the planner's sketch over every 8th 32-byte sector (issue 17): spread groups and sorted
+    # runs of 64 rows are all seen; a column not a whole number of sectors
+    for g in (1000, 1 << 16):
+        spread = ((cp.arange((4 << 20) + 3, dtype=cp.int64) * 7919) % g).astype(dtype)
+        assert abs(estimate_groups(spread, 8) - g) <= 0.05 * g + 1
+    runs = (cp.arange(1 << 22, dtype=cp.int64) // 64).astype(dtype)
+    assert abs(estimate_groups(runs, 8) - (1 << 16)) <= 0.05 * (1 << 16)
+    few = cp.arange(5, dtype=dtype)  # the first sector only: 8 int32 keys, 4 int64 keys
+    assert estimate_groups(few, 8) == min(5, 32 // few.itemsize) and estimate_groups(few[:1], 8) == 1
 
 
 @pytest.mark.parametrize("dtype", [cp.int32, cp.int64])

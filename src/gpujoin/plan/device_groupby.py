@@ -121,7 +121,7 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         choice = resolve_gpu_group_by(keys, inputs)
         algorithm = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
-        groups = choice.estimate.groups
+        groups = choice.estimate.groups_for(algorithm)
     else:  # a few groups, all seen in a small sample, need no HyperLogLog pass (None: the algorithm runs it)
         from .stats import sample_counts, sample_groups
 

@@ -34,6 +34,10 @@ SKEW_SHARE = 0.02
 #: many-to-many keys (share 0) stay PHJ-TR's (34.5 against 36.7 ms at 8 rows a key).
 HEAVY_BUILD_SHARE = 0.2
 GROUP_BY_HOT_SHARE = 0.3
+#: From HLL_SUB_ROWS rows the planner's HyperLogLog reads every HLL_SUB-th 32-byte sector of the
+#: keys: its choice needs to know whether the groups fit in shared memory, not their exact
+#: number.  On an H200 the full sketch took 0.45-0.5 ms at 2^28 rows, 14% of HGB's 3.5 ms there.
+HLL_SUB, HLL_SUB_ROWS = 8, 1 << 22
 SAMPLE = 1 << 14
 SKEW_SAMPLE = 1 << 12
 BUILD_SAMPLE, PROBE_SAMPLE = 1 << 20, 1 << 16
@@ -70,6 +74,13 @@ class GroupByEstimate:
     top_share: float | None = 0.0  # None: not measured (the choice did not depend on it)
     method: str = "sample"
     hot_share: float | None = 0.0
+    sketched: float = 1.0  # the share of the keys that the groups' sketch read
+
+    def groups_for(self, algorithm: str) -> int | None:
+        """The estimate ``algorithm`` may size itself by: None for PGB when the sketch read part
+        of the keys (too few partitions would spill; PGB sketches every key in its first
+        radix pass, at no extra read)."""
+        return None if algorithm.startswith("pgb") and self.sketched < 1 else self.groups
 
     @property
     def hot(self) -> bool:
@@ -146,15 +157,16 @@ def sample_groups(counts: np.ndarray) -> int | None:
     return None
 
 
-def estimate_groups(keys) -> tuple[int, str]:
-    """(estimated distinct keys, method): HyperLogLog on the GPU, GEE over a sample on the host."""
+def estimate_groups(keys, sub: int = 1) -> tuple[int, str]:
+    """(estimated distinct keys, method): HyperLogLog on the GPU (over every ``sub``-th 32-byte
+    sector of the keys when ``sub`` > 1), GEE over a sample on the host."""
     n = keys.size
     if n == 0:
         return 0, "exact"
     if _xp(keys) is not np:
         from ..cuda.groupby.common import estimate_groups as hll
 
-        return hll(keys), "hyperloglog"
+        return hll(keys, sub), "hyperloglog" + (f" (1/{sub} of the keys)" if sub > 1 else "")
     s = _sample(keys, SAMPLE)
     if s.size == n:
         return int(np.unique(s).size), "exact"
@@ -170,10 +182,12 @@ def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int) -> GroupByE
     the groups only otherwise."""
     counts = sample_counts(keys)
     groups, method = sample_groups(counts), "sample (every group seen twice)"
+    sub = 1
     if groups is None:
-        groups, method = estimate_groups(keys)
+        sub = HLL_SUB if keys.size >= HLL_SUB_ROWS and _xp(keys) is not np else 1
+        groups, method = estimate_groups(keys, sub)
     return GroupByEstimate(int(keys.size), groups, keys.dtype.itemsize, list(value_bytes), slot_bytes,
-                           top_share(keys, counts), method, float(repeated_share(keys, counts)))
+                           top_share(keys, counts), method, float(repeated_share(keys, counts)), 1 / sub)
 
 
 def match_ratio(build_keys, probe_keys) -> float:

@@ -317,22 +317,31 @@ __device__ __forceinline__ const u64* stage_desc(const u64* __restrict__ desc, i
 
 // regs[b] = max over keys hashing to register b of (leading zeros of the rest of the hash) + 1.
 // HLL_ITEMS keys in flight per thread: one at a time, the sketch read 1 GB of keys at about
-// 1.3 TB/s on an H200 (latency-bound).
+// 1.3 TB/s on an H200 (latency-bound).  With sub > 1 only every sub-th 32-byte sector of the keys
+// is read (a planner's estimate at 1/sub of the bytes; each group of 64 rows or more in a row,
+// or spread over the column, is still seen).
 #define HLL_ITEMS 8
 template <typename K>
 __global__ void __launch_bounds__(256)
-hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs) {
+hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs, int sub) {
     __shared__ u32 r[1 << HLL_BITS];
     for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x) r[j] = 0;
     __syncthreads();
+    constexpr i64 E = 32 / sizeof(K);  // keys a sector
+    const i64 m = (n + E * sub - 1) / (E * sub) * E;  // positions of the sectors read
     const i64 S = (i64)gridDim.x * blockDim.x;
-    for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += S * HLL_ITEMS) {
+    for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < m; i0 += S * HLL_ITEMS) {
         K k[HLL_ITEMS];
-#pragma unroll
-        for (int u = 0; u < HLL_ITEMS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : (K)0;
+        bool ok[HLL_ITEMS];
 #pragma unroll
         for (int u = 0; u < HLL_ITEMS; ++u) {
-            if (i0 + u * S >= n) break;
+            const i64 j = i0 + u * S, p = j / E * E * sub + j % E;
+            ok[u] = j < m && p < n;
+            k[u] = ok[u] ? keys[p] : (K)0;
+        }
+#pragma unroll
+        for (int u = 0; u < HLL_ITEMS; ++u) {
+            if (!ok[u]) continue;
             u32 b, rho;
             hll_update(k[u], b, rho);
             if (r[b] < rho) atomicMax(&r[b], rho);
