@@ -349,7 +349,7 @@ hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs, int sub) {
     }
     __syncthreads();
     for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x)
-        if (r[j]) atomicMax(&regs[j], r[j]);
+        if (r[j] > ((volatile u32*)regs)[j]) atomicMax(&regs[j], r[j]);  // a read, and rarely an atomic
 }
 
 // ---------------------------------------------------------------- hash tables of keys

@@ -77,7 +77,7 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
     }
     if (sketch)
         for (int j = threadIdx.x; j < (1 << HLL_BITS); j += PART_BLOCK)
-            if (regs[j]) atomicMax(&sketch[j], regs[j]);
+            if (regs[j] > ((volatile u32*)sketch)[j]) atomicMax(&sketch[j], regs[j]);  // rarely an atomic
 }
 
 // Exclusive scan of a tile's digit counts, NHIST sets of RADIX (per warp, or one for the block):
