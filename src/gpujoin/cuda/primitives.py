@@ -281,10 +281,11 @@ def hash_partition_bits(n: int, target: int) -> int:
 
 
 def frequent_keys(keys: cp.ndarray, min_rows: float, sample: int, min_seen: int = 2,
-                  top: int | None = None) -> cp.ndarray | None:
+                  top: int | None = None, min_share: float = 0.0) -> cp.ndarray | None:
     """Sorted keys that a strided sample of ``sample`` of ``keys`` shows holding about
     ``min_rows`` rows or more, seen at least ``min_seen`` times in it (once when the sample is
-    all of ``keys``); at most the ``top`` most frequent; None when there are none.  The heavy
+    all of ``keys``); at most the ``top`` most frequent; None when there are none, or when
+    together they hold less than ``min_share`` of the sample.  The heavy
     hitters that the hash joins and HGB treat apart (issue 17): a strided sample costs no random
     generator, and the same input gives the same keys."""
     n = keys.size
@@ -296,6 +297,8 @@ def frequent_keys(keys: cp.ndarray, min_rows: float, sample: int, min_seen: int 
     seen = 1 if s.size == n else min_seen
     pick = (counts >= seen) & (counts * (n / s.size) >= min_rows)
     heavy, counts = uniq[pick], counts[pick]
+    if min_share and heavy.size and int(counts.sum()) < min_share * s.size:
+        return None
     if top is not None and heavy.size > top:
         heavy = cp.sort(heavy[cp.argsort(-counts)[:top]])
     return heavy if heavy.size else None
