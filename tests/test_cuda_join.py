@@ -171,6 +171,31 @@ def test_gpu_join_skew_and_edge_cases(algorithm, case):
         assert_tables_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
+def test_planner_samples_on_the_device(dtype):
+    """Issue 17 item 3: count_found (the match ratio's hash table of a build sample), with
+    repeated build keys, the sentinel key and strided samples; frequent_keys; the device match
+    ratio against the host's."""
+    from gpujoin.plan import stats
+
+    low = np.iinfo(dtype).min
+    build = cp.asarray([5, 5, 7, low, 9, 5], dtype=dtype)
+    probe = cp.asarray([5, 7, 8, low, 5, 10, 9], dtype=dtype)
+    assert prim.count_found(build, probe) == 5
+    assert prim.count_found(build[:3], probe) == 3  # no sentinel key in the build sample
+    assert prim.count_found(build[::2], probe[::3]) == 3  # strided views: 5, low, 5 in {5, low}
+    assert prim.count_found(build[:0], probe) == 0
+    keys = cp.concatenate([cp.full(3000, 4, dtype), cp.full(1000, low, dtype), cp.arange(4000, dtype=dtype)])
+    assert cp.asnumpy(prim.frequent_keys(keys, 100, 1 << 12, 2)).tolist() == [low, 4]
+    assert cp.asnumpy(prim.frequent_keys(keys, 100, 1 << 12, 2, top=1)).tolist() == [4]
+    assert prim.frequent_keys(keys, 100, 1 << 12, 2, min_share=0.99) is None
+    rng = np.random.default_rng(4)
+    b = rng.permutation(1 << 22).astype(dtype)
+    p = np.where(rng.random(1 << 22) < 0.3, rng.integers(0, 1 << 22, 1 << 22), -1 - np.arange(1 << 22)).astype(dtype)
+    host = stats.match_ratio(b, p)
+    assert host == pytest.approx(0.3, abs=0.03) and stats.match_ratio(cp.asarray(b), cp.asarray(p)) == host
+
+
 @pytest.mark.parametrize("algorithm", ["phj-tr", "phj-ur", "nphj"])
 @pytest.mark.parametrize("case", ["all_equal", "zipf2", "many_to_many", "extremes"])
 def test_heavy_build_keys_take_the_sort_merge_path(algorithm, case, monkeypatch):

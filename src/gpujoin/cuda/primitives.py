@@ -285,20 +285,47 @@ def frequent_keys(keys: cp.ndarray, min_rows: float, sample: int, min_seen: int 
     """Sorted keys that a strided sample of ``sample`` of ``keys`` shows holding about
     ``min_rows`` rows or more, seen at least ``min_seen`` times in it (once when the sample is
     all of ``keys``); at most the ``top`` most frequent; None when there are none, or when
-    together they hold less than ``min_share`` of the sample.  The heavy
-    hitters that the hash joins and HGB treat apart (issue 17): a strided sample costs no random
-    generator, and the same input gives the same keys."""
+    together they hold less than ``min_share`` of the sample.  The heavy hitters that the hash
+    joins and HGB treat apart (issue 17): a strided sample costs no random generator, and the
+    same input gives the same keys.  The sample is counted on the host: a GPU unique of 2^14
+    keys took 0.54 ms on an H200 (sort, compaction and their syncs), the copy and a host sort
+    a tenth of that."""
     n = keys.size
     if n == 0 or n < min_rows:
         return None
     step = max(1, n // sample)
-    s = keys[::step][:sample]
-    uniq, counts = cp.unique(s, return_counts=True)
+    s = cp.asnumpy(keys[::step][:sample])
+    s.sort()
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    uniq, counts = s[starts], np.diff(np.append(starts, s.size))
     seen = 1 if s.size == n else min_seen
     pick = (counts >= seen) & (counts * (n / s.size) >= min_rows)
     heavy, counts = uniq[pick], counts[pick]
-    if min_share and heavy.size and int(counts.sum()) < min_share * s.size:
+    if not heavy.size or (min_share and counts.sum() < min_share * s.size):
         return None
     if top is not None and heavy.size > top:
-        heavy = cp.sort(heavy[cp.argsort(-counts)[:top]])
-    return heavy if heavy.size else None
+        heavy = np.sort(heavy[np.argsort(-counts, kind="stable")[:top]])
+    return cp.asarray(heavy)
+
+
+def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
+    """How many keys of ``probe_sample`` occur in ``build_sample`` (device int32/int64 arrays of
+    one dtype; any strides): a distinct-key hash table of the build sample (HGB's, so repeated
+    build keys cost nothing) probed by every probe key, one sync.  The planner's match ratio
+    (issue 17 item 3): a CuPy sort of the build sample and a binary search cost 0.4 ms on an
+    H200 at 2^24 rows, mostly fixed costs."""
+    if build_sample.size == 0 or probe_sample.size == 0:
+        return 0
+    b, p = cp.ascontiguousarray(build_sample), cp.ascontiguousarray(probe_sample)
+    slots = 1 << max(10, (2 * b.size - 1).bit_length())
+    kt = key_type(b)
+    table = cp.full(slots, np.iinfo(b.dtype).min, b.dtype)
+    out = cp.zeros(3, cp.uint64)  # the build's key counter (unused), found, the build's two int32 flags
+    flags = out[2:].view(cp.int32)
+    block = 256
+    sms = device_properties(cp.cuda.Device().id)["sms"]
+    kernel("groupby.cu", f"hgb_build<{kt}>")((max(1, min(-(-b.size // block), sms * 8)),), (block,),
+                                            (b, np.int64(b.size), table, np.uint32(slots - 1), out[0:], flags))
+    kernel("groupby.cu", f"key_count_found<{kt}>")((max(1, min(-(-p.size // block), sms * 8)),), (block,),
+                                                  (p, np.int64(p.size), table, np.uint32(slots - 1), flags, out[1:]))
+    return int(out[1].get())

@@ -194,11 +194,15 @@ def match_ratio(build_keys, probe_keys) -> float:
     """Estimated share of probe rows whose key is among the build keys (at most 1)."""
     if build_keys.size == 0 or probe_keys.size == 0:
         return 0.0
-    xp = _xp(build_keys)
-    b = xp.sort(_sample(build_keys, BUILD_SAMPLE))
-    p = _sample(probe_keys, PROBE_SAMPLE)
-    pos = xp.minimum(xp.searchsorted(b, p), b.size - 1)
-    hits = int(_to_host(xp.count_nonzero(b[pos] == p)))
+    b, p = _sample(build_keys, BUILD_SAMPLE), _sample(probe_keys, PROBE_SAMPLE)
+    if _xp(build_keys) is np:
+        b = np.sort(b)
+        hits = int(np.count_nonzero(b[np.minimum(np.searchsorted(b, p), b.size - 1)] == p))
+    else:  # a hash table of the build sample: one sync, no sort
+        from ..cuda.primitives import count_found
+
+        dt = np.promote_types(b.dtype, p.dtype)
+        hits = count_found(b.astype(dt, copy=False), p.astype(dt, copy=False))
     return min(1.0, hits / p.size * build_keys.size / b.size)
 
 

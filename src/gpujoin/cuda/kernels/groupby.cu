@@ -468,6 +468,26 @@ hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const
     }
 }
 
+// found += the keys of `keys` that the table holds (the sentinel key: when has[1], hgb_build's
+// flag): the planner's match ratio from a table of a build sample (issue 17 item 3).
+template <typename K>
+__global__ void __launch_bounds__(256)
+key_count_found(const K* __restrict__ keys, i64 n, const K* __restrict__ table, u32 mask,
+                const int* __restrict__ has, unsigned long long* __restrict__ found) {
+    u32 hits = 0;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const K k = keys[i];
+        if (k == sentinel<K>()) { hits += has[1] != 0; continue; }
+        for (u32 s = hash_key(k) & mask; ; s = (s + 1) & mask) {
+            const K e = table[s];
+            if (e == k) { ++hits; break; }
+            if (e == sentinel<K>()) break;
+        }
+    }
+    const u32 w = __reduce_add_sync(FULL_MASK, hits);
+    if ((threadIdx.x & 31) == 0 && w) atomicAdd(found, (unsigned long long)w);
+}
+
 // HGB stage 2: every row finds its dense group id (slot_gid of its slot; sentinel_gid for the
 // sentinel key), or reads it from `gids` when given, and updates each column's accumulators: in
 // shared memory when `use_smem` (the groups' slots fit, `copies` copies of them so that the warps
