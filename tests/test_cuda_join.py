@@ -183,7 +183,7 @@ def test_planner_samples_on_the_device(dtype):
     probe = cp.asarray([5, 7, 8, low, 5, 10, 9], dtype=dtype)
     assert prim.count_found(build, probe) == 5
     assert prim.count_found(build[:3], probe) == 3  # no sentinel key in the build sample
-    assert prim.count_found(build[::2], probe[::3]) == 3  # strided views: 5, low, 5 in {5, low}
+    assert prim.count_found(build[::2], probe[::3]) == 2  # strided views: 5, low, 9 in {5, 7, 9}
     assert prim.count_found(build[:0], probe) == 0
     keys = cp.concatenate([cp.full(3000, 4, dtype), cp.full(1000, low, dtype), cp.arange(4000, dtype=dtype)])
     assert cp.asnumpy(prim.frequent_keys(keys, 100, 1 << 12, 2)).tolist() == [low, 4]
