@@ -93,8 +93,8 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
                       predicted, phases)
     if wide_join(est):
         return Choice("phj-tr", "8-byte keys or payloads", predicted, phases)
-    if est.match_ratio >= crossover:
-        return Choice("phj-tr", f"match ratio {est.match_ratio:.0%} >= model (b)'s crossover "
+    if est.match_ratio is None or est.match_ratio >= crossover:  # None: not measured, 1 assumed
+        return Choice("phj-tr", f"match ratio {est.match_ratio or 1:.0%} >= model (b)'s crossover "
                                 f"{crossover:.0%} for {p} payload column(s)", predicted, phases)
     if est.skewed:
         return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", predicted, phases)
@@ -113,9 +113,12 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
     est = estimate_join(build_keys, probe_keys, [p.dtype.itemsize for p in build_payloads],
                         [p.dtype.itemsize for p in probe_payloads], measure=False)
     if not est.heavy_build and not wide_join(est):
-        est.match_ratio = match_ratio(build_keys, probe_keys)
+        try:
+            est.match_ratio = match_ratio(build_keys, probe_keys)
+        except MemoryError:  # no room for the sample's table (a tiny memory_limit): 1 assumed,
+            pass             # and the join's own budget check names the limit
         p = max(len(est.build_payloads), len(est.probe_payloads), 1)
-        if est.match_ratio < cost.phj_crossover(dev, p):
+        if est.match_ratio is not None and est.match_ratio < cost.phj_crossover(dev, p):
             est.top_share = top_share(probe_keys)
     choice = choose_join(est, dev)
     choice.estimate = est

@@ -41,6 +41,9 @@ HLL_SUB, HLL_SUB_ROWS = 8, 1 << 22
 SAMPLE = 1 << 14
 SKEW_SAMPLE = 1 << 12
 BUILD_SAMPLE, PROBE_SAMPLE = 1 << 20, 1 << 16
+#: On the GPU the build sample goes into a hash table of twice its keys: 2^18 keys (4 MiB of
+#: table for 8-byte keys), with more probe keys for as many expected hits as on the host.
+DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE = 1 << 18, 1 << 18
 
 
 def _xp(a):
@@ -194,13 +197,13 @@ def match_ratio(build_keys, probe_keys) -> float:
     """Estimated share of probe rows whose key is among the build keys (at most 1)."""
     if build_keys.size == 0 or probe_keys.size == 0:
         return 0.0
-    b, p = _sample(build_keys, BUILD_SAMPLE), _sample(probe_keys, PROBE_SAMPLE)
     if _xp(build_keys) is np:
-        b = np.sort(b)
+        b, p = np.sort(_sample(build_keys, BUILD_SAMPLE)), _sample(probe_keys, PROBE_SAMPLE)
         hits = int(np.count_nonzero(b[np.minimum(np.searchsorted(b, p), b.size - 1)] == p))
     else:  # a hash table of the build sample: one sync, no sort
         from ..cuda.primitives import count_found
 
+        b, p = _sample(build_keys, DEVICE_BUILD_SAMPLE), _sample(probe_keys, DEVICE_PROBE_SAMPLE)
         dt = np.promote_types(b.dtype, p.dtype)
         hits = count_found(b.astype(dt, copy=False), p.astype(dt, copy=False))
     return min(1.0, hits / p.size * build_keys.size / b.size)
