@@ -113,7 +113,8 @@ def gpu_memory_cap(limit: int | None):
     """Hold CuPy's memory pool to ``limit`` bytes (None: no cap) inside the block.
 
     Cached free blocks are released first so that what the operation takes is what the cap
-    measures; the previous cap is restored on exit.
+    measures; the previous cap is restored on exit.  An allocation past the cap raises
+    MemoryError naming memory_limit.
     """
     if limit is None:
         yield
@@ -126,5 +127,8 @@ def gpu_memory_cap(limit: int | None):
     pool.set_limit(size=max(limit, pool.used_bytes()))
     try:
         yield
+    except cp.cuda.memory.OutOfMemoryError as e:  # an allocation past the cap: name the cap
+        raise MemoryError(f"GPU memory_limit={limit:,} bytes reached ({e}); raise memory_limit, or pass host "
+                          f"tables so that out-of-core execution takes over") from None
     finally:
         pool.set_limit(size=before)

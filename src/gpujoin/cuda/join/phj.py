@@ -4,9 +4,8 @@ Both sides are radix-partitioned on the low ``radix_bits`` of the murmur3 hash o
 (stable, contiguous: ``primitives.radix_partition``), so that an average build partition holds
 at most half of a block's shared-memory hash table.  Each co-partition is cut into work units
 of at most ``CAP_BUILD`` build rows x ``PROBE_CHUNK`` probe rows; one thread block per unit
-counting-sorts its build rows by hash bucket in shared memory and streams its probe rows
-through them, each probe row scanning its bucket's contiguous range (a range of more than 32
-rows, a key of many build rows, by its whole warp).  A probe partition of any size just makes more units (the probe side splits freely); a
+builds a chained table of its build rows in shared memory and streams its probe rows through
+it.  A probe partition of any size just makes more units (the probe side splits freely); a
 build partition larger than the table (heavy build keys, many-to-many keys of large
 multiplicity) is sent elsewhere, one of the options of paper 003 §4: its rows, and its probe
 partner's, join by sort-merge (``smj.sort_rows``: sorted, then merge path and an output-parallel
@@ -31,10 +30,8 @@ from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, position_dtype, unmatched)
 from .smj import match_with_ranges, sort_rows
 
-#: Shared-memory table of a work unit: at most CAP_BUILD build rows in NBUCKETS buckets (at most
-#: 8 rows a thread: hashjoin.cu's PHJ_ROWS).
+#: Shared-memory table of a work unit: at most CAP_BUILD build rows in NBUCKETS chains.
 CAP_BUILD, NBUCKETS, PROBE_CHUNK, BLOCK = 4096, 4096, 8192, 512
-assert CAP_BUILD <= 8 * BLOCK
 #: A build partition of more rows than this goes to the sort-merge path (``smj.sort_rows``):
 #: in the block nested loop, each probe row of a heavy key walks a chain as long as the key's
 #: build rows and one thread writes all its matches, uncoalesced (65,567 equal keys a side:
@@ -153,7 +150,7 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
     bdt = bsrc.dtype if bsrc is not None else position_dtype(nb)
     pdt = psrc.dtype if psrc is not None else position_dtype(np_)
     fn = kernel("hashjoin.cu", f"phj_match<{kt}, {word_type(bdt)}, {word_type(pdt)}>")
-    smem = CAP_BUILD * bk.dtype.itemsize + (NBUCKETS + 1) * 4 + CAP_BUILD * 2  # hashjoin.cu: phj_match
+    smem = CAP_BUILD * bk.dtype.itemsize + NBUCKETS * 4 + CAP_BUILD * 2
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
 

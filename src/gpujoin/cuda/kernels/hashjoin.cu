@@ -9,7 +9,10 @@
 // anti joins.
 #include "common.cuh"
 
-// Emit the matches of one probe row, found by walking its probe sequence twice (count, then write).
+#define NIL16 0xffffu
+#define NIL32 0xffffffffu
+
+// Emit the matches of one probe row, found by walking a chain twice (count, then write).
 #define EMIT_MATCHES(WALK)                                                            \
     u32 c = 0;                                                                        \
     if (valid) { WALK(c += 1u) }                                                      \
@@ -22,18 +25,8 @@
                if (bflag) bflag[bpos] = 1; ++o; })                                    \
     }
 
-// Rows a thread of a phj_match block places in the bucket-sorted table (cap_build / blockDim).
-#define PHJ_ROWS 8
-// A probe row whose bucket holds more than PHJ_LONG build rows is walked by its whole warp.
-#define PHJ_LONG 32
-
-// One block per work unit: build rows [b0, b1) (at most `cap_build`, at most PHJ_ROWS a
-// thread) of partition p, probe rows [s0, s1) (at most `probe_chunk`).  unit_off[p] is the first
-// unit of partition p (P+1 entries).  The build rows are counting-sorted by bucket in shared
-// memory (bstart: each bucket's first row, srow: each row's place in the unit), so a probe row's
-// candidates are one contiguous range: a range longer than PHJ_LONG (a key of many build rows,
-// issue 17) is counted and written by the probe row's whole warp, 32 candidates a step, instead
-// of by one thread while the other 31 wait.
+// One block per work unit: build rows [b0, b1) (at most `cap_build`) of partition p, probe rows
+// [s0, s1) (at most `probe_chunk`).  unit_off[p] is the first unit of partition p (P+1 entries).
 template <typename K, typename BV, typename PV>
 __global__ void __launch_bounds__(512)
 phj_match(const K* __restrict__ bk, const i64* __restrict__ boff, const K* __restrict__ pk,
@@ -44,10 +37,9 @@ phj_match(const K* __restrict__ bk, const i64* __restrict__ boff, const K* __res
           u8* __restrict__ bflag, u8* __restrict__ pflag) {
     extern __shared__ u64 smem[];
     K* skeys = reinterpret_cast<K*>(smem);
-    u32* bstart = reinterpret_cast<u32*>(skeys + cap_build);  // nbuckets + 1
-    u16* srow = reinterpret_cast<u16*>(bstart + nbuckets + 1);
+    u32* head = reinterpret_cast<u32*>(skeys + cap_build);
+    u16* next = reinterpret_cast<u16*>(head + nbuckets);
     __shared__ i64 range[4];
-    __shared__ u32 s_warp[32];
 
     if (threadIdx.x == 0) {
         const i64 u = blockIdx.x;
@@ -62,117 +54,29 @@ phj_match(const K* __restrict__ bk, const i64* __restrict__ boff, const K* __res
         range[0] = b0; range[1] = min(b0 + cap_build, boff[p + 1]);
         range[2] = s0; range[3] = min(s0 + probe_chunk, poff[p + 1]);
     }
-    for (int j = threadIdx.x; j <= nbuckets; j += blockDim.x) bstart[j] = 0;
+    for (int j = threadIdx.x; j < nbuckets; j += blockDim.x) head[j] = NIL32;
     __syncthreads();
     const i64 b0 = range[0], s0 = range[2], s1 = range[3];
     const int nb = (int)(range[1] - b0);
     const u32 bmask = (u32)nbuckets - 1u;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-
-    // counting sort of the build rows by bucket: count (remembering each row's rank in its
-    // bucket), exclusive scan of the counts, place
-    K key[PHJ_ROWS];
-    u32 bucket[PHJ_ROWS], rank[PHJ_ROWS];
-#pragma unroll
-    for (int r = 0; r < PHJ_ROWS; ++r) {
-        const int j = threadIdx.x + r * blockDim.x;
-        if (j < nb) {
-            key[r] = bk[b0 + j];
-            bucket[r] = (hash_key(key[r]) >> radix_bits) & bmask;
-            rank[r] = atomicAdd(&bstart[bucket[r]], 1u);
-        }
-    }
-    __syncthreads();
-    {   // exclusive scan of bstart[0..nbuckets) in place, nbuckets / blockDim consecutive a thread
-        const int per = (nbuckets + blockDim.x - 1) / blockDim.x, first = threadIdx.x * per;
-        u32 sum = 0;
-        for (int i = 0; i < per && first + i < nbuckets; ++i) sum += bstart[first + i];
-        const u32 incl = warp_inclusive_sum<u32>(sum);
-        if (lane == 31) s_warp[warp] = incl;
-        __syncthreads();
-        if (warp == 0) {
-            const int nwarps = (blockDim.x + 31) >> 5;
-            const u32 v = lane < nwarps ? s_warp[lane] : 0u;
-            s_warp[lane] = warp_inclusive_sum<u32>(v) - v;
-        }
-        __syncthreads();
-        u32 run = s_warp[warp] + incl - sum;
-        for (int i = 0; i < per && first + i < nbuckets; ++i) {
-            const u32 c = bstart[first + i];
-            bstart[first + i] = run;
-            run += c;
-        }
-        if (threadIdx.x == 0) bstart[nbuckets] = (u32)nb;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < PHJ_ROWS; ++r) {
-        const int j = threadIdx.x + r * blockDim.x;
-        if (j < nb) {
-            const u32 at = bstart[bucket[r]] + rank[r];
-            skeys[at] = key[r];
-            srow[at] = (u16)j;
-        }
+    for (int j = threadIdx.x; j < nb; j += blockDim.x) {
+        K k = bk[b0 + j];
+        skeys[j] = k;
+        u32 old = atomicExch(&head[(hash_key(k) >> radix_bits) & bmask], (u32)j);
+        next[j] = (u16)(old == NIL32 ? NIL16 : old);
     }
     __syncthreads();
 
     for (i64 r0 = s0; r0 < s1; r0 += blockDim.x) {  // block-uniform: block_claim syncs the block
         const i64 s = r0 + threadIdx.x;
         const bool valid = s < s1;
-        const K k = valid ? pk[s] : (K)0;
-        const u32 bk_ = (hash_key(k) >> radix_bits) & bmask;
-        const u32 lo = valid ? bstart[bk_] : 0u, hi = valid ? bstart[bk_ + 1] : 0u;
-        const bool wide = hi - lo > PHJ_LONG;
-        u32 c = 0;
-        if (!wide)
-            for (u32 j = lo; j < hi; ++j) c += skeys[j] == k;
-        for (u32 m = __ballot_sync(FULL_MASK, wide); m; m &= m - 1) {  // the warp counts each wide range
-            const int L = __ffs(m) - 1;
-            const u32 Llo = __shfl_sync(FULL_MASK, lo, L), Lhi = __shfl_sync(FULL_MASK, hi, L);
-            const K Lk = __shfl_sync(FULL_MASK, k, L);
-            u32 n = 0;
-            for (u32 j = Llo + lane; j < Lhi; j += 32) n += skeys[j] == Lk;
-            n = __reduce_add_sync(FULL_MASK, n);
-            if (lane == L) c = n;
-        }
-        u64 o = block_claim(counter, c);
-        if (c && pflag) pflag[s] = 1;
-        if (!wide && c) {
-            for (u32 j = lo; j < hi; ++j) {
-                if (skeys[j] != k) continue;
-                const u64 bpos = (u64)(b0 + srow[j]);
-                if (o < cap) {
-                    out_b[o] = side_value(bsrc, bpos);
-                    out_p[o] = side_value(psrc, (u64)s);
-                    if (out_k) out_k[o] = k;
-                }
-                if (bflag) bflag[bpos] = 1;
-                ++o;
-            }
-        }
-        for (u32 m = __ballot_sync(FULL_MASK, wide && c); m; m &= m - 1) {  // the warp writes each
-            const int L = __ffs(m) - 1;
-            const u32 Llo = __shfl_sync(FULL_MASK, lo, L), Lhi = __shfl_sync(FULL_MASK, hi, L);
-            const K Lk = __shfl_sync(FULL_MASK, k, L);
-            const i64 Ls = __shfl_sync(FULL_MASK, s, L);
-            u64 Lo = __shfl_sync(FULL_MASK, o, L);
-            for (u32 j0 = Llo; j0 < Lhi; j0 += 32) {
-                const u32 j = j0 + lane;
-                const bool hit = j < Lhi && skeys[j] == Lk;
-                const u32 bal = __ballot_sync(FULL_MASK, hit);
-                if (hit) {
-                    const u64 at = Lo + __popc(bal & lanemask_lt());
-                    const u64 bpos = (u64)(b0 + srow[j]);
-                    if (at < cap) {
-                        out_b[at] = side_value(bsrc, bpos);
-                        out_p[at] = side_value(psrc, (u64)Ls);
-                        if (out_k) out_k[at] = Lk;
-                    }
-                    if (bflag) bflag[bpos] = 1;
-                }
-                Lo += __popc(bal);
-            }
-        }
+        K k = valid ? pk[s] : (K)0;
+        u32 h = head[(hash_key(k) >> radix_bits) & bmask];
+#define PHJ_WALK(ACTION)                                                              \
+        for (u32 j = h; j != NIL32; j = (next[j] == NIL16 ? NIL32 : (u32)next[j]))    \
+            if (skeys[j] == k) { const u64 bpos = (u64)(b0 + j); ACTION; }
+        EMIT_MATCHES(PHJ_WALK)
+#undef PHJ_WALK
     }
 }
 
