@@ -1,7 +1,6 @@
 """Ways for pageable host data to reach the GPU without the staging copy (issue 14's pass-1
 ceiling): cudaHostRegister in place from several threads at once, and, where the driver runs in
 HMM mode, a kernel reading pageable memory directly.  Prints GB/s for each."""
-import os
 import subprocess
 import sys
 import time

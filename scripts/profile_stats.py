@@ -1,13 +1,17 @@
 """What auto's statistics cost (issue 17 item 3): each estimate on bench workloads, wall time
-with the device synchronized, median of 7 after a warm-up."""
+with the device synchronized, median of 7 after a warm-up; with ``--detail``, each step of the
+join statistics alone at 2^24 rows instead."""
 
 import statistics
+import sys
 import time
 
 import cupy as cp
+import numpy as np
 
 from gpujoin.bench.workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
 from gpujoin.cuda.groupby.common import AggInput
+from gpujoin.cuda.primitives import count_found, frequent_keys
 from gpujoin.plan import stats
 from gpujoin.plan.auto import resolve_gpu_group_by, resolve_gpu_join
 
@@ -24,6 +28,26 @@ def timed(label, fn, reps=7):
     print(f"{label:60} {statistics.median(ts) * 1e3:8.3f} ms", flush=True)
 
 
+def detail():
+    r, s = make_join(JoinWorkload(log2_r=24, log2_s=24), cp)
+    bk, pk = r["k"], s["k"]
+    timed("empty sync", lambda: None)
+    timed("4096 strided sample to host", lambda: stats._to_host(stats._sample(bk, 4096)))
+    h = stats._to_host(stats._sample(bk, 4096))
+    timed("np.unique 4096", lambda: np.unique(h, return_counts=True))
+    timed("cp.unique 4096 on the device", lambda: cp.unique(stats._sample(bk, 4096), return_counts=True))
+    for size in (1 << 16, 1 << 18, 1 << 20):
+        timed(f"sort a strided sample of {size}", lambda: cp.sort(stats._sample(bk, size)))
+    timed("count_found 2^18 sample, 2^18 probe",
+          lambda: count_found(stats._sample(bk, 1 << 18), stats._sample(pk, 1 << 18)))
+    timed("match_ratio", lambda: stats.match_ratio(bk, pk))
+    timed("repeated_share", lambda: stats.repeated_share(bk))
+    timed("frequent_keys 2^14 sample", lambda: frequent_keys(pk, 4 * pk.size / 2**14, 1 << 14, 4, 4096, 0.05))
+
+
+if "--detail" in sys.argv:
+    detail()
+    sys.exit(0)
 for w in (JoinWorkload(log2_r=27, log2_s=27), JoinWorkload(log2_r=24, log2_s=24),
           JoinWorkload(log2_r=26, log2_s=26, distinct_keys=1 << 24, build_zipf=1.0)):
     r, s = make_join(w, cp)
