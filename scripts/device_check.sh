@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
-#                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|cpu-joins|
+#                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
 #                            tests-multi|bench-multi|tests-dist|bench-dist|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
@@ -186,6 +186,16 @@ if [[ $stage == skew-nsys ]]; then
   $nsys profile -t cuda -o "$OUT/skew" --force-overwrite true python3 scripts/profile_skew.py ${PROFILE:-join phj-tr log2_r=27 zipf=2} 2>&1 | grep -v "^Generat\|^Collect\|^Process" | tail -8
   $nsys stats -q -r cuda_gpu_kern_sum "$OUT/skew.nsys-rep" 2>&1 | cut -c1-200 | head -${NSYS_LINES:-30}
   rm -f "$OUT"/skew.*
+fi
+if [[ $stage == part-msd ]]; then
+  # the radix partition's passes (MSD, unstable) and the joins and group-bys over them, then the
+  # stable-LSD / MSD A/B of profile_scatter.py (variants taking turns on one machine)
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
+  timeout ${TEST_TIMEOUT:-330} python3 -m pytest -m "gpu and not slow" -q -x -p no:cacheprovider --tb=short -rf \
+    -W ignore::Warning $xdist tests/test_cuda_join.py tests/test_cuda_groupby.py -k "${TESTS_K:-not matches_cpu_engine or phj or pgb}" \
+    2>&1 | tee "$OUT/pytest_part.log" | tail -25
+  rc=${PIPESTATUS[0]}
+  timeout 200 python3 scripts/profile_scatter.py 28 1,1 0,1 2>&1 | tail -8
 fi
 if [[ $stage == tests-join || $stage == tests-groupby ]]; then
   # one GPU test file in one call (the two together take longer than a device call may run)

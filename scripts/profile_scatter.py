@@ -1,8 +1,8 @@
 """Compare the radix scatter's stable and unstable rankings and register budgets on the workloads
 that use it: 8-bit passes of 2^LOG2N 4-byte keys with one and two 4-byte values and a 16-bit
-partition (all asking for an unstable first pass), PGB-TR at g = 2^16 (MAX of two int32 columns;
-it asks for one too) and the narrow PHJ-TR (stable); stable=1 forces every pass stable; CUDA
-events, median of 5
+partition (all asking for unstable passes), PGB-TR at g = 2^16 and 2^24 (MAX of two int32
+columns) and the narrow PHJ-TR (both unstable: MSD); stable=1 forces every pass stable (LSD);
+CUDA events, median of 5
 (device check aid): python3 scripts/profile_scatter.py [LOG2N=28] [stable,minb ...]."""
 
 import sys
@@ -22,6 +22,7 @@ rng = cp.random.default_rng(0)
 keys = cp.random.permutation(n).astype(cp.int32)
 vals = cp.arange(n, dtype=cp.int32)
 gkeys = rng.integers(0, 1 << 16, n, dtype=cp.int32)
+gkeys24 = rng.integers(0, 1 << 24, n, dtype=cp.int32)
 inputs = [AggInput(rng.integers(0, 1 << 30, n, dtype=cp.int32), None, ("max",)) for _ in range(2)]
 half = 1 << (log2n - 1)
 steps = {
@@ -32,6 +33,7 @@ steps = {
     "16 bits key+value (2^27)": lambda: prim.radix_partition(keys[:half], [vals[:half]], prim.Digits(bits=16),
                                                              bounds=False, stable=False),
     "pgb-tr g=2^16": lambda: run("pgb-tr", gkeys, inputs),
+    "pgb-tr g=2^24": lambda: run("pgb-tr", gkeys24, inputs),
     "phj-tr narrow 2^27": lambda: phj(keys[:half], keys[half:], [vals[:half]], [vals[half:]], emit_keys=True),
 }
 ROUNDS = 3  # the variants take turns, so that a drift of the clocks does not favour one

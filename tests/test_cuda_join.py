@@ -70,15 +70,16 @@ def test_radix_partition_is_a_stable_partition_on_hash_bits(n, bits):
 
 
 @pytest.mark.parametrize("minb", SCATTER_MINB)
-@pytest.mark.parametrize("bits", [5, 8, 16])
+@pytest.mark.parametrize("bits,n", [(5, 3 * 4096 + 17), (8, 3 * 4096 + 17), (11, 100_003), (16, 3 * 4096 + 17),
+                                    (16, 300_007), (20, 70_001)])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, minb, monkeypatch):
+def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, n, minb, monkeypatch):
     # stable=False: every row (key and all columns) lands whole in its partition, in any order
-    # within it; with columns of one width (one launch) the first pass ranks by atomics, with
-    # two widths stably.  Skewed keys: warps whose lanes share a digit.
+    # within it; with columns of one width (one launch) the passes rank by atomics, most
+    # significant digit first (each pass after the first within the partitions before it, many
+    # of them empty here), with two widths stably.  Skewed keys: warps whose lanes share a digit.
     monkeypatch.setattr(prim, "SCATTER_MINB", minb)
     rng = np.random.default_rng(7)
-    n = 3 * 4096 + 17
     keys = np.where(rng.random(n) < 0.5, 42, rng.integers(-5000, 5000, n)).astype(dtype)
     ids = np.arange(n, dtype=np.uint32)
     cols = [ids, rng.integers(0, 1 << 31, n).astype(np.uint32)]
@@ -94,6 +95,13 @@ def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, minb, monkeypatc
         digit = h[got_ids]
         assert (np.diff(digit.astype(np.int64)) >= 0).all()
         np.testing.assert_array_equal(cp.asnumpy(off), np.searchsorted(digit, np.arange((1 << bits) + 1)))
+    # the first pass's histogram handed over (PGB's way): the same partitions
+    counts = prim.radix_histogram(cp.asarray(keys), [cp.asarray(c) for c in cols], prim.Digits(bits=bits),
+                                  stable=False)
+    k, moved, off2 = prim.radix_partition(cp.asarray(keys), [cp.asarray(c) for c in cols], prim.Digits(bits=bits),
+                                          counts=counts, stable=False)
+    np.testing.assert_array_equal(cp.asnumpy(off2), cp.asnumpy(off))
+    np.testing.assert_array_equal(np.sort(cp.asnumpy(moved[0])), ids)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])

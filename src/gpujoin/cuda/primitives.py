@@ -89,20 +89,54 @@ def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
     return groups
 
 
-def _unstable_first(values: list[cp.ndarray], stable: bool) -> bool:
-    """Whether radix_partition ranks its first pass unstably: asked, and one launch moves every
-    column (shared atomics may order a tile differently in each launch)."""
+def _unstable(values: list[cp.ndarray], stable: bool) -> bool:
+    """Whether radix_partition ranks its passes unstably (most significant digit first): asked,
+    and one launch moves every column (shared atomics may order a tile differently in each
+    launch)."""
     return not (stable or FORCE_STABLE) and len(_width_groups(values)) <= 1
 
 
+def _order(digits: Digits, unstable: bool) -> list[tuple[int, int]]:
+    """The passes in the order radix_partition runs them: LSD (stable ranking: each pass keeps
+    the order of the ones before) or MSD (unstable: each pass after the first partitions the
+    partitions of the ones before, so no pass needs stability)."""
+    passes = _passes(digits)
+    return passes[::-1] if unstable else passes
+
+
+@dataclass
+class _Segments:
+    """The partitions that a segmented (MSD) pass partitions further: offsets (int64 (P + 1,))
+    and the exclusive sum of their tile counts (int32 (P + 1,)); ``blocks`` is an upper bound of
+    the tiles (a launch's grid; blocks past the last tile return at once)."""
+
+    offsets: cp.ndarray
+    tile_start: cp.ndarray
+    blocks: int
+
+    @classmethod
+    def of(cls, offsets: cp.ndarray, n: int, tile: int) -> "_Segments":
+        tiles = (cp.diff(offsets) + (tile - 1)) // tile
+        tile_start = cp.zeros(offsets.size, cp.int32)
+        cp.cumsum(tiles, out=tile_start[1:])
+        return cls(offsets, tile_start, -(-n // tile) + offsets.size - 1)
+
+    def args(self) -> tuple:
+        return self.offsets, self.tile_start, np.int32(self.offsets.size - 1)
+
+
+_GLOBAL = (0, 0, np.int32(0))  # no segments: tiles from row 0
+
+
 def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: int, counts: cp.ndarray,
-               sketch: cp.ndarray | None) -> None:
+               sketch: cp.ndarray | None, segments: _Segments | None = None) -> None:
     n, nblocks = keys.size, counts.size // 256
     # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
     grid = nblocks if sketch is None else min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
     kernel("partition.cu", f"radix_histogram<{key_type(keys)}, {tile // PART_BLOCK}>")(
         (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
-                                 np.int32(shift), np.int32(bits), counts, np.int32(nblocks), ptr(sketch)),
+                                 np.int32(shift), np.int32(bits), counts, np.int32(nblocks), ptr(sketch))
+        + (segments.args() if segments else _GLOBAL),
         shared_mem=0 if sketch is None else sketch.nbytes)
 
 
@@ -114,8 +148,9 @@ def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     filled from the same read of the keys.  Raises ValueError for empty keys or no digits."""
     if keys.size == 0 or digits.bits == 0:
         raise ValueError("radix_histogram needs keys and at least one digit bit")
-    shift, bits = _passes(digits)[0]
-    tile = UNSTABLE_TILE if _unstable_first(values, stable) else PART_TILE
+    unstable = _unstable(values, stable)
+    shift, bits = _order(digits, unstable)[0]
+    tile = UNSTABLE_TILE if unstable else PART_TILE
     counts = cp.empty(256 * -(-keys.size // tile), cp.int32)
     _histogram(keys, digits, shift, bits, tile, counts, sketch)
     return counts
@@ -126,11 +161,14 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
                     stable: bool = True) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
     """Radix partition of ``keys`` and every column of ``values`` on ``digits``.
 
-    LSD passes of at most 8 bits (histogram, scan, shared-memory staged scatter), so the output
-    is ordered by the digit and, if ``stable``, within a partition by input position; every value
-    column lands at the same positions as its key (GFTR, paper 003 §1.4).  Unstable, the first
-    pass ranks a tile by shared atomics instead of warp ballots when every column has one width
-    (faster; later passes stay stable, as LSD needs).
+    Passes of at most 8 bits (histogram, scan, shared-memory staged scatter), so the output is
+    ordered by the digit and, if ``stable``, within a partition by input position; every value
+    column lands at the same positions as its key (GFTR, paper 003 §1.4).  Stable passes run
+    least significant digit first (warp-ballot ranking keeps the previous passes' order).
+    Unstable, when every column has one width, passes run most significant digit first, each
+    after the first within the partitions of the ones before (tiles cut at their starts), and
+    rank a tile by shared atomics on 8192-row tiles: faster, and the last pass's scan gives the
+    bounds without a read of the keys.
 
     Parameters
     ----------
@@ -159,17 +197,19 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         return keys.copy(), [v.copy() for v in values], offsets
     kt, kb = key_type(keys), keys.dtype.itemsize
     launches = list(_width_groups(values).items()) or [(4, [])]
-    unstable = _unstable_first(values, stable)
-    for p, (shift, bits) in enumerate(passes):
-        ranked_stable = p > 0 or not unstable
-        tile = PART_TILE if ranked_stable else UNSTABLE_TILE
-        nblocks = -(-n // tile)
+    unstable = _unstable(values, stable)
+    tile = UNSTABLE_TILE if unstable else PART_TILE
+    segments, seg_offsets = None, None
+    for p, (shift, bits) in enumerate(_order(digits, unstable)):
+        if p > 0 and unstable:  # partition the partitions of the passes before
+            segments = _Segments.of(seg_offsets, n, tile)
+        nblocks = segments.blocks if segments else -(-n // tile)
         if p == 0 and counts is not None:
             if counts.size != 256 * nblocks:
                 raise ValueError("counts are not radix_histogram's of these keys, values and digits")
         else:
             counts = cp.empty(256 * nblocks, cp.int32)
-            _histogram(src_k, digits, shift, bits, tile, counts, None)
+            _histogram(src_k, digits, shift, bits, tile, counts, None, segments)
         offs = cp.cumsum(counts, dtype=cp.int64)
         offs -= counts
         dst_k = cp.empty_like(src_k)
@@ -178,25 +218,46 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             # a register cap pays for 4-byte keys; 8-byte keys would spill under it
-            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], ranked_stable,
+            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
                                                           SCATTER_MINB if kt == "i32" else 1))
-            smem = 0 if ranked_stable else tile * (kb + width + 1)  # radix_scatter's is static
-            if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
-                scatter.max_dynamic_shared_size_bytes = smem
-            scatter((nblocks,), (PART_BLOCK if ranked_stable else UNSTABLE_BLOCK,),
-                    (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
-                     np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0)),
-                    shared_mem=smem)
+            args = (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
+                    np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0))
+            if unstable:
+                smem = tile * (kb + width + 1)  # radix_scatter's is static
+                if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
+                    scatter.max_dynamic_shared_size_bytes = smem
+                scatter((nblocks,), (UNSTABLE_BLOCK,), args + (segments.args() if segments else _GLOBAL),
+                        shared_mem=smem)
+            else:
+                scatter((nblocks,), (PART_BLOCK,), args)
         src_k, src_v = dst_k, dst_v
-    if bounds and len(passes) == 1:
-        # one pass: its scan already holds where each digit starts (tile 0's offset of it),
-        # which saves partition_offsets' read of every key
-        offsets = cp.empty((1 << digits.bits) + 1, cp.int64)
-        offsets[:-1] = offs[: (1 << digits.bits) * nblocks: nblocks]
-        offsets[-1] = n
+        if unstable and p + 1 < len(passes):
+            seg_offsets = _scan_bounds(offs, nblocks, bits, n, segments)
+    if not bounds:
+        offsets = None
+    elif unstable or len(passes) == 1:
+        # the last pass's scan holds where each digit (of each partition before) starts, which
+        # saves partition_offsets' read of every key
+        offsets = _scan_bounds(offs, nblocks, bits, n, segments)
     else:
-        offsets = partition_offsets(src_k, digits) if bounds else None
+        offsets = partition_offsets(src_k, digits)
     return src_k, src_v, offsets
+
+
+def _scan_bounds(offs: cp.ndarray, nblocks: int, bits: int, n: int, segments: _Segments | None) -> cp.ndarray:
+    """Partition offsets (int64 (P * 2**bits + 1,)) from a pass's exclusive scan ``offs``: global
+    (P = 1), where tile 0 of each digit starts; segmented, segment_bounds."""
+    if segments is None:
+        offsets = cp.empty((1 << bits) + 1, cp.int64)
+        offsets[:-1] = offs[: (1 << bits) * nblocks: nblocks]
+        offsets[-1] = n
+        return offsets
+    nseg = segments.offsets.size - 1
+    offsets = cp.empty((nseg << bits) + 1, cp.int64)
+    kernel("partition.cu", "segment_bounds")((_grid(offsets.size, 256),), (256,),
+                                             (offs, segments.offsets, segments.tile_start, np.int32(nseg),
+                                              np.int32(bits), np.int64(n), offsets))
+    return offsets
 
 
 def partition_offsets(keys: cp.ndarray, digits: Digits) -> cp.ndarray:

@@ -119,8 +119,8 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
     # partitions of about FILL * max_groups groups: an average one fills the table to FILL^2
     # and at least 2^PARALLEL_BITS of them, so that every SM gets partitions when g is small
     bits = radix_bits if radix_bits is not None else max(PARALLEL_BITS, hash_partition_bits(est, int(max_groups * FILL)))
-    if bits < PARALLEL_BITS:
-        counts = None  # a first pass of other bits
+    if bits != PARALLEL_BITS:
+        counts = None  # a first pass of other bits (several passes go most significant digit first)
     width = keys.dtype.itemsize + sum(c.dtype.itemsize for c in moved)
     check_memory(2 * n * width, f"PGB-{method.upper()} of {n:,} rows")
     pkeys, moved, offsets = radix_partition(keys, moved, Digits(bits=bits), counts=counts, stable=False)

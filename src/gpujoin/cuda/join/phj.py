@@ -1,8 +1,9 @@
 """PHJ-UR and PHJ-TR: the partitioned hash join of paper 003 §1.3-1.4 on one GPU.
 
 Both sides are radix-partitioned on the low ``radix_bits`` of the murmur3 hash of the key
-(stable, contiguous: ``primitives.radix_partition``), so that an average build partition holds
-at most half of a block's shared-memory hash table.  Each co-partition is cut into work units
+(contiguous, in no order within a partition: ``primitives.radix_partition(stable=False)``, whose
+passes go most significant digit first), so that an average build partition holds at most half
+of a block's shared-memory hash table.  Each co-partition is cut into work units
 of at most ``CAP_BUILD`` build rows x ``PROBE_CHUNK`` probe rows; one thread block per unit
 builds a chained table of its build rows in shared memory and streams its probe rows through
 it.  A probe partition of any size just makes more units (the probe side splits freely); a
@@ -116,13 +117,13 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
     if method == "ur":
         brow = cp.arange(nb, dtype=position_dtype(nb))
         prow = cp.arange(np_, dtype=position_dtype(np_))
-        tbk, (tbrow,), boff = radix_partition(bk, [brow], digits)
-        tpk, (tprow,), poff = radix_partition(pk, [prow], digits)
+        tbk, (tbrow,), boff = radix_partition(bk, [brow], digits, stable=False)
+        tpk, (tprow,), poff = radix_partition(pk, [prow], digits, stable=False)
         space_b, space_p = list(bpay), list(ppay)
         bsrc, psrc = tbrow, tprow
     elif method == "tr":
-        tbk, space_b, boff = radix_partition(bk, list(bpay), digits)
-        tpk, space_p, poff = radix_partition(pk, list(ppay), digits)
+        tbk, space_b, boff = radix_partition(bk, list(bpay), digits, stable=False)
+        tpk, space_p, poff = radix_partition(pk, list(ppay), digits, stable=False)
         bsrc = direct_column(space_b)
         psrc = direct_column(space_p)
     else:

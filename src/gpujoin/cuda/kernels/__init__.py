@@ -41,6 +41,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         + [scatter_name(k, v, True, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
         + [scatter_name(k, v, False) for k, v in product(_KEYS, _VALUES)]
         + [f"partition_bounds<{k}>" for k in _KEYS]
+        + ["segment_bounds"]
     ),
     "hashjoin.cu": (
         [f"phj_match<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]

@@ -31,6 +31,43 @@ __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, 
     return (u32)(((u64)((i64)k - base)) >> shift) & mask;
 }
 
+// Which rows tile b covers and where its digit counts go.  Global (tile_start null): rows
+// [b * tile, ...), digit d's count at counts[d * nblocks + b].  Segmented (an MSD pass after the
+// first, paper 003 §1.2's multi-pass partition read most-significant digit first): the rows are
+// nseg partitions of the previous passes (seg_off, nseg + 1 offsets), each cut into its own
+// tiles from its start (tile_start: the exclusive sum of each partition's tile count, nseg + 1
+// entries), and partition p's counts are digit-major inside its own block of 256 * T_p, so one
+// exclusive scan of the whole array gives every (partition, digit, tile) its global offset, in
+// the order of the combined digits.  False past the last tile.
+struct TileMap {
+    i64 row0;
+    int n;
+    i64 count0;  // counts index of digit 0; digit d at count0 + d * stride
+    int stride;
+};
+__device__ __forceinline__ bool tile_of(int b, int tile, i64 n, int nblocks, const i64* __restrict__ seg_off,
+                                        const i32* __restrict__ tile_start, int nseg, TileMap& t) {
+    if (!tile_start) {
+        t.row0 = (i64)b * tile;
+        t.n = (int)min((i64)tile, n - t.row0);
+        t.count0 = b;
+        t.stride = nblocks;
+        return b < nblocks;
+    }
+    if (b >= tile_start[nseg]) return false;
+    int lo = 0, hi = nseg;  // the last p with tile_start[p] <= b
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (tile_start[mid] <= b) lo = mid; else hi = mid;
+    }
+    const int local = b - tile_start[lo];
+    t.row0 = seg_off[lo] + (i64)local * tile;
+    t.n = (int)min((i64)tile, seg_off[lo + 1] - t.row0);
+    t.stride = tile_start[lo + 1] - tile_start[lo];
+    t.count0 = (i64)tile_start[lo] * 256 + local;
+    return true;
+}
+
 // counts[d * nblocks + b] = number of keys of tile b (PART_BLOCK * ITEMS keys) whose digit is d
 // (d < 256).  Each warp counts into its own shared counters (contention stays within a warp even
 // for all-equal keys); blocks loop over the tiles.  With `sketch` (2^HLL_BITS registers, zeroed)
@@ -39,27 +76,29 @@ __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, 
 template <typename K, int ITEMS>
 __global__ void __launch_bounds__(PART_BLOCK)
 radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits,
-                i32* __restrict__ counts, int nblocks, u32* __restrict__ sketch) {
+                i32* __restrict__ counts, int nblocks, u32* __restrict__ sketch,
+                const i64* __restrict__ seg_off, const i32* __restrict__ tile_start, int nseg) {
     __shared__ u32 hist[PART_WARPS * RADIX];
     extern __shared__ u32 regs[];  // 2^HLL_BITS with a sketch, else none
     const u32 mask = (1u << bits) - 1u;
     if (sketch)
         for (int j = threadIdx.x; j < (1 << HLL_BITS); j += PART_BLOCK) regs[j] = 0;
     u32* my = hist + (threadIdx.x >> 5) * RADIX;
-    for (int b = blockIdx.x; b < nblocks; b += gridDim.x) {
+    TileMap t;
+    for (int b = blockIdx.x; tile_of(b, PART_BLOCK * ITEMS, n, nblocks, seg_off, tile_start, nseg, t);
+         b += gridDim.x) {
         for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) hist[j] = 0;
         __syncthreads();
-        const i64 tile0 = (i64)b * PART_BLOCK * ITEMS;
+        const K* __restrict__ tkeys = keys + t.row0;
         K key[ITEMS];
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
-            key[i] = idx < n ? keys[idx] : (K)0;
+            const int row = i * PART_BLOCK + threadIdx.x;
+            key[i] = row < t.n ? tkeys[row] : (K)0;
         }
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            i64 idx = tile0 + (i64)i * PART_BLOCK + threadIdx.x;
-            if (idx < n) {
+            if (i * PART_BLOCK + (int)threadIdx.x < t.n) {
                 atomicAdd(&my[digit_of(key[i], use_hash, base, shift, mask)], 1u);
                 if (sketch) {
                     u32 r, rho;
@@ -72,7 +111,7 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
         u32 total = 0;
 #pragma unroll
         for (int w = 0; w < PART_WARPS; ++w) total += hist[w * RADIX + threadIdx.x];
-        counts[(i64)threadIdx.x * nblocks + b] = (i32)total;
+        counts[t.count0 + (i64)threadIdx.x * t.stride] = (i32)total;
         __syncthreads();  // hist is zeroed again for the next tile
     }
     if (sketch)
@@ -221,8 +260,11 @@ __global__ void __launch_bounds__(UNSTABLE_BLOCK)
 radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
                        int shift, int bits, const i64* __restrict__ offsets, int nblocks,
                        const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
-                       int write_keys) {
+                       int write_keys, const i64* __restrict__ seg_off, const i32* __restrict__ tile_start,
+                       int nseg) {
     constexpr int BLOCK = UNSTABLE_BLOCK, ITEMS = UNSTABLE_ITEMS, TILE = UNSTABLE_TILE;
+    TileMap t;
+    if (!tile_of(blockIdx.x, TILE, n, nblocks, seg_off, tile_start, nseg, t)) return;  // the whole block
     __shared__ u32 hist[RADIX];
     __shared__ u32 local_start[RADIX];
     __shared__ i64 gbase[RADIX];
@@ -234,15 +276,15 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
 
     const u32 mask = (1u << bits) - 1u;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const i64 tile0 = (i64)blockIdx.x * TILE;
-    const int tile_n = (int)min((i64)TILE, n - tile0);
+    const i64 tile0 = t.row0;
+    const int tile_n = t.n;
     const int w0 = warp * 32 * ITEMS + lane;  // item i of lane l of warp w: row w0 + 32 i of the tile
     const K* __restrict__ tkin = kin + tile0;
 
     for (int j = threadIdx.x; j < RADIX; j += BLOCK) hist[j] = 0;
     // this tile's output offset of digit threadIdx.x: a strided read of the digit-major scan,
     // issued first so that its latency hides behind the tile's loads
-    const i64 my_offset = threadIdx.x <= mask ? offsets[(i64)threadIdx.x * nblocks + blockIdx.x] : 0;
+    const i64 my_offset = threadIdx.x <= mask ? offsets[t.count0 + (i64)threadIdx.x * t.stride] : 0;
     u32 packed[ITEMS];  // digit << 16 | rank, then the tile position; NO_DIGIT past the end
     V val[ITEMS];
     const V* __restrict__ vin = nvals ? reinterpret_cast<const V*>(vin_ptrs[0]) + tile0 : nullptr;
@@ -312,5 +354,21 @@ __global__ void partition_bounds(const K* __restrict__ keys, i64 n, int use_hash
         for (i64 q = prev + 1; q <= r; ++q) offsets[q] = i;
         if (i == n - 1)
             for (i64 q = r + 1; q <= P; ++q) offsets[q] = n;
+    }
+}
+
+// Partition offsets after a segmented (MSD) pass of `bits` bits over nseg partitions: partition
+// q = p << bits | d starts where the scan put tile 0 of digit d of partition p (offs: the exclusive
+// scan of radix_histogram's segmented counts), or at seg_off[p] when p has no tiles (empty);
+// offsets[nseg << bits] = n.  One thread an entry, so the bounds cost no read of the keys.
+__global__ void segment_bounds(const i64* __restrict__ offs, const i64* __restrict__ seg_off,
+                               const i32* __restrict__ tile_start, int nseg, int bits, i64 n,
+                               i64* __restrict__ offsets) {
+    const i64 total = (i64)nseg << bits;
+    for (i64 q = (i64)blockIdx.x * blockDim.x + threadIdx.x; q <= total; q += (i64)gridDim.x * blockDim.x) {
+        if (q == total) { offsets[q] = n; continue; }
+        const int p = (int)(q >> bits), d = (int)(q & ((1 << bits) - 1));
+        const int tiles = tile_start[p + 1] - tile_start[p];
+        offsets[q] = tiles ? offs[(i64)tile_start[p] * 256 + (i64)d * tiles] : seg_off[p];
     }
 }
