@@ -11,7 +11,7 @@ import numpy as np
 
 from gpujoin.bench.workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
 from gpujoin.cuda.groupby.common import AggInput
-from gpujoin.cuda.primitives import count_found, frequent_keys
+from gpujoin.cuda.primitives import count_found, frequent_keys, key_samples
 from gpujoin.plan import stats
 from gpujoin.plan.auto import resolve_gpu_group_by, resolve_gpu_join
 
@@ -38,6 +38,8 @@ def detail():
     timed("cp.unique 4096 on the device", lambda: cp.unique(stats._sample(bk, 4096), return_counts=True))
     for size in (1 << 16, 1 << 18, 1 << 20):
         timed(f"sort a strided sample of {size}", lambda: cp.sort(stats._sample(bk, size)))
+    timed("key_samples: build + probe summaries", lambda: key_samples([bk, pk]))
+    timed("key_samples: summaries + 2^18 x 2^18 match", lambda: key_samples([bk, pk], 4096, (1 << 18, 1 << 18)))
     timed("count_found 2^18 sample, 2^18 probe",
           lambda: count_found(stats._sample(bk, 1 << 18), stats._sample(pk, 1 << 18)))
     timed("match_ratio", lambda: stats.match_ratio(bk, pk))
@@ -53,7 +55,7 @@ for w in (JoinWorkload(log2_r=27, log2_s=27), JoinWorkload(log2_r=24, log2_s=24)
     r, s = make_join(w, cp)
     bk, pk = r["k"], s["k"]
     tag = f"join 2^{w.log2_r}" + (" mm zipf-build" if w.build_zipf else "")
-    timed(f"{tag}: sample_counts(build) + repeated_share", lambda: stats.repeated_share(bk))
+    timed(f"{tag}: repeated_share(build)", lambda: stats.repeated_share(bk))
     timed(f"{tag}: match_ratio", lambda: stats.match_ratio(bk, pk))
     timed(f"{tag}: top_share(probe)", lambda: stats.top_share(pk))
     timed(f"{tag}: resolve_gpu_join (all auto does)", lambda: resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]))

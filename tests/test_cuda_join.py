@@ -204,6 +204,38 @@ def test_planner_samples_on_the_device(dtype):
     assert stats.match_ratio(cp.asarray(b), cp.asarray(p)) == pytest.approx(0.3, abs=0.03)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_key_samples_summarize_like_numpy(dtype):
+    # the planner's device samples (issue 17 item 3): every summary equals np.unique's of the
+    # same strided sample, with the sentinel key, all-equal, empty, strided and mixed-width keys
+    from gpujoin.plan import stats
+
+    rng = np.random.default_rng(11)
+    low = np.iinfo(dtype).min
+    cases = [rng.integers(0, 50, 100_003), np.full(9_000, 7), rng.permutation(1 << 20), np.zeros(0),
+             np.where(rng.random(30_001) < 0.2, low, rng.zipf(1.5, 30_001)), np.arange(5), [low, low, 3]]
+    for case in cases:
+        keys = np.asarray(case).astype(dtype)
+        want = stats.sample(keys)
+        assert stats.sample(cp.asarray(keys)) == want, case
+        assert stats.sample(cp.asarray(keys)).groups == want.groups
+    wide = rng.integers(-(1 << 40), 1 << 40, 50_000)
+    got = prim.key_samples([cp.asarray(wide[::3].copy()), cp.asarray(wide)[::2]], 4096, (1 << 12, 1 << 12))
+    assert got.sizes == (4096, 4096)
+    b, p = wide[::3][::4][:4096], wide[::2][::6][:4096]
+    assert got.found == int(np.isin(p, b).sum())
+    for row, smp in zip(got.summaries, (b, p)):
+        assert stats._summary(row, smp.size) == stats.Sample.of_counts(np.unique(smp, return_counts=True)[1])
+    keys = cp.asarray(rng.integers(0, 1000, 20_000).astype(dtype))
+    small = cp.asarray(rng.integers(0, 1000, 20_000).astype(np.int32))
+    b_s, p_s, ratio = stats.device_join_samples(keys, small, True)  # int32 probe against int64 build keys too
+    assert (b_s, p_s) == (stats.sample(cp.asnumpy(keys)), stats.sample(cp.asnumpy(small)))
+    assert ratio == stats.match_ratio(cp.asnumpy(keys), cp.asnumpy(small).astype(dtype)) == 1.0
+    assert stats.device_join_samples(keys[:0], small, True)[2] == 0.0
+    with pytest.raises(ValueError, match="at most"):
+        prim.key_samples([keys], 8192)
+
+
 @pytest.mark.parametrize("algorithm", ["phj-tr", "phj-ur", "nphj"])
 @pytest.mark.parametrize("case", ["all_equal", "zipf2", "many_to_many", "extremes"])
 def test_heavy_build_keys_take_the_sort_merge_path(algorithm, case, monkeypatch):

@@ -105,21 +105,31 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
     """``algorithm="auto"`` for a GPU join of these device (or host) arrays."""
     from .calibrate import device_model
-    from .stats import estimate_join, match_ratio, top_share
+    from .stats import JoinEstimate, device_join_samples, estimate_join, match_ratio, top_share
 
     dev = device_model()
-    # each sampled statistic only when the rules reach it (heavy build keys from a small sample,
-    # then §4's order: width, match ratio, skew); together they cost up to 13% of a 10 ms join (H200)
-    est = estimate_join(build_keys, probe_keys, [p.dtype.itemsize for p in build_payloads],
-                        [p.dtype.itemsize for p in probe_payloads], measure=False)
-    if not est.heavy_build and not wide_join(est):
+    bw, pw = [p.dtype.itemsize for p in build_payloads], [p.dtype.itemsize for p in probe_payloads]
+    if hasattr(build_keys, "__cuda_array_interface__"):
+        # device keys: the build and probe samples and the match ratio in one launch batch and
+        # one sync (the rules' order is kept in what is read: a wide join needs no match ratio)
+        est = JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, bw, pw, None, None)
+        wide = wide_join(est)
         try:
+            b, p, ratio = device_join_samples(build_keys, probe_keys, match=not wide)
+        except MemoryError:  # no room for the match ratio's table (a tiny memory_limit): 1 assumed,
+            (b, p, _), ratio = device_join_samples(build_keys, probe_keys, match=False), None  # the join's
+        est.build_repeated = b.repeated_share                                                  # check names it
+        if not est.heavy_build and not wide:
+            est.match_ratio, est.top_share = ratio, p.top_share
+    else:
+        # each sampled statistic only when the rules reach it (heavy build keys from a small
+        # sample, then §4's order: width, match ratio, skew)
+        est = estimate_join(build_keys, probe_keys, bw, pw, measure=False)
+        if not est.heavy_build and not wide_join(est):
             est.match_ratio = match_ratio(build_keys, probe_keys)
-        except MemoryError:  # no room for the sample's table (a tiny memory_limit): 1 assumed,
-            pass             # and the join's own budget check names the limit
-        p = max(len(est.build_payloads), len(est.probe_payloads), 1)
-        if est.match_ratio is not None and est.match_ratio < cost.phj_crossover(dev, p):
-            est.top_share = top_share(probe_keys)
+            p = max(len(est.build_payloads), len(est.probe_payloads), 1)
+            if est.match_ratio < cost.phj_crossover(dev, p):
+                est.top_share = top_share(probe_keys)
     choice = choose_join(est, dev)
     choice.estimate = est
     return choice

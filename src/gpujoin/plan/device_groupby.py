@@ -123,9 +123,9 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         stats.params["auto"] = choice.reason
         groups = choice.estimate.groups_for(algorithm)
     else:  # a few groups, all seen in a small sample, need no HyperLogLog pass (None: the algorithm runs it)
-        from .stats import sample_counts, sample_groups
+        from .stats import sample
 
-        groups = sample_groups(sample_counts(keys))
+        groups = sample(keys).groups
     out = run(algorithm, keys, inputs, groups_estimate=groups)
     sizes = out.columns[0]["count"] if need_sizes else None
     res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}

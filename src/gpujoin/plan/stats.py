@@ -125,39 +125,80 @@ class JoinEstimate:
         return {**asdict(self), "skewed": self.skewed, "heavy_build": self.heavy_build}
 
 
-def sample_counts(keys) -> np.ndarray:
-    """How often each distinct key occurs in a strided sample of SKEW_SAMPLE ``keys`` (host
-    int64 counts; empty for no keys).  The sample is counted on the host, where a few thousand
-    keys cost less than the kernel launches and syncs of a GPU unique (about 50 us)."""
+@dataclass
+class Sample:
+    """A strided sample of SKEW_SAMPLE keys, summarized: its size, distinct keys, rows of keys
+    seen more than once, the largest and the smallest count.  Counted on the host for host keys
+    (np.unique), on the GPU for device keys (primitives.key_samples: the sample never leaves
+    the GPU, and a join's two samples and match ratio share one sync)."""
+
+    size: int = 0
+    distinct: int = 0
+    repeated: int = 0
+    top: int = 0
+    least: int = 0
+
+    @classmethod
+    def of_counts(cls, counts: np.ndarray) -> "Sample":
+        """The summary of a sample's per-key counts (host int64)."""
+        if not counts.size:
+            return cls()
+        return cls(int(counts.sum()), int(counts.size), int(counts[counts > 1].sum()), int(counts.max()),
+                   int(counts.min()))
+
+    @property
+    def top_share(self) -> float:
+        """The most frequent key's share (0 for no keys): a 20% share is known to about 0.6%."""
+        return self.top / self.size if self.size else 0.0
+
+    @property
+    def repeated_share(self) -> float:
+        """The share of the sample whose key occurs more than once in it: keys of about
+        |keys| / SKEW_SAMPLE rows or more (16,384 at 2^26 rows).  0 for unique keys and for
+        many-to-many keys of even, low multiplicity; the share of the rows that heavy keys
+        hold otherwise (Zipf z = 1 over 2^24 keys of 2^26 rows: about 0.35; all-equal keys: 1)."""
+        return self.repeated / self.size if self.size else 0.0
+
+    @property
+    def groups(self) -> int | None:
+        """The number of groups when the sample shows every group at least twice and at most
+        one distinct key per 8 sampled (a few groups, all seen), else None (the sketch is
+        needed).  Reading a few thousand keys costs less than HyperLogLog's pass over all of
+        them: at 2^28 rows into 2^4 groups that pass was 19% of HGB's 3 ms run (issue 17)."""
+        if self.distinct and self.least >= 2 and self.distinct * 8 <= self.size:
+            return self.distinct
+        return None
+
+
+def _summary(row: np.ndarray, size: int) -> Sample:
+    return Sample(size, *(int(x) for x in row))
+
+
+def sample(keys) -> Sample:
+    """The summary of a strided sample of SKEW_SAMPLE ``keys`` (host or device)."""
     if keys.size == 0:
-        return np.zeros(0, np.int64)
-    return np.unique(_to_host(_sample(keys, SKEW_SAMPLE)), return_counts=True)[1]
+        return Sample()
+    if _xp(keys) is np:
+        return Sample.of_counts(np.unique(_sample(keys, SKEW_SAMPLE), return_counts=True)[1])
+    from ..cuda.primitives import key_samples
+
+    got = key_samples([keys], SKEW_SAMPLE)
+    return _summary(got.summaries[0], got.sizes[0])
 
 
-def top_share(keys, counts: np.ndarray | None = None) -> float:
-    """The most frequent key's share of a strided sample of ``keys`` (0 for no keys): a 20%
-    share is known to about 0.6% from SKEW_SAMPLE keys.  ``counts``: sample_counts(keys)."""
-    counts = sample_counts(keys) if counts is None else counts
-    return float(counts.max()) / counts.sum() if counts.size else 0.0
+def top_share(keys) -> float:
+    """The most frequent key's share of a strided sample of ``keys`` (0 for no keys)."""
+    return sample(keys).top_share
 
 
-def repeated_share(keys, counts: np.ndarray | None = None) -> float:
-    """The share of a strided sample of ``keys`` whose key occurs more than once in it: keys of
-    about |keys| / SKEW_SAMPLE rows or more (16,384 at 2^26 rows).  0 for unique keys and for
-    many-to-many keys of even, low multiplicity; the share of the rows that heavy keys hold
-    otherwise (Zipf z = 1 over 2^24 keys of 2^26 rows: about 0.35; all-equal keys: 1)."""
-    counts = sample_counts(keys) if counts is None else counts
-    return float(counts[counts > 1].sum()) / counts.sum() if counts.size else 0.0
+def repeated_share(keys) -> float:
+    """Sample.repeated_share of a strided sample of ``keys``."""
+    return sample(keys).repeated_share
 
 
 def sample_groups(counts: np.ndarray) -> int | None:
-    """The number of groups when a sample shows every group at least twice and at most one
-    distinct key per 8 sampled (a few groups, all seen), else None (the sketch is needed).
-    Reading a few thousand keys costs less than HyperLogLog's pass over all of them: at 2^28
-    rows into 2^4 groups that pass was 19% of HGB's 3 ms run (issue 17)."""
-    if counts.size and counts.min() >= 2 and counts.size * 8 <= counts.sum():
-        return int(counts.size)
-    return None
+    """Sample.groups of a sample's per-key counts."""
+    return Sample.of_counts(counts).groups
 
 
 def estimate_groups(keys, sub: int = 1) -> tuple[int, str]:
@@ -181,16 +222,20 @@ def estimate_groups(keys, sub: int = 1) -> tuple[int, str]:
 
 def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int) -> GroupByEstimate:
     """The group-by's statistics: a small sample first (its top key's share, its hot groups'
-    share, and the groups when it shows them all: :func:`sample_groups`), the full estimate of
-    the groups only otherwise."""
-    counts = sample_counts(keys)
-    groups, method = sample_groups(counts), "sample (every group seen twice)"
+    share, and the groups when it shows them all: :attr:`Sample.groups`), the estimate of the
+    groups over the keys only otherwise."""
+    smp = sample(keys)
+    groups, method = smp.groups, "sample (every group seen twice)"
     sub = 1
     if groups is None:
         sub = HLL_SUB if keys.size >= HLL_SUB_ROWS and _xp(keys) is not np else 1
         groups, method = estimate_groups(keys, sub)
     return GroupByEstimate(int(keys.size), groups, keys.dtype.itemsize, list(value_bytes), slot_bytes,
-                           top_share(keys, counts), method, float(repeated_share(keys, counts)), 1 / sub)
+                           smp.top_share, method, smp.repeated_share, 1 / sub)
+
+
+def _ratio(hits: int, probes: int, build_rows: int, build_sampled: int) -> float:
+    return min(1.0, hits / probes * build_rows / build_sampled)
 
 
 def match_ratio(build_keys, probe_keys) -> float:
@@ -200,19 +245,36 @@ def match_ratio(build_keys, probe_keys) -> float:
     if _xp(build_keys) is np:
         b, p = np.sort(_sample(build_keys, BUILD_SAMPLE)), _sample(probe_keys, PROBE_SAMPLE)
         hits = int(np.count_nonzero(b[np.minimum(np.searchsorted(b, p), b.size - 1)] == p))
-    else:  # a hash table of the build sample: one sync, no sort
-        from ..cuda.primitives import count_found
+        return _ratio(hits, p.size, build_keys.size, b.size)
+    return device_join_samples(build_keys, probe_keys, True)[2]
 
-        b, p = _sample(build_keys, DEVICE_BUILD_SAMPLE), _sample(probe_keys, DEVICE_PROBE_SAMPLE)
-        dt = np.promote_types(b.dtype, p.dtype)
-        hits = count_found(b.astype(dt, copy=False), p.astype(dt, copy=False))
-    return min(1.0, hits / p.size * build_keys.size / b.size)
+
+def device_join_samples(build_keys, probe_keys, match: bool) -> tuple[Sample, Sample, float | None]:
+    """A device join's samples in one launch batch and one sync (primitives.key_samples): the
+    build and probe keys' SKEW_SAMPLE summaries and, with ``match``, the match ratio from a
+    hash table of DEVICE_BUILD_SAMPLE build keys probed by DEVICE_PROBE_SAMPLE probe keys.  The
+    probe summary comes from the same launch as the build's (a second block), so it costs no
+    time of its own; the match ratio's table is built only when ``match``."""
+    from ..cuda.primitives import key_samples
+
+    both = build_keys.size and probe_keys.size
+    got = key_samples([build_keys, probe_keys], SKEW_SAMPLE,
+                      (DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE) if match and both else None)
+    ratio = None
+    if match:
+        ratio = _ratio(got.found, got.match_sizes[1], build_keys.size, got.match_sizes[0]) if both else 0.0
+    return _summary(got.summaries[0], got.sizes[0]), _summary(got.summaries[1], got.sizes[1]), ratio
 
 
 def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],
                   measure: bool = True) -> JoinEstimate:
     """The join's statistics; ``measure=False`` leaves the match ratio and the probe keys' skew
     as None (the build keys' small sample is always read)."""
+    if _xp(build_keys) is not np:
+        b, p, ratio = device_join_samples(build_keys, probe_keys, measure)
+        return JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize,
+                            list(build_payloads), list(probe_payloads), ratio, p.top_share if measure else None,
+                            b.repeated_share)
     return JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, list(build_payloads),
                         list(probe_payloads), match_ratio(build_keys, probe_keys) if measure else None,
                         top_share(probe_keys) if measure else None, repeated_share(build_keys))

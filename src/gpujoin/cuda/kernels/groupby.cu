@@ -468,15 +468,15 @@ hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const
     }
 }
 
-// found += the keys of `keys` that the table holds (the sentinel key: when has[1], hgb_build's
-// flag): the planner's match ratio from a table of a build sample (issue 17 item 3).
+// found += the keys keys[i * step] (i < n) that the table holds (the sentinel key: when has[1],
+// hgb_build's flag): the planner's match ratio from a table of a build sample (issue 17 item 3).
 template <typename K>
 __global__ void __launch_bounds__(256)
-key_count_found(const K* __restrict__ keys, i64 n, const K* __restrict__ table, u32 mask,
+key_count_found(const K* __restrict__ keys, i64 step, i64 n, const K* __restrict__ table, u32 mask,
                 const int* __restrict__ has, unsigned long long* __restrict__ found) {
     u32 hits = 0;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const K k = keys[i];
+        const K k = keys[i * step];
         if (k == sentinel<K>()) { hits += has[1] != 0; continue; }
         for (u32 s = hash_key(k) & mask; ; s = (s + 1) & mask) {
             const K e = table[s];
@@ -486,6 +486,78 @@ key_count_found(const K* __restrict__ keys, i64 n, const K* __restrict__ table, 
     }
     const u32 w = __reduce_add_sync(FULL_MASK, hits);
     if ((threadIdx.x & 31) == 0 && w) atomicAdd(found, (unsigned long long)w);
+}
+
+// The distinct keys keys[i * step] (i < n) into the table (hgb_build's, for a strided sample read
+// in place; flags[1] set when the sentinel key is among them).  The table has room for all.
+template <typename K>
+__global__ void __launch_bounds__(256)
+sample_insert(const K* __restrict__ keys, i64 step, i64 n, K* __restrict__ table, u32 mask, int* __restrict__ flags) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const K k = keys[i * step];
+        if (k == sentinel<K>()) { flags[1] = 1; continue; }
+        u32 slot;
+        insert_key(table, mask, hash_key(k) & mask, k, mask, &slot);
+    }
+}
+
+#define SAMPLE_SLOTS 8192  // the table of sample_counts: twice its largest sample
+
+// A strided sample's key counts, summarized: block b < 2 reads keys_b[i * step_b] (i < n_b <=
+// SAMPLE_SLOTS / 2) into a shared-memory table and writes out[4 b ...] = distinct keys, rows of
+// keys seen more than once, the largest count, the smallest count (0s for no keys): what the
+// planner reads from a sample (top key's share, repeated share, whether every group was seen
+// twice), in one launch for both sides of a join, without the sample leaving the GPU.
+// Dynamic shared memory: SAMPLE_SLOTS * (sizeof(K) + 4) bytes.
+template <typename K>
+__global__ void __launch_bounds__(1024)
+sample_counts(const K* __restrict__ keys0, i64 step0, int n0, const K* __restrict__ keys1, i64 step1, int n1,
+              unsigned long long* __restrict__ out) {
+    extern __shared__ __align__(16) unsigned char dyn[];
+    K* table = reinterpret_cast<K*>(dyn);
+    u32* counts = reinterpret_cast<u32*>(dyn + SAMPLE_SLOTS * sizeof(K));
+    __shared__ u32 tally[5];  // sentinel rows, distinct, repeated rows, largest, smallest
+    const K* __restrict__ keys = blockIdx.x ? keys1 : keys0;
+    const i64 step = blockIdx.x ? step1 : step0;
+    const int n = blockIdx.x ? n1 : n0;
+    for (int j = threadIdx.x; j < SAMPLE_SLOTS; j += blockDim.x) { table[j] = sentinel<K>(); counts[j] = 0; }
+    if (threadIdx.x < 5) tally[threadIdx.x] = threadIdx.x == 4 ? 0xffffffffu : 0u;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const K k = keys[(i64)i * step];
+        if (k == sentinel<K>()) { atomicAdd(&tally[0], 1u); continue; }
+        u32 slot;
+        insert_key(table, SAMPLE_SLOTS - 1u, hash_key(k) & (SAMPLE_SLOTS - 1u), k, SAMPLE_SLOTS - 1u, &slot);
+        atomicAdd(&counts[slot], 1u);
+    }
+    __syncthreads();
+    u32 d = 0, rep = 0, top = 0, least = 0xffffffffu;
+    for (int j = threadIdx.x; j <= SAMPLE_SLOTS; j += blockDim.x) {
+        const u32 c = j < SAMPLE_SLOTS ? counts[j] : tally[0];  // the sentinel key's count last
+        if (!c) continue;
+        ++d;
+        rep += c > 1 ? c : 0u;
+        top = max(top, c);
+        least = min(least, c);
+    }
+    d = __reduce_add_sync(FULL_MASK, d);
+    rep = __reduce_add_sync(FULL_MASK, rep);
+    top = __reduce_max_sync(FULL_MASK, top);
+    least = __reduce_min_sync(FULL_MASK, least);
+    if ((threadIdx.x & 31) == 0) {
+        atomicAdd(&tally[1], d);
+        atomicAdd(&tally[2], rep);
+        atomicMax(&tally[3], top);
+        atomicMin(&tally[4], least);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long* o = out + 4 * blockIdx.x;
+        o[0] = tally[1];
+        o[1] = tally[2];
+        o[2] = tally[3];
+        o[3] = tally[1] ? tally[4] : 0u;
+    }
 }
 
 // HGB stage 2: every row finds its dense group id (slot_gid of its slot; sentinel_gid for the
