@@ -160,9 +160,11 @@ if [[ $stage == auto-sweep ]]; then
   # issue 17 item 3 and targets: what auto's statistics cost, then auto beside every algorithm on
   # the narrow/wide joins, Zipf joins, and the group-by sweeps (g = 2^2..2^26, Zipf at 2^12, 2^16)
   timeout 150 python3 scripts/profile_stats.py 2>&1 | tee "$OUT/profile_stats.txt"
+  timeout 60 python3 scripts/profile_stats.py --detail 2>&1 | tee -a "$OUT/profile_stats.txt"
   f="$OUT/bench_auto.jsonl"; g="$OUT/bench_auto_gb.jsonl"; R=${RUNS:-5}
   timeout 120 python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --sweep payloads=1,2 --runs $R -o "$f" >/dev/null 2>>"$OUT/auto_err.txt"
   timeout 120 python3 -m gpujoin.cli bench join --device cuda --algorithm all,auto --log2-r 27 --payloads 2 --sweep zipf=1,2 --runs $R -o "$f" >/dev/null 2>>"$OUT/auto_err.txt"
+  timeout 60 python3 -m gpujoin.cli bench join --device cuda --algorithm phj-tr,phj-ur,smj-tr,auto --log2-r 24 --runs $R -o "$f" >/dev/null 2>>"$OUT/auto_err.txt"
   timeout 150 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all,auto --log2-rows 28 \
     --sweep log2_groups=${LOG2_GROUPS:-2,4,8,12,16,20,24,26} --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
   for lg in 12 16; do
