@@ -161,25 +161,3 @@ def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
         gpujoin.join(t, t, on="k", device="cpu")
     monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "100GB")
     assert gpujoin.join(t.slice(0, 30), t.slice(0, 30), on="k", device="cpu").num_rows == 900
-
-
-def test_host_columns_on_huge_pages_behave_like_numpy(monkeypatch):
-    # host_empty (the streaming joins' output columns): huge-page advised memory from a size on,
-    # an ordinary array below it; both grow, slice, cast and concatenate like np.empty's
-    from gpujoin.outofcore import stream
-
-    monkeypatch.setattr(stream, "HUGE_PAGE_BYTES", 1 << 12)
-    big, small = stream.host_empty(1 << 12, np.int64), stream.host_empty(3, np.int32)
-    assert big.dtype == np.int64 and big.size == 1 << 12 and big.flags.writeable and small.size == 3
-    big[:] = np.arange(1 << 12)
-    col = stream.HostColumn(np.int64, 1 << 10)
-    col.reserve(1 << 12)
-    col.values[:1 << 12] = big
-    col.n = 1 << 12
-    col.reserve(10)  # doubles into a fresh mapping, contents kept
-    assert col.values.size == 1 << 13 and (col.finish()[0] == big).all()
-    wide = stream.parallel_astype(big.astype(np.int32), np.int64)
-    assert wide.dtype == np.int64 and (wide == big).all()
-    assert (stream.concatenate([big[:5], big[5:]], np.int64) == big).all()
-    del big  # the mapping goes with its last view
-    assert (col.finish()[0][:3] == [0, 1, 2]).all()

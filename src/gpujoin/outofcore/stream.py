@@ -39,32 +39,6 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
-#: From this size host_empty asks the kernel for transparent huge pages (GPUJOIN_HUGE_PAGES=0: never).
-HUGE_PAGE_BYTES = 1 << 26
-_HUGE = os.environ.get("GPUJOIN_HUGE_PAGES", "1") != "0"
-
-
-def host_empty(n: int, dtype) -> np.ndarray:
-    """An uninitialized host array of ``n`` items of ``dtype``, like ``np.empty``; from
-    HUGE_PAGE_BYTES on Linux, anonymous memory advised to transparent huge pages
-    (madvise(MADV_HUGEPAGE)), so that its first touch faults 2 MiB pages instead of 4 KiB ones.
-    The output columns of the streaming joins are written once by copies out of pinned slots,
-    and on the H200 hosts (THP in ``madvise`` mode) those copies ran at about 18 GB/s, bound by
-    the page faults of fresh memory (issue 14)."""
-    import mmap
-
-    dtype = np.dtype(dtype)
-    nbytes = n * dtype.itemsize
-    if not _HUGE or nbytes < HUGE_PAGE_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return np.empty(n, dtype)
-    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
-        buf.madvise(mmap.MADV_HUGEPAGE)
-    except OSError:  # THP off in this kernel: ordinary pages
-        pass
-    return np.frombuffer(buf, dtype, n)  # the array keeps the mapping alive, unmapped with it
-
-
 def parallel_copy(dst: np.ndarray, src: np.ndarray, min_piece: int = 1 << 22) -> None:
     """``dst[:] = src`` with several threads (NumPy releases the GIL while it copies)."""
     n = src.size
@@ -83,7 +57,7 @@ def parallel_astype(src: np.ndarray, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if src.dtype == dtype:
         return src
-    out = host_empty(src.size, dtype).reshape(src.shape)
+    out = np.empty(src.shape, dtype)
     n = src.size
     pieces = max(1, min(COPY_THREADS, (n * dtype.itemsize) >> 22))
     bounds = np.linspace(0, n, pieces + 1).astype(np.int64)
@@ -96,7 +70,7 @@ def concatenate(parts: list[np.ndarray], dtype) -> np.ndarray:
     """``np.concatenate(parts)`` with the copies spread over threads (one part: itself)."""
     if len(parts) == 1 and parts[0].dtype == np.dtype(dtype):
         return parts[0]
-    out = host_empty(sum(p.size for p in parts), dtype)
+    out = np.empty(sum(p.size for p in parts), dtype)
     pos = 0
     for p in parts:
         parallel_copy(out[pos:pos + p.size], p.astype(dtype, copy=False))
@@ -111,7 +85,7 @@ class HostColumn:
     The Triton and hybrid joins' output and the ring's pairs are written into them."""
 
     def __init__(self, dtype, capacity: int):
-        self.values = host_empty(max(1, capacity), dtype)
+        self.values = np.empty(max(1, capacity), dtype)
         self.valid: np.ndarray | None = None
         self.n = 0
 
@@ -119,7 +93,7 @@ class HostColumn:
         need = self.n + extra
         if need > self.values.size:
             cap = max(need, 2 * self.values.size)
-            grown = host_empty(cap, self.values.dtype)
+            grown = np.empty(cap, self.values.dtype)
             parallel_copy(grown[:self.n], self.values[:self.n])
             self.values = grown
             if self.valid is not None:
