@@ -13,7 +13,9 @@ from gpujoin.bench.workloads import GroupByWorkload, JoinWorkload, make_groupby,
 from gpujoin.cuda.groupby.common import AggInput
 from gpujoin.cuda.primitives import count_found, frequent_keys, key_samples
 from gpujoin.plan import stats
-from gpujoin.plan.auto import resolve_gpu_group_by, resolve_gpu_join
+from gpujoin.cuda.groupby.common import hll_estimate
+from gpujoin.plan.auto import choose_join, resolve_gpu_group_by, resolve_gpu_join
+from gpujoin.plan.calibrate import device_model
 
 
 def timed(label, fn, reps=7):
@@ -40,6 +42,20 @@ def detail():
         timed(f"sort a strided sample of {size}", lambda: cp.sort(stats._sample(bk, size)))
     timed("key_samples: build + probe summaries", lambda: key_samples([bk, pk]))
     timed("key_samples: summaries + 2^18 x 2^18 match", lambda: key_samples([bk, pk], 4096, (1 << 18, 1 << 18)))
+    timed("stats.device_join_samples (match)", lambda: stats.device_join_samples(bk, pk, True))
+    timed("resolve_gpu_join", lambda: resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]))
+    dev = device_model()
+    est = resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]).estimate
+    timed("device_model()", device_model)
+    timed("choose_join (the rules and cost model)", lambda: choose_join(est, dev))
+    timed("cp.zeros(12) + .get()", lambda: cp.zeros(12, cp.uint64).get())
+    timed("cp.full(2^19) + sync", lambda: cp.full(1 << 19, 0, cp.int32))
+    g = make_groupby(GroupByWorkload(log2_rows=28, log2_groups=12, zipf=2.0), cp)["k"]
+    timed("group-by 2^28: stats.sample (key_samples of one)", lambda: stats.sample(g))
+    timed("group-by 2^28: estimate_groups 1/8", lambda: stats.estimate_groups(g, stats.HLL_SUB))
+    timed("group-by 2^28: estimate_groups 1/16", lambda: stats.estimate_groups(g, 16))
+    regs = cp.zeros(4096, cp.uint32)
+    timed("hll_estimate (copy 16 KiB + NumPy)", lambda: hll_estimate(regs, 4, 1 << 28))
     timed("count_found 2^18 sample, 2^18 probe",
           lambda: count_found(stats._sample(bk, 1 << 18), stats._sample(pk, 1 << 18)))
     timed("match_ratio", lambda: stats.match_ratio(bk, pk))

@@ -37,12 +37,13 @@ _INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.uint
           np.dtype(np.uint64): "u64"}
 
 
-def key_type(keys: cp.ndarray) -> str:
-    """The C++ type of a key array (int32 or int64)."""
+def key_type(keys) -> str:
+    """The C++ type of a key array or dtype (int32 or int64)."""
     try:
-        return _KEY[keys.dtype]
+        return _KEY[np.dtype(getattr(keys, "dtype", keys))]
     except KeyError:
-        raise TypeError(f"GPU join and group-by keys must be int32 or int64, got {keys.dtype}") from None
+        raise TypeError(f"GPU join and group-by keys must be int32 or int64, got "
+                        f"{np.dtype(getattr(keys, 'dtype', keys))}") from None
 
 
 def word_type(dtype) -> str:
@@ -385,7 +386,7 @@ def _found(build: tuple, probe: tuple, dtype, out: cp.ndarray) -> None:
     a distinct-key hash table of twice the build sample's keys (HGB's probing), out[1]'s two
     int32 the build's flags (the sentinel key seen)."""
     slots = 1 << max(10, (2 * build[2] - 1).bit_length())
-    kt = key_type(cp.empty(0, dtype))
+    kt = key_type(dtype)
     table = cp.full(slots, np.iinfo(dtype).min, dtype)
     flags = out[1:2].view(cp.int32)
     sms = device_properties(cp.cuda.Device().id)["sms"]
@@ -441,17 +442,17 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
     if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX:
         raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys")
     dt = np.result_type(*[k.dtype for k in keys])
-    kt = key_type(cp.empty(0, dt))
-    out = cp.zeros(12, cp.uint64)
+    kt = key_type(dt)
     samples = [_strided(k, size, dt) for k in keys]
-    nonempty = [s for s in samples if s[2]]
-    if nonempty:
-        fn = kernel("groupby.cu", f"sample_counts<{kt}>")
-        smem = 8192 * (dt.itemsize + 4)
-        fn.max_dynamic_shared_size_bytes = smem
-        a, b = samples[0], samples[-1]
-        fn((len(samples),), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]),
-                                      out), shared_mem=smem)
+    if not any(s[2] for s in samples):
+        return KeySamples(tuple(0 for _ in keys), np.zeros((len(keys), 4), np.int64), None if match is None else 0)
+    out = cp.empty(12, cp.uint64)  # sample_counts writes the summaries and zeroes the match's counters
+    fn = kernel("groupby.cu", f"sample_counts<{kt}>")
+    smem = 8192 * (dt.itemsize + 4)
+    fn.max_dynamic_shared_size_bytes = smem
+    a, b = samples[0], samples[-1]
+    fn((len(samples),), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]), out),
+       shared_mem=smem)
     found, match_sizes = None, (0, 0)
     if match is not None:
         if len(keys) != 2:

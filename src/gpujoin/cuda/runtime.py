@@ -53,7 +53,15 @@ def _module(file: str, device_arch: str):
 
 
 def kernel(file: str, name: str):
-    """The compiled kernel ``name`` (a name expression listed in NAME_EXPRESSIONS[file])."""
+    """The compiled kernel ``name`` (a name expression listed in NAME_EXPRESSIONS[file]) for the
+    current device."""
+    return _function(file, name, _cupy().cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _function(file: str, name: str, device: int):
+    # one lookup a kernel and device: the planner's statistics launch a few kernels between
+    # syncs, where each CuPy call's host time counts
     return _module(file, arch()).get_function(name)
 
 

@@ -505,7 +505,8 @@ sample_insert(const K* __restrict__ keys, i64 step, i64 n, K* __restrict__ table
 
 // A strided sample's key counts, summarized: block b < 2 reads keys_b[i * step_b] (i < n_b <=
 // SAMPLE_SLOTS / 2) into a shared-memory table and writes out[4 b ...] = distinct keys, rows of
-// keys seen more than once, the largest count, the smallest count (0s for no keys): what the
+// keys seen more than once, the largest count, the smallest count (0s for no keys), and zeroes
+// out[8 ... 11] (the counters of the match ratio's kernels that follow): what the
 // planner reads from a sample (top key's share, repeated share, whether every group was seen
 // twice), in one launch for both sides of a join, without the sample leaving the GPU.
 // Dynamic shared memory: SAMPLE_SLOTS * (sizeof(K) + 4) bytes.
@@ -552,6 +553,8 @@ sample_counts(const K* __restrict__ keys0, i64 step0, int n0, const K* __restric
     }
     __syncthreads();
     if (threadIdx.x == 0) {
+        if (blockIdx.x == 0)  // the match ratio's counters, for the kernels that follow on the stream
+            for (int j = 8; j < 12; ++j) out[j] = 0;
         unsigned long long* o = out + 4 * blockIdx.x;
         o[0] = tally[1];
         o[1] = tally[2];
