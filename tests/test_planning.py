@@ -28,6 +28,10 @@ def test_model_b_crossovers_are_the_papers():
     assert cost.phj_tr_cost(1e6, 5e5, A100) == pytest.approx((36e6 + 12 * 5e5) / A100.b_g)
     assert cost.phj_crossover(A100, 1) == pytest.approx(36 / 92)  # "mr > 0.39"
     assert cost.phj_crossover(A100, 2) == pytest.approx(0.196, abs=1e-3)  # "mr > 0.2"
+    # this engine moves every column in the key's passes: 16 N a column, not 36 N
+    assert cost.engine_phj_crossover(A100, 1) == 0.0
+    assert cost.engine_phj_crossover(A100, 2) == pytest.approx(16 / 184)
+    assert cost.engine_phj_crossover(A100, 2) < cost.engine_phj_crossover(A100, 6) < cost.phj_crossover(A100, 6)
     for p in range(2, 7):
         assert cost.phj_crossover(A100, p) == pytest.approx(36 * (p - 1) / (92 * p))
 
@@ -92,11 +96,11 @@ def test_join_rule_follows_section_4():
     dev = cost.H200_ANCHORS
     est = lambda mr, k=4, pw=4, share=0.0: stats.JoinEstimate(2**27, 2**27, k, [pw, pw], [pw, pw], mr, share)  # noqa: E731
     assert auto.choose_join(est(1.0), dev).algorithm == "phj-tr"
-    assert auto.choose_join(est(0.25), dev).algorithm == "phj-tr"  # crossover 19% for two columns
-    assert auto.choose_join(est(0.125), dev).algorithm == "phj-ur"
-    assert auto.choose_join(est(0.125, k=8), dev).algorithm == "phj-tr"
-    assert auto.choose_join(est(0.125, pw=8), dev).algorithm == "phj-tr"
-    assert auto.choose_join(est(0.125, share=0.1), dev).algorithm == "phj-tr"
+    assert auto.choose_join(est(0.125), dev).algorithm == "phj-tr"  # this engine's crossover: 9% for two columns
+    assert auto.choose_join(est(0.05), dev).algorithm == "phj-ur"
+    assert auto.choose_join(est(0.05, k=8), dev).algorithm == "phj-tr"
+    assert auto.choose_join(est(0.05, pw=8), dev).algorithm == "phj-tr"
+    assert auto.choose_join(est(0.05, share=0.1), dev).algorithm == "phj-tr"
     heavy = est(1.0, k=8)
     heavy.build_repeated = 0.35  # Zipf z = 1 build keys of a many-to-many join
     assert heavy.heavy_build and auto.choose_join(heavy, dev).algorithm == "smj-tr"

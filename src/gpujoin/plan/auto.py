@@ -15,8 +15,8 @@ Fig. 21's sort-based branch for skew is gone: SGB-TR took 23.6 ms there.
 
 Join: SMJ-TR for heavy build keys (many-to-many with skew, measured on an H200: PHJ's chains
 serialize a hot key's matches on one thread); else PHJ-TR when the match ratio is at least model
-(b)'s crossover for the payload columns, the probe keys are skewed, or keys or payloads are 8
-bytes; PHJ-UR below (paper 003 §4).
+(b)'s crossover for the payload columns (as this engine partitions them: cost.engine_phj_crossover),
+the probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 003 §4).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
                                    est.build_payloads or [4], est.probe_payloads or [4])
     predicted = {a: sum(ph.values()) for a, ph in phases.items()}
     p = max(len(est.build_payloads), len(est.probe_payloads), 1)
-    crossover = cost.phj_crossover(dev, p)
+    crossover = cost.engine_phj_crossover(dev, p)
     if est.heavy_build:
         return Choice("smj-tr", f"heavy build keys ({est.build_repeated:.0%} of a build sample repeats in it): "
                                 f"SMJ's expansion costs the output's, PHJ's chains serialize the hot keys' matches",
@@ -128,7 +128,7 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
         if not est.heavy_build and not wide_join(est):
             est.match_ratio = match_ratio(build_keys, probe_keys)
             p = max(len(est.build_payloads), len(est.probe_payloads), 1)
-            if est.match_ratio < cost.phj_crossover(dev, p):
+            if est.match_ratio < cost.engine_phj_crossover(dev, p):
                 est.top_share = top_share(probe_keys)
     choice = choose_join(est, dev)
     choice.estimate = est

@@ -114,6 +114,23 @@ def phj_crossover(dev: DeviceModel, payloads: int = 1, width: int = 4) -> float:
     return part / per_match
 
 
+def engine_phj_crossover(dev: DeviceModel, payloads: int = 1, width: int = 4, passes: int = 2) -> float:
+    """The match ratio above which this engine's PHJ-TR beats its PHJ-UR.  Paper 003's model
+    (:func:`phj_crossover`) partitions each carried column with its key (36 N a column);
+    here every column rides in the key's own passes (one histogram, one scatter moving them
+    all), so a column costs TR only its read and write in each pass (2 w N a pass), and UR
+    moves a row id (w bytes) in the same passes instead of the first column: the crossover is
+    2 w passes (p - 1) / (p (104 - 12)) for 4-byte data, 0.087 for two columns (paper: 0.2), 0
+    for one (TR writes its one column in the match kernel).  On an H200 at 2^27 rows with two
+    columns, PHJ-TR took 11.60 ms against PHJ-UR's 12.61 at match ratio 0.125, once the radix
+    partition's passes went unstable, most significant digit first (docs/BENCHMARKS.md)."""
+    if payloads <= 1:
+        return 0.0
+    part = (payloads - 1) * 2 * width * passes / dev.b_g
+    per_match = payloads * (phj_ur_gather_cost(1.0, dev, width) - phj_tr_cost(0.0, 1.0, dev, width, True))
+    return part / per_match
+
+
 # ---------------------------------------------------------------- (c) dictionary encoding
 
 def encoding_cost(n: float, g: float, dev: DeviceModel, key_bytes: int = 4) -> float:
