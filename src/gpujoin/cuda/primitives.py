@@ -381,13 +381,17 @@ def _strided(keys: cp.ndarray, size: int, dtype) -> tuple[cp.ndarray, int, int]:
     return cp.ascontiguousarray(keys[::step][:count].astype(dtype, copy=False)), 1, count
 
 
-def _found(build: tuple, probe: tuple, dtype, out: cp.ndarray) -> None:
-    """out[0] += how many probe sample keys the build sample holds (each a _strided triple):
-    a distinct-key hash table of twice the build sample's keys (HGB's probing), out[1]'s two
-    int32 the build's flags (the sentinel key seen)."""
-    slots = 1 << max(10, (2 * build[2] - 1).bit_length())
-    kt = key_type(dtype)
-    table = cp.full(slots, np.iinfo(dtype).min, dtype)
+def _table_slots(build_count: int) -> int:
+    return 1 << max(10, (2 * build_count - 1).bit_length())
+
+
+def _found(build: tuple, probe: tuple, table: cp.ndarray, out: cp.ndarray) -> None:
+    """out[0] += how many probe sample keys the build sample holds (each a _strided triple),
+    through ``table`` (_table_slots(build count) sentinel keys: the key dtype's minimum), a
+    distinct-key hash table of the build sample's keys (HGB's probing); out[1]'s two int32 the
+    build's flags (the sentinel key seen).  out[0:2] zeroed."""
+    slots = table.size
+    kt = key_type(table)
     flags = out[1:2].view(cp.int32)
     sms = device_properties(cp.cuda.Device().id)["sms"]
     grid = lambda n: (max(1, min(-(-n // 256), sms * 8)),)  # noqa: E731
@@ -407,7 +411,8 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
         return 0
     out = cp.zeros(2, cp.uint64)
     dt = build_sample.dtype
-    _found(_strided(build_sample, build_sample.size, dt), _strided(probe_sample, probe_sample.size, dt), dt, out)
+    table = cp.full(_table_slots(build_sample.size), np.iinfo(dt).min, dt)
+    _found(_strided(build_sample, build_sample.size, dt), _strided(probe_sample, probe_sample.size, dt), table, out)
     return int(out[0].get())
 
 
@@ -446,21 +451,25 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
     samples = [_strided(k, size, dt) for k in keys]
     if not any(s[2] for s in samples):
         return KeySamples(tuple(0 for _ in keys), np.zeros((len(keys), 4), np.int64), None if match is None else 0)
-    out = cp.empty(12, cp.uint64)  # sample_counts writes the summaries and zeroes the match's counters
-    fn = kernel("groupby.cu", f"sample_counts<{kt}>")
-    smem = 8192 * (dt.itemsize + 4)
-    fn.max_dynamic_shared_size_bytes = smem
-    a, b = samples[0], samples[-1]
-    fn((len(samples),), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]), out),
-       shared_mem=smem)
-    found, match_sizes = None, (0, 0)
+    found, match_sizes, table = None, (0, 0), None
     if match is not None:
         if len(keys) != 2:
             raise ValueError("key_samples' match needs build and probe keys")
         build, probe = _strided(keys[0], match[0], dt), _strided(keys[1], match[1], dt)
         match_sizes = (build[2], probe[2])
         if build[2] and probe[2]:
-            _found(build, probe, dt, out[8:])
+            table = cp.empty(_table_slots(build[2]), dt)  # filled by sample_counts' extra blocks
+    out = cp.empty(12, cp.uint64)  # sample_counts writes the summaries and zeroes the match's counters
+    fn = kernel("groupby.cu", f"sample_counts<{kt}>")
+    smem = 8192 * (dt.itemsize + 4)
+    fn.max_dynamic_shared_size_bytes = smem
+    a, b = samples[0], samples[-1]
+    fill = 0 if table is None else max(1, min(64, table.size >> 12))
+    fn((len(samples) + fill,), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]),
+                                         np.int32(len(samples)), ptr(table), np.int64(0 if table is None else table.size),
+                                         out), shared_mem=smem)
+    if table is not None:
+        _found(build, probe, table, out[8:])
     res = out.get()
     if match is not None:
         found = int(res[8])

@@ -94,8 +94,9 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
     if wide_join(est):
         return Choice("phj-tr", "8-byte keys or payloads", predicted, phases)
     if est.match_ratio is None or est.match_ratio >= crossover:  # None: not measured, 1 assumed
-        return Choice("phj-tr", f"match ratio {est.match_ratio or 1:.0%} >= model (b)'s crossover "
-                                f"{crossover:.0%} for {p} payload column(s)", predicted, phases)
+        ratio = "not measured" if est.match_ratio is None else f"{est.match_ratio:.0%} >="
+        return Choice("phj-tr", f"match ratio {ratio} model (b)'s crossover {crossover:.0%} for {p} payload "
+                                f"column(s)", predicted, phases)
     if est.skewed:
         return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", predicted, phases)
     return Choice("phj-ur", f"match ratio {est.match_ratio:.0%} < model (b)'s crossover {crossover:.0%} "
@@ -114,21 +115,24 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
         # one sync (the rules' order is kept in what is read: a wide join needs no match ratio)
         est = JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, bw, pw, None, None)
         wide = wide_join(est)
+        # the match ratio only where it can change the choice: narrow keys and payloads, and a
+        # crossover above 0 (one payload column a side: PHJ-TR at any ratio)
+        match = not wide and cost.engine_phj_crossover(dev, max(len(bw), len(pw), 1)) > 0
         try:
-            b, p, ratio = device_join_samples(build_keys, probe_keys, match=not wide)
+            b, p, ratio = device_join_samples(build_keys, probe_keys, match=match)
         except MemoryError:  # no room for the match ratio's table (a tiny memory_limit): 1 assumed,
             (b, p, _), ratio = device_join_samples(build_keys, probe_keys, match=False), None  # the join's
         est.build_repeated = b.repeated_share                                                  # check names it
-        if not est.heavy_build and not wide:
+        if not est.heavy_build and match:
             est.match_ratio, est.top_share = ratio, p.top_share
     else:
         # each sampled statistic only when the rules reach it (heavy build keys from a small
         # sample, then §4's order: width, match ratio, skew)
         est = estimate_join(build_keys, probe_keys, bw, pw, measure=False)
-        if not est.heavy_build and not wide_join(est):
+        crossover = cost.engine_phj_crossover(dev, max(len(bw), len(pw), 1))
+        if not est.heavy_build and not wide_join(est) and crossover > 0:
             est.match_ratio = match_ratio(build_keys, probe_keys)
-            p = max(len(est.build_payloads), len(est.probe_payloads), 1)
-            if est.match_ratio < cost.engine_phj_crossover(dev, p):
+            if est.match_ratio < crossover:
                 est.top_share = top_share(probe_keys)
     choice = choose_join(est, dev)
     choice.estimate = est

@@ -506,14 +506,21 @@ sample_insert(const K* __restrict__ keys, i64 step, i64 n, K* __restrict__ table
 // A strided sample's key counts, summarized: block b < 2 reads keys_b[i * step_b] (i < n_b <=
 // SAMPLE_SLOTS / 2) into a shared-memory table and writes out[4 b ...] = distinct keys, rows of
 // keys seen more than once, the largest count, the smallest count (0s for no keys), and zeroes
-// out[8 ... 11] (the counters of the match ratio's kernels that follow): what the
+// out[8 ... 11] (the counters of the match ratio's kernels that follow); blocks from `nsamples`
+// on fill `table_fill` (fill_slots keys) with the sentinel key, the match ratio's table: what the
 // planner reads from a sample (top key's share, repeated share, whether every group was seen
 // twice), in one launch for both sides of a join, without the sample leaving the GPU.
 // Dynamic shared memory: SAMPLE_SLOTS * (sizeof(K) + 4) bytes.
 template <typename K>
 __global__ void __launch_bounds__(1024)
 sample_counts(const K* __restrict__ keys0, i64 step0, int n0, const K* __restrict__ keys1, i64 step1, int n1,
-              unsigned long long* __restrict__ out) {
+              int nsamples, K* __restrict__ table_fill, i64 fill_slots, unsigned long long* __restrict__ out) {
+    if ((int)blockIdx.x >= nsamples) {  // the blocks past the samples' fill the match ratio's table
+        const i64 stride = (i64)(gridDim.x - nsamples) * blockDim.x;
+        for (i64 j = (i64)(blockIdx.x - nsamples) * blockDim.x + threadIdx.x; j < fill_slots; j += stride)
+            table_fill[j] = sentinel<K>();
+        return;
+    }
     extern __shared__ __align__(16) unsigned char dyn[];
     K* table = reinterpret_cast<K*>(dyn);
     u32* counts = reinterpret_cast<u32*>(dyn + SAMPLE_SLOTS * sizeof(K));
