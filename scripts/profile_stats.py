@@ -52,7 +52,7 @@ def detail():
     timed("cp.full(2^19) + sync", lambda: cp.full(1 << 19, 0, cp.int32))
     g = make_groupby(GroupByWorkload(log2_rows=28, log2_groups=12, zipf=2.0), cp)["k"]
     timed("group-by 2^28: stats.sample (key_samples of one)", lambda: stats.sample(g))
-    timed("group-by 2^28: estimate_groups 1/8", lambda: stats.estimate_groups(g, stats.HLL_SUB))
+    timed("group-by 2^28: estimate_groups 1/8", lambda: stats.estimate_groups(g, 8))
     timed("group-by 2^28: estimate_groups 1/16", lambda: stats.estimate_groups(g, 16))
     regs = cp.zeros(4096, cp.uint32)
     timed("hll_estimate (copy 16 KiB + NumPy)", lambda: hll_estimate(regs, 4, 1 << 28))

@@ -289,6 +289,10 @@ def test_hyperloglog_estimate(dtype):
         assert abs(estimate_groups(spread, 8) - g) <= 0.05 * g + 1
     runs = (cp.arange(1 << 22, dtype=cp.int64) // 64).astype(dtype)
     assert abs(estimate_groups(runs, 8) - (1 << 16)) <= 0.05 * (1 << 16)
+    # every 16th sector (2^28 rows): groups of 256 sorted rows still seen
+    runs = (cp.arange(1 << 23, dtype=cp.int64) // 256).astype(dtype)
+    assert abs(estimate_groups(runs, 16) - (1 << 15)) <= 0.05 * (1 << 15)
+    assert abs(estimate_groups(spread[:1 << 22], 16) - (1 << 16)) <= 0.05 * (1 << 16)
     few = cp.arange(5, dtype=dtype)  # the first sector only: 8 int32 keys, 4 int64 keys
     assert estimate_groups(few, 8) == min(5, 32 // few.itemsize) and estimate_groups(few[:1], 8) == 1
 

@@ -117,6 +117,11 @@ def test_auto_stays_auto_on_the_gpu_only():
     assert resolve_algorithm("group_by", "auto", "cuda") == "auto"
 
 
+def test_planner_sketch_reads_fewer_sectors_of_more_rows():
+    assert stats.hll_sub(1 << 28) == stats.HLL_SUB == 16 and stats.hll_sub(1 << 23) == 2
+    assert stats.hll_sub(1000) == stats.hll_sub(stats.HLL_SUB_ROWS - 1) == 1
+
+
 def test_statistics_estimates():
     rng = np.random.default_rng(5)
     keys = rng.integers(0, 50_000, 1 << 20)

@@ -198,25 +198,32 @@ def estimate_groups(keys: cp.ndarray, sub: int = 1) -> int:
     n = keys.size
     if n == 0:
         return 0
-    regs = cp.zeros(1 << HLL_BITS, cp.uint32)
+    buf = cp.zeros((1 << HLL_BITS) + 4, cp.uint32)  # the registers, then hll_sketch's finish words
+    regs = buf[:1 << HLL_BITS]
     sms = device_properties(cp.cuda.Device().id)["sms"]
     per = 32 // keys.dtype.itemsize
     sectors = -(-n // per)
     read = -(-sectors // sub)  # sectors read; the last may be short
     sampled = (read - 1) * per + min(per, n - (read - 1) * sub * per)
     grid = max(1, min((sampled + 255) // 256, sms * 8))
-    kernel("groupby.cu", f"hll_sketch<{key_type(keys)}>")((grid,), (256,), (keys, np.int64(n), regs, np.int32(sub)))
-    return hll_estimate(regs, keys.dtype.itemsize, sampled)
+    kernel("groupby.cu", f"hll_sketch<{key_type(keys)}>")((grid,), (256,), (keys, np.int64(n), regs, np.int32(sub),
+                                                                          buf[1 << HLL_BITS:]))
+    done = buf[1 << HLL_BITS:].get()  # one sync, 16 bytes
+    return _hll_value(float(done[2:].view(np.float64)[0]), int(done[1]), keys.dtype.itemsize, sampled)
 
 
 def hll_estimate(regs: cp.ndarray, key_bytes: int, n: int) -> int:
     """The distinct keys that HyperLogLog registers (uint32 (2**HLL_BITS,), filled by hll_sketch
     or radix_histogram from ``n`` keys of ``key_bytes`` bytes) estimate; one device sync."""
-    m = 1 << HLL_BITS
     r = cp.asnumpy(regs).astype(np.float64)
+    return _hll_value(float(np.sum(2.0 ** -r)), int(np.count_nonzero(r == 0)), key_bytes, n)
+
+
+def _hll_value(harmonic: float, zeros: int, key_bytes: int, n: int) -> int:
+    """The estimate from the registers' sum of 2^-r and their count of zeros."""
+    m = 1 << HLL_BITS
     alpha = 0.7213 / (1 + 1.079 / m)
-    est = alpha * m * m / np.sum(2.0 ** -r)
-    zeros = int(np.count_nonzero(r == 0))
+    est = alpha * m * m / harmonic
     if est <= 2.5 * m and zeros:
         est = m * math.log(m / zeros)
     elif key_bytes == 4 and est > 2.0**32 / 30:  # a 32-bit hash: the large-range correction

@@ -323,7 +323,7 @@ __device__ __forceinline__ const u64* stage_desc(const u64* __restrict__ desc, i
 #define HLL_ITEMS 8
 template <typename K>
 __global__ void __launch_bounds__(256)
-hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs, int sub) {
+hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs, int sub, u32* __restrict__ finish) {
     __shared__ u32 r[1 << HLL_BITS];
     for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x) r[j] = 0;
     __syncthreads();
@@ -350,6 +350,37 @@ hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs, int sub) {
     __syncthreads();
     for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x)
         if (r[j] > ((volatile u32*)regs)[j]) atomicMax(&regs[j], r[j]);  // a read, and rarely an atomic
+    if (!finish) return;
+    // the last block to finish sums the registers (finish[0]: blocks done, zeroed; the sum of
+    // 2^-r as a double at finish + 2, the empty registers at finish[1]), so that the estimate
+    // costs the host 16 bytes instead of the registers
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&finish[0], 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    double sum = 0.0;
+    u32 zeros = 0;
+    for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x) {
+        const u32 v = ((volatile u32*)regs)[j];
+        sum += exp2(-(double)v);
+        zeros += v == 0;
+    }
+    __shared__ double sums[32];
+    __shared__ u32 zs[32];
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(FULL_MASK, sum, o);
+    zeros = __reduce_add_sync(FULL_MASK, zeros);
+    if ((threadIdx.x & 31) == 0) { sums[threadIdx.x >> 5] = sum; zs[threadIdx.x >> 5] = zeros; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        u32 z = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) { t += sums[w]; z += zs[w]; }
+        finish[1] = z;
+        *reinterpret_cast<double*>(finish + 2) = t;
+    }
 }
 
 // ---------------------------------------------------------------- hash tables of keys
