@@ -1,6 +1,7 @@
 """What auto's statistics cost (issue 17 item 3): each estimate on bench workloads, wall time
 with the device synchronized, median of 7 after a warm-up; with ``--detail``, each step of the
-join statistics alone at 2^24 rows instead."""
+join statistics alone at 2^24 rows instead; with ``--group-by`` the group-by's only, each
+beside the chosen algorithm's own run."""
 
 import statistics
 import sys
@@ -10,6 +11,7 @@ import cupy as cp
 import numpy as np
 
 from gpujoin.bench.workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
+from gpujoin.cuda.groupby import run
 from gpujoin.cuda.groupby.common import AggInput
 from gpujoin.cuda.primitives import count_found, frequent_keys, key_samples
 from gpujoin.plan import stats
@@ -66,7 +68,7 @@ def detail():
 if "--detail" in sys.argv:
     detail()
     sys.exit(0)
-for w in (JoinWorkload(log2_r=27, log2_s=27), JoinWorkload(log2_r=24, log2_s=24),
+for w in () if "--group-by" in sys.argv else (JoinWorkload(log2_r=27, log2_s=27), JoinWorkload(log2_r=24, log2_s=24),
           JoinWorkload(log2_r=26, log2_s=26, distinct_keys=1 << 24, build_zipf=1.0)):
     r, s = make_join(w, cp)
     bk, pk = r["k"], s["k"]
@@ -84,5 +86,7 @@ for w in (GroupByWorkload(log2_rows=28, log2_groups=4), GroupByWorkload(log2_row
     timed(f"{tag}: HyperLogLog (estimate_groups)", lambda: stats.estimate_groups(t["k"]))
     timed(f"{tag}: HyperLogLog over 1/{stats.HLL_SUB} of the keys", lambda: stats.estimate_groups(t["k"], stats.HLL_SUB))
     timed(f"{tag}: resolve_gpu_group_by (all auto does)", lambda: resolve_gpu_group_by(t["k"], inputs))
-    print("  chose", resolve_gpu_group_by(t["k"], inputs).algorithm,
-          resolve_gpu_group_by(t["k"], inputs).estimate.method)
+    choice = resolve_gpu_group_by(t["k"], inputs)
+    print("  chose", choice.algorithm, choice.estimate.method)
+    groups = choice.estimate.groups_for(choice.algorithm)
+    timed(f"{tag}: {choice.algorithm} itself", lambda: run(choice.algorithm, t["k"], inputs, groups_estimate=groups))
