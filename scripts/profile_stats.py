@@ -79,10 +79,11 @@ for w in () if "--group-by" in sys.argv else (JoinWorkload(log2_r=27, log2_s=27)
     timed(f"{tag}: resolve_gpu_join (all auto does)", lambda: resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]))
     print("  chose", resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]).algorithm)
 for w in (GroupByWorkload(log2_rows=28, log2_groups=4), GroupByWorkload(log2_rows=28, log2_groups=12, zipf=2.0),
-          GroupByWorkload(log2_rows=28, log2_groups=16)):
+          GroupByWorkload(log2_rows=28, log2_groups=16), GroupByWorkload(log2_rows=24, log2_groups=4),
+          GroupByWorkload(log2_rows=24, log2_groups=16)):
     t = make_groupby(w, cp)
     inputs = [AggInput(t["v0"], None, ("max",)), AggInput(t["v1"], None, ("max",))]
-    tag = f"group-by 2^28 g=2^{w.log2_groups} zipf={w.zipf}"
+    tag = f"group-by 2^{w.log2_rows} g=2^{w.log2_groups} zipf={w.zipf}"
     timed(f"{tag}: HyperLogLog (estimate_groups)", lambda: stats.estimate_groups(t["k"]))
     timed(f"{tag}: HyperLogLog over 1/{stats.HLL_SUB} of the keys", lambda: stats.estimate_groups(t["k"], stats.HLL_SUB))
     timed(f"{tag}: resolve_gpu_group_by (all auto does)", lambda: resolve_gpu_group_by(t["k"], inputs))
