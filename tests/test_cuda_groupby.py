@@ -297,33 +297,6 @@ def test_hyperloglog_estimate(dtype):
     assert estimate_groups(few, 8) == min(5, 32 // few.itemsize) and estimate_groups(few[:1], 8) == 1
 
 
-
-@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
-def test_group_by_statistics_in_one_batch(dtype):
-    # the planner's sample and sketch in one launch batch (issue 17 item 3): the sketch is
-    # skipped on the device when the sample saw every group twice, and otherwise equals
-    # estimate_groups' own over the same sectors
-    from gpujoin.cuda import primitives as prim
-    from gpujoin.cuda.groupby.common import hll_value
-    from gpujoin.plan import stats
-
-    rng = cp.random.default_rng(5)
-    few = rng.integers(0, 16, (1 << 22) + 5).astype(dtype)
-    got = prim.key_samples([few], stats.SKEW_SAMPLE, sketch_sub=2)
-    assert got.sketch is None and stats._summary(got.summaries[0], got.sizes[0]) == stats.sample(few)
-    est = stats.estimate_group_by(few, [4], 16)
-    assert est.groups == 16 and est.method.startswith("sample")
-    for keys in (rng.integers(0, 1 << 16, (1 << 22) + 3).astype(dtype), cp.arange(1000, dtype=dtype)):
-        for sub in (1, 2, 16):
-            got = prim.key_samples([keys], stats.SKEW_SAMPLE, sketch_sub=sub)
-            assert got.sketch is not None and stats._summary(got.summaries[0], got.sizes[0]) == stats.sample(keys)
-            assert hll_value(got.sketch[0], got.sketch[1], keys.dtype.itemsize, got.sketch[2]) == \
-                estimate_groups(keys, sub)
-    est = stats.estimate_group_by(keys, [4], 16)
-    assert est.groups == estimate_groups(keys, stats.hll_sub(keys.size)) and est.method == "hyperloglog"
-    with pytest.raises(ValueError, match="sketch"):
-        prim.key_samples([keys, keys], 4096, sketch_sub=2)
-
 @pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
 def test_radix_histogram_sketch_is_the_hyperloglog_sketch(dtype):
     # PGB's estimate from the partition's histogram read is estimate_groups' own, register for register

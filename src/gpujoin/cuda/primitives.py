@@ -416,32 +416,6 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     return int(out[0].get())
 
 
-#: HyperLogLog registers: 2^HLL_BITS (kernels/common.cuh), about 1.6% error.
-HLL_BITS = 12
-#: key_samples' buffer with a sketch, in uint32 words: the 12 uint64 summaries, hll_sketch's 4
-#: finish words, then the registers.
-_SKETCH_AT = 28
-
-
-def hll_sketch(keys: cp.ndarray, sub: int, regs: cp.ndarray, finish: cp.ndarray,
-               gate: cp.ndarray | None = None, gate_size: int = 0) -> int:
-    """Launch the HyperLogLog sketch of ``keys`` (every ``sub``-th 32-byte sector of them when
-    ``sub`` > 1) into ``regs`` (uint32 (2**HLL_BITS,), zeroed); the last block leaves in
-    ``finish`` (uint32 (4,), zeroed) the empty registers at [1] and the sum of 2^-r as a float64
-    at [2:4].  With ``gate`` (a sample_counts summary, uint64 (4,), of ``gate_size`` keys, on the
-    stream before) the sketch is skipped when that sample saw every group twice
-    (stats.Sample.groups), and finish[1] is 0xffffffff.  Returns the keys sketched; no sync."""
-    n = keys.size
-    per = 32 // keys.dtype.itemsize
-    read = -(-(-(-n // per)) // sub)  # sectors read; the last may be short
-    sampled = (read - 1) * per + min(per, n - (read - 1) * sub * per)
-    sms = device_properties(cp.cuda.Device().id)["sms"]
-    grid = max(1, min((sampled + 255) // 256, sms * 8))
-    kernel("groupby.cu", f"hll_sketch<{key_type(keys)}>")(
-        (grid,), (256,), (keys, np.int64(n), regs, np.int32(sub), finish, ptr(gate), np.uint32(gate_size)))
-    return sampled
-
-
 #: The largest sample key_samples summarizes (groupby.cu: SAMPLE_SLOTS / 2).
 SUMMARY_MAX = 4096
 
@@ -456,13 +430,10 @@ class KeySamples:
     summaries: np.ndarray  # (samples, 4)
     found: int | None = None
     match_sizes: tuple[int, int] = (0, 0)
-    #: with ``sketch_sub``, when the sketch ran: (sum of 2^-r over the registers, empty
-    #: registers, keys sketched), groupby.common.hll_value's arguments
-    sketch: tuple[float, int, int] | None = None
 
 
 def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
-                match: tuple[int, int] | None = None, sketch_sub: int = 0) -> KeySamples:
+                match: tuple[int, int] | None = None) -> KeySamples:
     """The planner's samples of one or two device key arrays (a join's build and probe keys, or
     a group-by's keys) in one launch batch and one sync (issue 17 item 3): a strided sample of
     ``size`` (<= SUMMARY_MAX) keys of each, counted in shared memory and summarized
@@ -471,15 +442,10 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
     the GPU but the 12 numbers: on an H200 the host copies of the samples, np.unique and a
     separate match-ratio sync cost 0.4-0.6 ms, 16-20% of a 2^24-row join.
 
-    With ``sketch_sub`` > 0 (one key array: a group-by's), HyperLogLog over every sketch_sub-th
-    sector of the keys follows in the same batch unless the sample saw every group twice
-    (hll_sketch's gate): KeySamples.sketch.
-
     Raises ValueError for more than two arrays or ``size`` above SUMMARY_MAX; MemoryError
     (CuPy's) when ``match``'s table (16 bytes a build sample key) does not fit."""
-    if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX or (sketch_sub and (len(keys) != 1 or match)):
-        raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys, "
-                         "a sketch only of one array and without a match")
+    if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX:
+        raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys")
     dt = np.result_type(*[k.dtype for k in keys])
     kt = key_type(dt)
     samples = [_strided(k, size, dt) for k in keys]
@@ -493,11 +459,7 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
         match_sizes = (build[2], probe[2])
         if build[2] and probe[2]:
             table = cp.empty(_table_slots(build[2]), dt)  # filled by sample_counts' extra blocks
-    if sketch_sub:  # the summaries, the sketch's finish words and registers (zeroed) in one buffer
-        buf = cp.zeros(_SKETCH_AT + (1 << HLL_BITS), cp.uint32)
-        out = buf[:24].view(cp.uint64)
-    else:
-        out = cp.empty(12, cp.uint64)  # sample_counts writes the summaries and zeroes the match's counters
+    out = cp.empty(12, cp.uint64)  # sample_counts writes the summaries and zeroes the match's counters
     fn = kernel("groupby.cu", f"sample_counts<{kt}>")
     smem = 8192 * (dt.itemsize + 4)
     fn.max_dynamic_shared_size_bytes = smem
@@ -508,16 +470,8 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
                                          out), shared_mem=smem)
     if table is not None:
         _found(build, probe, table, out[8:])
-    sketch = None
-    if sketch_sub:
-        sampled = hll_sketch(keys[0], sketch_sub, buf[_SKETCH_AT:], buf[24:_SKETCH_AT], out[:4], a[2])
-        words = buf[:_SKETCH_AT].get()  # one sync, 112 bytes
-        res = words[:24].view(np.uint64)
-        if words[25] != 0xFFFFFFFF:
-            sketch = (float(words[26:28].view(np.float64)[0]), int(words[25]), sampled)
-    else:
-        res = out.get()
+    res = out.get()
     if match is not None:
         found = int(res[8])
     return KeySamples(tuple(s[2] for s in samples), res[:4 * len(keys)].astype(np.int64).reshape(len(keys), 4),
-                      found, match_sizes, sketch)
+                      found, match_sizes)

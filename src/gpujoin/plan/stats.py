@@ -208,10 +208,6 @@ def sample_groups(counts: np.ndarray) -> int | None:
     return Sample.of_counts(counts).groups
 
 
-def _hll_method(sub: int) -> str:
-    return "hyperloglog" + (f" (1/{sub} of the keys)" if sub > 1 else "")
-
-
 def estimate_groups(keys, sub: int = 1) -> tuple[int, str]:
     """(estimated distinct keys, method): HyperLogLog on the GPU (over every ``sub``-th 32-byte
     sector of the keys when ``sub`` > 1), GEE over a sample on the host."""
@@ -221,7 +217,7 @@ def estimate_groups(keys, sub: int = 1) -> tuple[int, str]:
     if _xp(keys) is not np:
         from ..cuda.groupby.common import estimate_groups as hll
 
-        return hll(keys, sub), _hll_method(sub)
+        return hll(keys, sub), "hyperloglog" + (f" (1/{sub} of the keys)" if sub > 1 else "")
     s = _sample(keys, SAMPLE)
     if s.size == n:
         return int(np.unique(s).size), "exact"
@@ -235,21 +231,11 @@ def estimate_group_by(keys, value_bytes: list[int], slot_bytes: int) -> GroupByE
     """The group-by's statistics: a small sample first (its top key's share, its hot groups'
     share, and the groups when it shows them all: :attr:`Sample.groups`), the estimate of the
     groups over the keys only otherwise."""
-    sub, sketch = 1, None
-    if _xp(keys) is np or keys.size == 0:
-        smp = sample(keys)
-    else:  # the sample and, unless it shows every group, the sketch: one launch batch, one sync
-        from ..cuda.primitives import key_samples
-
-        sub = hll_sub(keys.size)
-        got = key_samples([keys], SKEW_SAMPLE, sketch_sub=sub)
-        smp, sketch = _summary(got.summaries[0], got.sizes[0]), got.sketch
+    smp = sample(keys)
     groups, method = smp.groups, "sample (every group seen twice)"
-    if groups is None and sketch is not None:
-        from ..cuda.groupby.common import hll_value
-
-        groups, method = hll_value(sketch[0], sketch[1], keys.dtype.itemsize, sketch[2]), _hll_method(sub)
-    elif groups is None:
+    sub = 1
+    if groups is None:
+        sub = hll_sub(keys.size) if _xp(keys) is not np else 1
         groups, method = estimate_groups(keys, sub)
     return GroupByEstimate(int(keys.size), groups, keys.dtype.itemsize, list(value_bytes), slot_bytes,
                            smp.top_share, method, smp.repeated_share, 1 / sub)

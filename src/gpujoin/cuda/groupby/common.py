@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import cupy as cp
 import numpy as np
 
-from ..primitives import HLL_BITS, hll_sketch
+from ..primitives import key_type
+from ..runtime import device_properties, kernel
 
 #: Accumulators in kernel order, and their flag bits.
 ACCUMULATORS = ("count", "sum", "sum_lo", "min", "max")
@@ -183,6 +184,9 @@ def concat_outputs(parts: list[GroupByOutput]) -> tuple[cp.ndarray, list[dict[st
     return keys, cols
 
 
+HLL_BITS = 12
+
+
 def estimate_groups(keys: cp.ndarray, sub: int = 1) -> int:
     """HyperLogLog estimate of the number of distinct keys (2^12 registers: about 1.6% error).
 
@@ -191,22 +195,31 @@ def estimate_groups(keys: cp.ndarray, sub: int = 1) -> int:
     32-byte sector of them only: the distinct keys of that share, a low estimate when many
     groups hold fewer than about 8 * sub rows each (the planner's choice, issue 17).
     """
-    if keys.size == 0:
+    n = keys.size
+    if n == 0:
         return 0
     buf = cp.zeros((1 << HLL_BITS) + 4, cp.uint32)  # the registers, then hll_sketch's finish words
-    sampled = hll_sketch(keys, sub, buf[:1 << HLL_BITS], buf[1 << HLL_BITS:])
+    regs = buf[:1 << HLL_BITS]
+    sms = device_properties(cp.cuda.Device().id)["sms"]
+    per = 32 // keys.dtype.itemsize
+    sectors = -(-n // per)
+    read = -(-sectors // sub)  # sectors read; the last may be short
+    sampled = (read - 1) * per + min(per, n - (read - 1) * sub * per)
+    grid = max(1, min((sampled + 255) // 256, sms * 8))
+    kernel("groupby.cu", f"hll_sketch<{key_type(keys)}>")((grid,), (256,), (keys, np.int64(n), regs, np.int32(sub),
+                                                                          buf[1 << HLL_BITS:]))
     done = buf[1 << HLL_BITS:].get()  # one sync, 16 bytes
-    return hll_value(float(done[2:].view(np.float64)[0]), int(done[1]), keys.dtype.itemsize, sampled)
+    return _hll_value(float(done[2:].view(np.float64)[0]), int(done[1]), keys.dtype.itemsize, sampled)
 
 
 def hll_estimate(regs: cp.ndarray, key_bytes: int, n: int) -> int:
     """The distinct keys that HyperLogLog registers (uint32 (2**HLL_BITS,), filled by hll_sketch
     or radix_histogram from ``n`` keys of ``key_bytes`` bytes) estimate; one device sync."""
     r = cp.asnumpy(regs).astype(np.float64)
-    return hll_value(float(np.sum(2.0 ** -r)), int(np.count_nonzero(r == 0)), key_bytes, n)
+    return _hll_value(float(np.sum(2.0 ** -r)), int(np.count_nonzero(r == 0)), key_bytes, n)
 
 
-def hll_value(harmonic: float, zeros: int, key_bytes: int, n: int) -> int:
+def _hll_value(harmonic: float, zeros: int, key_bytes: int, n: int) -> int:
     """The estimate from the registers' sum of 2^-r and their count of zeros."""
     m = 1 << HLL_BITS
     alpha = 0.7213 / (1 + 1.079 / m)

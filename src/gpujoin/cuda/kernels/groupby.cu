@@ -319,20 +319,11 @@ __device__ __forceinline__ const u64* stage_desc(const u64* __restrict__ desc, i
 // HLL_ITEMS keys in flight per thread: one at a time, the sketch read 1 GB of keys at about
 // 1.3 TB/s on an H200 (latency-bound).  With sub > 1 only every sub-th 32-byte sector of the keys
 // is read (a planner's estimate at 1/sub of the bytes; each group of 64 rows or more in a row,
-// or spread over the column, is still seen).  With `gate` (a sample_counts summary of
-// `gate_size` keys, written earlier on the stream) the sketch is skipped when that sample saw
-// every group at least twice and at most one distinct key per 8 sampled (stats.Sample.groups:
-// the planner has its group count), and finish[1] says so (0xffffffff): the planner's sample and
-// sketch in one launch batch and one sync.
+// or spread over the column, is still seen).
 #define HLL_ITEMS 8
 template <typename K>
 __global__ void __launch_bounds__(256)
-hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs, int sub, u32* __restrict__ finish,
-           const unsigned long long* __restrict__ gate, u32 gate_size) {
-    if (gate && gate[0] && gate[3] >= 2 && gate[0] * 8 <= gate_size) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) finish[1] = 0xffffffffu;
-        return;
-    }
+hll_sketch(const K* __restrict__ keys, i64 n, u32* __restrict__ regs, int sub, u32* __restrict__ finish) {
     __shared__ u32 r[1 << HLL_BITS];
     for (int j = threadIdx.x; j < (1 << HLL_BITS); j += blockDim.x) r[j] = 0;
     __syncthreads();
