@@ -401,6 +401,34 @@ def test_auto_chooses_by_the_statistics_on_the_gpu():
     assert plan.choice == "hgb" and "every group seen twice" in str(plan) and plan.result.num_rows == 16
 
 
+@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
+def test_planner_counts_groups_with_hgbs_own_table(dtype):
+    # issue 17 item 3: where a sample cannot tell, the group count comes from HGB's stage 1,
+    # stopped once it holds more groups than the rules compare with; HGB then reuses that table
+    from gpujoin.cuda.groupby.hgb import HashTable
+    from gpujoin.plan.auto import resolve_gpu_group_by
+
+    rng = cp.random.default_rng(17)
+    low = np.iinfo(dtype).min
+    keys = rng.integers(0, 3000, 1 << 20).astype(dtype)
+    keys[::7] = low  # the sentinel key is a group of its own, outside the table
+    want = int(cp.unique(keys).size)
+    table = HashTable.at_most(keys, want)
+    assert table is not None and table.num_groups == want and table.sentinel_gid >= 0
+    assert HashTable.at_most(keys, want - 2) is None  # want - 1 keys in the table: one too many
+    assert HashTable.at_most(keys[:0], 10).num_groups == 0
+    inputs = [AggInput(cp.ones(keys.size, cp.int32), None, ("sum",))]
+    choice = resolve_gpu_group_by(keys, inputs)
+    assert choice.algorithm == "hgb" and choice.table is not None and choice.estimate.groups == want
+    assert choice.estimate.method == "hash table (exact)"
+    out = run("hgb", keys, inputs, table=choice.table)
+    np.testing.assert_array_equal(np.sort(cp.asnumpy(out.keys)), cp.asnumpy(cp.unique(keys)))
+    assert int(out.columns[0]["sum"].sum()) == keys.size
+    many = rng.integers(0, 1 << 22, 1 << 22).astype(dtype)
+    choice = resolve_gpu_group_by(many, inputs)
+    assert choice.algorithm == "pgb-tr" and choice.table is None and choice.estimate.groups_for("pgb-tr") is None
+    assert choice.estimate.method.startswith("more than")
+
 def test_explain_on_the_gpu_predicts_and_measures():
     rng = cp.random.default_rng(3)
     t = {"k": rng.integers(0, 1000, 1 << 20, dtype=cp.int32), "v": rng.integers(0, 9, 1 << 20, dtype=cp.int32)}

@@ -108,10 +108,11 @@ class PartitionAggregator:
                 from ..plan.auto import resolve_gpu_group_by
 
                 choice = resolve_gpu_group_by(dk, [a for a in agg if a.values is not None] or agg)
-                self.decided["per_row"] = choice.estimate.groups / max(1, dk.size)
+                groups = choice.estimate.groups_for(choice.algorithm)  # None: PGB sketches them itself
+                self.decided["per_row"] = None if groups is None else groups / max(1, dk.size)
                 self.decided["algo"] = choice.algorithm
-            algo = self.decided["algo"]
-            groups = max(1, int(self.decided["per_row"] * dk.size))
+            algo, per_row = self.decided["algo"], self.decided["per_row"]
+            groups = None if per_row is None else max(1, int(per_row * dk.size))
         tb = time.perf_counter()
         self.chosen.add(algo)
         res = run(algo, dk, agg, groups_estimate=groups)

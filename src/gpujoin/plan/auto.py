@@ -36,6 +36,7 @@ class Choice:
     predicted: dict[str, float] = field(default_factory=dict)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> phase -> seconds
     estimate: object = None  # the statistics it was chosen on (stats.GroupByEstimate / JoinEstimate)
+    table: object = field(default=None, repr=False)  # a GPU group-by's HGB stage 1, built while planning
 
 
 def fits_shared(est: GroupByEstimate, dev: cost.DeviceModel) -> bool:
@@ -139,18 +140,43 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
     return choice
 
 
+def hgb_groups_limits(est: GroupByEstimate, dev: cost.DeviceModel) -> tuple[int, int]:
+    """(the most groups whose accumulators fit shared memory, the most groups for which
+    choose_group_by takes HGB): with hot groups in ``est``, what fits L2 for the second."""
+    shared = 2 * dev.smem_block_bytes // max(est.slot_bytes, 1)
+    if est.hot:
+        return shared, max(shared, dev.l2_bytes // (8 * max(len(est.value_bytes), 1)))
+    return shared, shared
+
+
 def resolve_gpu_group_by(keys, inputs) -> Choice:
     """``algorithm="auto"`` for a GPU group-by of device ``keys`` with aggregate ``inputs``
-    (cuda.groupby.AggInput)."""
+    (cuda.groupby.AggInput).  Choice.table is HGB's stage 1 when the planner built it."""
     from ..cuda.groupby.common import slot_bytes
+    from ..cuda.groupby.hgb import HashTable
     from .calibrate import device_model
-    from .stats import estimate_group_by
+    from .stats import sample
 
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     dev = device_model()
-    # one small sample gives the skew and, for a few groups, their number; HyperLogLog's pass
-    # over every key only when the sample cannot tell (it cost 19% of HGB's 3 ms at 2^28 rows)
-    est = estimate_group_by(keys, widths, slot_bytes(inputs))
+    # one small sample gives the skew and, for a few groups, their number; otherwise HGB's own
+    # build counts the groups up to the bound that the rules compare them with, and is kept for
+    # HGB (HyperLogLog's pass over every key cost 19% of HGB's 3 ms at 2^28 rows, and even over
+    # 1/16 of them 6-8% of HGB's run under Zipf keys)
+    smp = sample(keys)
+    est = GroupByEstimate(int(keys.size), smp.groups or 0, keys.dtype.itemsize, widths, slot_bytes(inputs),
+                          smp.top_share, "sample (every group seen twice)", smp.repeated_share)
+    table = None
+    if smp.groups is None and keys.size:
+        # caps growing 16x up to the last bound, so that HGB gets a table sized near its groups
+        cap, top = hgb_groups_limits(est, dev)
+        while (table := HashTable.at_most(keys, cap)) is None and cap < top:
+            cap = min(top, cap * 16)
+        if table is None:  # PGB sketches the groups in its first radix pass
+            est.groups, est.method, est.sketched = cap + 1, f"more than {cap:,} (a hash table of {cap:,} overflowed)", 0.0
+        else:
+            est.groups, est.method = table.num_groups, "hash table (exact)"
     choice = choose_group_by(est, dev)
     choice.estimate = est
+    choice.table = table if choice.algorithm == "hgb" else None
     return choice

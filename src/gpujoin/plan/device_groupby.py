@@ -125,8 +125,8 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     else:  # a few groups, all seen in a small sample, need no HyperLogLog pass (None: the algorithm runs it)
         from .stats import sample
 
-        groups = sample(keys).groups
-    out = run(algorithm, keys, inputs, groups_estimate=groups)
+        choice, groups = None, sample(keys).groups
+    out = run(algorithm, keys, inputs, groups_estimate=groups, table=choice and choice.table)
     sizes = out.columns[0]["count"] if need_sizes else None
     res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}
 

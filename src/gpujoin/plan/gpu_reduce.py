@@ -87,16 +87,16 @@ class GpuReducer:
             [AggInput(None if v is None else cp.asarray(v), None if m is None else cp.asarray(m), ops)
              for v, m, ops in host[lead:]]
         dkeys = cp.asarray(keys)
-        groups = None
+        groups = table = None
         if algorithm == "auto":
             from .auto import resolve_gpu_group_by
 
             choice = resolve_gpu_group_by(dkeys, inputs[lead + 1:] or inputs)
             algorithm = choice.algorithm
             self.params["auto"] = choice.reason
-            groups = choice.estimate.groups
+            groups, table = choice.estimate.groups_for(algorithm), choice.table
         self.algorithm = algorithm
-        out = run(algorithm, dkeys, inputs, groups_estimate=groups)
+        out = run(algorithm, dkeys, inputs, groups_estimate=groups, table=table)
         self.num_groups = out.num_groups
         self.group_keys = cp.asnumpy(out.keys)
         self.first_rows = cp.asnumpy(out.columns[0]["min"]).astype(np.int64) if first_rows else None

@@ -9,15 +9,15 @@ ALGORITHMS = ("hgb", "pgb-tr", "pgb-ur", "sgb-tr", "sgb-de-tr", "sgb-ur")
 
 
 def run(algorithm: str, keys, inputs: list[AggInput], *, radix_bits: int | None = None,
-        groups_estimate: int | None = None) -> GroupByOutput:
+        groups_estimate: int | None = None, table=None) -> GroupByOutput:
     """Run GPU group-by ``algorithm`` (one of ALGORITHMS) over int32/int64 device ``keys``
     (no nulls) and the aggregate ``inputs``; see ``hgb.hgb``, ``sgb.sgb``, ``pgb.pgb``.
     ``groups_estimate``: the planner's estimate of the groups, which HGB and PGB then do not
-    measure again."""
+    measure again; ``table``: HGB's stage 1 when the planner built it (hgb.HashTable.at_most)."""
     if algorithm == "hgb":
         from .hgb import hgb
 
-        return hgb(keys, inputs, groups_estimate)
+        return hgb(keys, inputs, groups_estimate, table)
     if algorithm in ("sgb-tr", "sgb-ur", "sgb-de-tr"):
         from .sgb import sgb
 

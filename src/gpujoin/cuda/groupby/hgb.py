@@ -98,11 +98,12 @@ class HashTable:
     group, kept outside the table, or -1), group_keys ((g,) the key of each id).
     """
 
-    def __init__(self, keys: cp.ndarray, estimate: int | None = None):
+    def __init__(self, keys: cp.ndarray, estimate: int | None = None, cap: int = 0):
         n = keys.size
         check_rows(n, "hash tables")
-        est = estimate_groups(keys) if estimate is None else estimate
+        est = cap or (estimate_groups(keys) if estimate is None else estimate)
         slots = max(1024, _pow2(2 * est + est // 4))
+        self.overflow = False
         sms = device_properties(cp.cuda.Device().id)["sms"]
         build = kernel("groupby.cu", f"hgb_build<{key_type(keys)}>")
         empty = keys.dtype.type(sentinel(keys.dtype))
@@ -113,10 +114,14 @@ class HashTable:
             flags = cp.zeros(2, cp.int32)
             if n:
                 grid = max(1, min((n + BLOCK - 1) // BLOCK, sms * 16))
-                build((grid,), (BLOCK,), (keys, np.int64(n), table, np.uint32(slots - 1), counter, flags))
+                build((grid,), (BLOCK,), (keys, np.int64(n), table, np.uint32(slots - 1), counter, flags,
+                                          np.uint64(cap)))
             full, has_sentinel = (bool(f) for f in cp.asnumpy(flags))
             if not full:
                 break
+            if cap:
+                self.overflow = True  # more than cap groups: the table holds some of them only
+                return
             slots *= 4  # the estimate was far off: rebuild larger
         occupied = table != empty
         self.n, self.table, self.mask = n, table, slots - 1
@@ -126,6 +131,15 @@ class HashTable:
         self.group_keys = cp.concatenate([in_table, cp.full(1, empty, keys.dtype)]) if has_sentinel else in_table
         self.num_groups = int(self.group_keys.size)
         self.hot = 0  # groups numbered first by number_first
+
+    @classmethod
+    def at_most(cls, keys: cp.ndarray, cap: int) -> "HashTable | None":
+        """The table of ``keys`` when they hold at most ``cap`` distinct keys (the sentinel key
+        aside), else None: the planner's exact group count where its rules compare it with a
+        bound, from the build HGB runs anyway (issue 17 item 3).  On more groups the build stops
+        once cap + 1 keys went in, a read of the first rows only for spread keys."""
+        table = cls(keys, cap=max(1, cap))
+        return None if table.overflow else table
 
     def number_first(self, first: cp.ndarray) -> int:
         """Renumber the groups so that the keys ``first`` (distinct, each in the table) take
@@ -238,9 +252,11 @@ def aggregate(table: HashTable, keys: cp.ndarray, inputs: list[AggInput]) -> lis
     return accs
 
 
-def hgb(keys: cp.ndarray, inputs: list[AggInput], groups_estimate: int | None = None) -> GroupByOutput:
+def hgb(keys: cp.ndarray, inputs: list[AggInput], groups_estimate: int | None = None,
+        table: HashTable | None = None) -> GroupByOutput:
     """Hash group-by of ``keys`` (int32 or int64 (n,), no nulls) with each input's aggregates;
-    ``groups_estimate`` sizes the table (else a HyperLogLog estimate here).
+    ``groups_estimate`` sizes the table (else a HyperLogLog estimate here); ``table``, the
+    planner's HashTable.at_most of these keys, is used as stage 1 when given.
 
     Returns
     -------
@@ -254,7 +270,7 @@ def hgb(keys: cp.ndarray, inputs: list[AggInput], groups_estimate: int | None = 
         2**31 rows or more.
     """
     timer = PhaseTimer()
-    table = HashTable(keys, groups_estimate)
+    table = HashTable(keys, groups_estimate) if table is None else table
     timer.mark("group_ids")
     accs = aggregate(table, keys, inputs)
     cols = [decode(inp, a) for inp, a in zip(inputs, accs)]

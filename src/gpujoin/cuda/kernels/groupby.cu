@@ -458,15 +458,18 @@ __device__ __forceinline__ void group_ids(const K* __restrict__ keys, i64 n, i64
 
 // HGB stage 1 (paper 003 Algorithm 1): insert every key into the global table.  flags[0]: the
 // table filled up (the caller retries larger); flags[1]: some key is the sentinel.
-// groups += keys inserted.
+// groups += keys inserted.  With cap > 0 (the planner's exact group count up to cap, issue 17)
+// flags[0] is also set as soon as a (cap + 1)-th key goes in, and every thread then stops: on
+// more groups the build reads only until it has seen cap + 1 of them.
 template <typename K>
 __global__ void __launch_bounds__(256)
 hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u64* __restrict__ groups,
-          int* __restrict__ flags) {
+          int* __restrict__ flags, u64 cap) {
     u32 inserted = 0;
     bool full = false, saw_sentinel = false;
     const i64 S = (i64)gridDim.x * blockDim.x;
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n && !full; i0 += S * HGB_ROWS) {
+        if (cap && ((volatile int*)flags)[0]) break;
         K k[HGB_ROWS];
 #pragma unroll
         for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
@@ -475,7 +478,11 @@ hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u6
             if (k[u] == sentinel<K>()) { saw_sentinel |= i0 + u * S < n; continue; }
             u32 slot;
             const int r = insert_key(table, mask, hash_key(k[u]) & mask, k[u], mask, &slot);
-            if (r > 0) ++inserted;
+            if (r > 0 && !cap) ++inserted;
+            if (r > 0 && cap && atomicAdd(groups, 1ull) >= cap) {
+                full = true;
+                atomicExch(&flags[0], 1);
+            }
             if (r < 0) full = true;
         }
     }
