@@ -137,7 +137,8 @@ class HashTable:
         """The table of ``keys`` when they hold at most ``cap`` distinct keys (the sentinel key
         aside), else None: the planner's exact group count where its rules compare it with a
         bound, from the build HGB runs anyway (issue 17 item 3).  On more groups the build stops
-        once cap + 1 keys went in, a read of the first rows only for spread keys."""
+        once cap + 1 keys went in, a read of the first rows only for spread keys.  At exactly
+        ``cap`` groups it may also answer None (a key that raced the count's last step)."""
         table = cls(keys, cap=max(1, cap))
         return None if table.overflow else table
 

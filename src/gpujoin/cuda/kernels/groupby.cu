@@ -400,11 +400,13 @@ __device__ __forceinline__ i64 cas_key(i64* p, i64 expect, i64 k) {
 // Insert k (not the sentinel) at its first free slot from `s`: returns +1 when this call put it
 // there (*slot: where), 0 when it was already there, -1 when `limit` probes found no room.
 template <typename K>
-__device__ __forceinline__ int insert_key(K* table, u32 mask, u32 s, K k, u32 limit, u32* slot) {
+__device__ __forceinline__ int insert_key(K* table, u32 mask, u32 s, K k, u32 limit, u32* slot,
+                                          const u64* count = nullptr, u64 cap = 0) {
     const K empty = sentinel<K>();
     for (u32 probe = 0; probe <= limit; ++probe) {
         K cur = table[s];  // a stale empty only costs a CAS; a filled slot never changes
         if (cur == empty) {
+            if (count && *(const volatile u64*)count >= cap) return -1;  // a new key past the cap
             cur = cas_key(&table[s], empty, k);
             if (cur == empty) { *slot = s; return 1; }
         }
@@ -459,8 +461,10 @@ __device__ __forceinline__ void group_ids(const K* __restrict__ keys, i64 n, i64
 // HGB stage 1 (paper 003 Algorithm 1): insert every key into the global table.  flags[0]: the
 // table filled up (the caller retries larger); flags[1]: some key is the sentinel.
 // groups += keys inserted.  With cap > 0 (the planner's exact group count up to cap, issue 17)
-// flags[0] is also set as soon as a (cap + 1)-th key goes in, and every thread then stops: on
-// more groups the build reads only until it has seen cap + 1 of them.
+// groups counts each insert as it happens and flags[0] is also set by a (cap + 1)-th key; a
+// thread stops at its first new key past the cap (insert_key reads the count before it claims
+// a slot), so that on more groups the build reads little more than until it saw cap + 1 of
+// them, and keys in flight at that moment cannot fill the table (room for 2.25 cap).
 template <typename K>
 __global__ void __launch_bounds__(256)
 hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u64* __restrict__ groups,
@@ -469,7 +473,6 @@ hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u6
     bool full = false, saw_sentinel = false;
     const i64 S = (i64)gridDim.x * blockDim.x;
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n && !full; i0 += S * HGB_ROWS) {
-        if (cap && ((volatile int*)flags)[0]) break;
         K k[HGB_ROWS];
 #pragma unroll
         for (int u = 0; u < HGB_ROWS; ++u) k[u] = i0 + u * S < n ? keys[i0 + u * S] : sentinel<K>();
@@ -477,12 +480,9 @@ hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u6
         for (int u = 0; u < HGB_ROWS; ++u) {
             if (k[u] == sentinel<K>()) { saw_sentinel |= i0 + u * S < n; continue; }
             u32 slot;
-            const int r = insert_key(table, mask, hash_key(k[u]) & mask, k[u], mask, &slot);
+            const int r = insert_key(table, mask, hash_key(k[u]) & mask, k[u], mask, &slot, cap ? groups : nullptr, cap);
             if (r > 0 && !cap) ++inserted;
-            if (r > 0 && cap && atomicAdd(groups, 1ull) >= cap) {
-                full = true;
-                atomicExch(&flags[0], 1);
-            }
+            if (r > 0 && cap && atomicAdd(groups, 1ull) >= cap) full = true;
             if (r < 0) full = true;
         }
     }
