@@ -464,13 +464,17 @@ __device__ __forceinline__ void group_ids(const K* __restrict__ keys, i64 n, i64
 // groups counts each insert as it happens and flags[0] is also set by a (cap + 1)-th key; a
 // thread stops at its first new key past the cap (insert_key reads the count before it claims
 // a slot), so that on more groups the build reads little more than until it saw cap + 1 of
-// them, and keys in flight at that moment cannot fill the table (room for 2.25 cap).
+// them.
 template <typename K>
 __global__ void __launch_bounds__(256)
 hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u64* __restrict__ groups,
           int* __restrict__ flags, u64 cap) {
     u32 inserted = 0;
     bool full = false, saw_sentinel = false;
+    // the first keys of every thread arrive before any count does, and may fill a table sized
+    // for cap: with a cap, a chain of 128 slots also counts as full (at the table's load of at
+    // most 0.45 below the cap, linear probing's chains stay far shorter)
+    const u32 limit = cap ? min(mask, 127u) : mask;
     const i64 S = (i64)gridDim.x * blockDim.x;
     for (i64 i0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n && !full; i0 += S * HGB_ROWS) {
         K k[HGB_ROWS];
@@ -480,7 +484,7 @@ hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u6
         for (int u = 0; u < HGB_ROWS; ++u) {
             if (k[u] == sentinel<K>()) { saw_sentinel |= i0 + u * S < n; continue; }
             u32 slot;
-            const int r = insert_key(table, mask, hash_key(k[u]) & mask, k[u], mask, &slot, cap ? groups : nullptr, cap);
+            const int r = insert_key(table, mask, hash_key(k[u]) & mask, k[u], limit, &slot, cap ? groups : nullptr, cap);
             if (r > 0 && !cap) ++inserted;
             if (r > 0 && cap && atomicAdd(groups, 1ull) >= cap) full = true;
             if (r < 0) full = true;
