@@ -398,7 +398,8 @@ __device__ __forceinline__ i64 cas_key(i64* p, i64 expect, i64 k) {
 }
 
 // Insert k (not the sentinel) at its first free slot from `s`: returns +1 when this call put it
-// there (*slot: where), 0 when it was already there, -1 when `limit` probes found no room.
+// there (*slot: where), 0 when it was already there, -1 when `limit` probes found no room or,
+// with `count`, when *count had reached `cap` (hgb_build's planner mode).
 template <typename K>
 __device__ __forceinline__ int insert_key(K* table, u32 mask, u32 s, K k, u32 limit, u32* slot,
                                           const u64* count = nullptr, u64 cap = 0) {
@@ -411,6 +412,9 @@ __device__ __forceinline__ int insert_key(K* table, u32 mask, u32 s, K k, u32 li
             if (cur == empty) { *slot = s; return 1; }
         }
         if (cur == k) { *slot = s; return 0; }
+        // past the cap every 8th step of a chain gives up: a table filled by keys in flight
+        // would otherwise cost every probe its whole limit
+        if (count && (probe & 7) == 7 && *(const volatile u64*)count >= cap) return -1;
         s = (s + 1) & mask;
     }
     return -1;
