@@ -112,10 +112,14 @@ class HashTable:
             table = cp.full(slots, empty, keys.dtype)
             counter = cp.zeros(1, cp.uint64)
             flags = cp.zeros(2, cp.int32)
-            if n:
-                grid = max(1, min((n + BLOCK - 1) // BLOCK, sms * 16))
-                build((grid,), (BLOCK,), (keys, np.int64(n), table, np.uint32(slots - 1), counter, flags,
-                                          np.uint64(cap)))
+            # with a cap, a prefix of 32 cap keys on a small grid first (hgb_build): past the cap
+            # on spread keys the build then ends after a few of their rows
+            cut = min(n, 32 * cap) if cap else 0
+            for part, most in ((keys[:cut], 2), (keys[cut:], 16)):
+                if part.size:
+                    grid = max(1, min((part.size + BLOCK - 1) // BLOCK, sms * most))
+                    build((grid,), (BLOCK,), (part, np.int64(part.size), table, np.uint32(slots - 1), counter,
+                                              flags, np.uint64(cap)))
             full, has_sentinel = (bool(f) for f in cp.asnumpy(flags))
             if not full:
                 break
