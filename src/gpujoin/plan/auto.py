@@ -154,8 +154,9 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     (cuda.groupby.AggInput).  Choice.table is HGB's stage 1 when the planner built it."""
     from ..cuda.groupby.common import slot_bytes
     from ..cuda.groupby.hgb import HashTable
+    from ..cuda.runtime import free_bytes
     from .calibrate import device_model
-    from .stats import sample
+    from .stats import estimate_groups, hll_sub, sample
 
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     dev = device_model()
@@ -168,14 +169,22 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
                           smp.top_share, "sample (every group seen twice)", smp.repeated_share)
     table = None
     if smp.groups is None and keys.size:
-        # caps growing 16x up to the last bound, so that HGB gets a table sized near its groups
+        # caps growing 16x up to the last bound, so that HGB gets a table sized near its groups;
+        # a table that would take more than a quarter of the free memory is not built
         cap, top = hgb_groups_limits(est, dev)
-        while (table := HashTable.at_most(keys, cap)) is None and cap < top:
-            cap = min(top, cap * 16)
-        if table is None:  # PGB sketches the groups in its first radix pass
-            est.groups, est.method, est.sketched = cap + 1, f"more than {cap:,} (a hash table of {cap:,} overflowed)", 0.0
-        else:
+        room, counted = free_bytes() // 4, False
+        while not counted and HashTable.nbytes(cap, keys.dtype.itemsize) <= room:
+            table = HashTable.at_most(keys, cap)
+            counted = table is not None or cap >= top
+            cap = cap if counted else min(top, cap * 16)
+        if table is not None:
             est.groups, est.method = table.num_groups, "hash table (exact)"
+        elif counted:  # PGB sketches the groups in its first radix pass
+            est.groups, est.method, est.sketched = cap + 1, f"more than {cap:,} (a hash table of {cap:,} overflowed)", 0.0
+        else:  # no room for the table: HyperLogLog over part of the keys
+            sub = hll_sub(keys.size)
+            est.groups, est.method = estimate_groups(keys, sub)
+            est.sketched = 1 / sub
     choice = choose_group_by(est, dev)
     choice.estimate = est
     choice.table = table if choice.algorithm == "hgb" else None

@@ -136,6 +136,11 @@ class HashTable:
         self.num_groups = int(self.group_keys.size)
         self.hot = 0  # groups numbered first by number_first
 
+    @staticmethod
+    def nbytes(groups: int, key_bytes: int) -> int:
+        """GPU memory of a table sized for ``groups`` keys: its slots, their ids and the scan's."""
+        return max(1024, _pow2(2 * groups + groups // 4)) * (key_bytes + 8)
+
     @classmethod
     def at_most(cls, keys: cp.ndarray, cap: int) -> "HashTable | None":
         """The table of ``keys`` when they hold at most ``cap`` distinct keys (the sentinel key
