@@ -54,13 +54,16 @@ def _timed(fn: Callable[[], object], runs: int) -> tuple[list[float], object]:
 
 def _timed_rounds(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, tuple[list[float], object]]:
     """Each of ``fns`` timed ``runs`` times, taking turns: a warm-up of each, then rounds of one
-    run of each.  Timed one after another's runs, an algorithm paid for what the other left
-    behind (on an H100, PGB-TR 7.2 ms after the sort-based group-bys, 7.0 before them)."""
+    run of each, each round starting one further along.  Timed one after another's runs, an
+    algorithm paid for what the other left behind (on an H100, PGB-TR 7.2 ms after the
+    sort-based group-bys, 7.0 before them)."""
     for fn in fns.values():
         fn()
     out: dict[str, tuple[list[float], object]] = {k: ([], None) for k in fns}
-    for _ in range(runs):
-        for k, fn in fns.items():
+    names = list(fns)
+    for r in range(runs):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[k]
             t0 = time.perf_counter()
             last = fn()
             out[k] = (out[k][0] + [time.perf_counter() - t0], last)
