@@ -160,36 +160,31 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
 
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     dev = device_model()
-    n, kb = int(keys.size), keys.dtype.itemsize
-    est = GroupByEstimate(n, 0, kb, widths, slot_bytes(inputs), None, "exact (no rows)", None)
-    # HGB's own stage 1 counts the groups up to what fits shared memory, and is kept for HGB:
-    # where HGB is chosen the statistics cost nothing beyond its build (HyperLogLog's pass over
-    # every key cost 19% of HGB's 3 ms at 2^28 rows, a sample's round trip 15% at 2^24).  Past
-    # that bound a sample tells whether hot groups make HGB worth counting further (caps growing
-    # 16x up to what fits L2, so that HGB's table stays near its groups).  A table taking more
-    # than a quarter of the free memory is not built.
-    room, table, over = free_bytes() // 4, None, 0
-    cap, top = hgb_groups_limits(est, dev)
-    if n and HashTable.nbytes(cap, kb) <= room:
-        table = HashTable.at_most(keys, cap)
-        over = 0 if table is not None else cap
-    if n and table is None:
-        smp = sample(keys)
-        est.top_share, est.hot_share = smp.top_share, smp.repeated_share
+    # one small sample gives the skew and, for a few groups, their number; otherwise HGB's own
+    # build counts the groups up to the bound that the rules compare them with, and is kept for
+    # HGB (HyperLogLog's pass over every key cost 19% of HGB's 3 ms at 2^28 rows, and even over
+    # 1/16 of them 6-8% of HGB's run under Zipf keys)
+    smp = sample(keys)
+    est = GroupByEstimate(int(keys.size), smp.groups or 0, keys.dtype.itemsize, widths, slot_bytes(inputs),
+                          smp.top_share, "sample (every group seen twice)", smp.repeated_share)
+    table = None
+    if smp.groups is None and keys.size:
+        # caps growing 16x up to the last bound, so that HGB gets a table sized near its groups;
+        # a table that would take more than a quarter of the free memory is not built
         cap, top = hgb_groups_limits(est, dev)
-        while over and over < top and HashTable.nbytes(min(top, 16 * over), kb) <= room:
-            table = HashTable.at_most(keys, min(top, 16 * over))
-            over = 0 if table is not None else min(top, 16 * over)
-        if table is None and not over and smp.groups is not None:
-            est.groups, est.method = smp.groups, "sample (every group seen twice)"
-    if table is not None:
-        est.groups, est.method = table.num_groups, "hash table (exact)"
-    elif over >= top:  # past every bound at which HGB is taken: PGB sketches them in its first pass
-        est.groups, est.method, est.sketched = over + 1, f"more than {over:,} (a hash table of {over:,} overflowed)", 0.0
-    elif n and not est.groups:  # no room for the table: HyperLogLog over part of the keys
-        sub = hll_sub(n)
-        est.groups, est.method = estimate_groups(keys, sub)
-        est.sketched = 1 / sub
+        room, counted = free_bytes() // 4, False
+        while not counted and HashTable.nbytes(cap, keys.dtype.itemsize) <= room:
+            table = HashTable.at_most(keys, cap)
+            counted = table is not None or cap >= top
+            cap = cap if counted else min(top, cap * 16)
+        if table is not None:
+            est.groups, est.method = table.num_groups, "hash table (exact)"
+        elif counted:  # PGB sketches the groups in its first radix pass
+            est.groups, est.method, est.sketched = cap + 1, f"more than {cap:,} (a hash table of {cap:,} overflowed)", 0.0
+        else:  # no room for the table: HyperLogLog over part of the keys
+            sub = hll_sub(keys.size)
+            est.groups, est.method = estimate_groups(keys, sub)
+            est.sketched = 1 / sub
     choice = choose_group_by(est, dev)
     choice.estimate = est
     choice.table = table if choice.algorithm == "hgb" else None
