@@ -98,6 +98,19 @@ def test_bench_and_plot(tmp_path):
     assert (tmp_path / "b.png").stat().st_size > 0
 
 
+def test_bench_algorithms_take_turns():
+    # a warm-up of each, then rounds of one run of each in a new order (issue 17: timed after
+    # another's runs, an algorithm paid for what the other left behind)
+    from gpujoin.bench.runner import _timed_rounds
+
+    calls = []
+    out = _timed_rounds({k: (lambda k=k: calls.append(k) or k) for k in "abc"}, 5)
+    assert calls[:3] == list("abc")
+    rounds = [calls[3 + 3 * i:6 + 3 * i] for i in range(5)]
+    assert all(sorted(r) == list("abc") for r in rounds) and len({tuple(r) for r in rounds}) > 1
+    assert all(len(out[k][0]) == 5 and out[k][1] == k for k in "abc")
+
+
 def test_bench_cpu_joins_and_plot(tmp_path):
     out = tmp_path / "c.jsonl"
     main(["bench", "cpu-joins", "--log2-n", "12", "--threads", "1,2", "--runs", "1", "--peers", "duckdb",
