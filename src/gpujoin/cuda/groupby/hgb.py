@@ -95,7 +95,8 @@ class HashTable:
 
     Attributes: table (the keys; empty slots hold the sentinel), mask (slots - 1), slot_gid
     (int32 dense id of each slot, in slot order), sentinel_gid (the id of the sentinel key's
-    group, kept outside the table, or -1), group_keys ((g,) the key of each id).
+    group, kept outside the table, or -1), group_keys ((g,) the key of each id).  With ``cap``
+    (use :meth:`at_most`) a table that passes cap keys stops there and holds only overflow=True.
     """
 
     def __init__(self, keys: cp.ndarray, estimate: int | None = None, cap: int = 0):
