@@ -597,7 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("join", "group-by"):
         bb = bsub.add_parser(name)
         common(bb, many=True)
-        bb.add_argument("--runs", type=int, default=5)
+        bb.add_argument("--runs", type=int, default=5,
+                        help="timed runs of each algorithm after a warm-up, taken in rounds of one run of each in a "
+                             "new order (default 5; the median is reported)")
         bb.add_argument("--peers", help="comma-separated: duckdb,polars")
         bb.add_argument("--zipf", type=float, default=0.0)
         bb.add_argument("--key-bytes", type=int, default=4, choices=[4, 8])
