@@ -1,7 +1,8 @@
 """What auto's statistics cost (issue 17 item 3): each estimate on bench workloads, wall time
 with the device synchronized, median of 7 after a warm-up; with ``--detail``, each step of the
 join statistics alone at 2^24 rows instead; with ``--group-by`` the group-by's only, each
-beside the chosen algorithm's own run."""
+beside the chosen algorithm's own run; with ``--hgb-cap`` the planner's capped HGB build
+(HashTable.at_most) step by step, with its device time too."""
 
 import statistics
 import sys
@@ -9,6 +10,7 @@ import time
 
 import cupy as cp
 import numpy as np
+from cupyx.profiler import benchmark
 
 from gpujoin.bench.workloads import GroupByWorkload, JoinWorkload, make_groupby, make_join
 from gpujoin.cuda.groupby import run
@@ -16,11 +18,13 @@ from gpujoin.cuda.groupby.common import AggInput
 from gpujoin.cuda.primitives import count_found, frequent_keys, key_samples
 from gpujoin.plan import stats
 from gpujoin.cuda.groupby.common import hll_estimate
+from gpujoin.cuda.groupby.hgb import HashTable
 from gpujoin.plan.auto import choose_join, resolve_gpu_group_by, resolve_gpu_join
 from gpujoin.plan.calibrate import device_model
 
 
-def timed(label, fn, reps=7):
+def timed(label, fn, reps=7, gpu=False):
+    """Wall time, device synchronized (and with ``gpu`` the device's own, cupyx's benchmark)."""
     fn()
     ts = []
     for _ in range(reps):
@@ -29,7 +33,18 @@ def timed(label, fn, reps=7):
         fn()
         cp.cuda.Device().synchronize()
         ts.append(time.perf_counter() - t0)
-    print(f"{label:60} {statistics.median(ts) * 1e3:8.3f} ms", flush=True)
+    dev = f" {statistics.median(benchmark(fn, n_repeat=reps, n_warmup=1).gpu_times[0]) * 1e3:8.3f} ms GPU" if gpu else ""
+    print(f"{label:60} {statistics.median(ts) * 1e3:8.3f} ms{dev}", flush=True)
+
+
+def hgb_cap():
+    """The capped build where it overflows (uniform g = 2^16, 2^24) and where it counts (Zipf 2)."""
+    for lg, z in ((16, 0.0), (12, 2.0), (24, 0.0)):
+        k = make_groupby(GroupByWorkload(log2_rows=28, log2_groups=lg, zipf=z), cp)["k"]
+        tag = f"2^28 rows, g=2^{lg} z={z}"
+        timed(f"{tag}: sample", lambda: stats.sample(k), gpu=True)
+        for cap in (28160, 450560):
+            timed(f"{tag}: HashTable.at_most({cap})", lambda: HashTable.at_most(k, cap), gpu=True)
 
 
 def detail():
@@ -65,6 +80,9 @@ def detail():
     timed("frequent_keys 2^14 sample", lambda: frequent_keys(pk, 4 * pk.size / 2**14, 1 << 14, 4, 4096, 0.05))
 
 
+if "--hgb-cap" in sys.argv:
+    hgb_cap()
+    sys.exit(0)
 if "--detail" in sys.argv:
     detail()
     sys.exit(0)
