@@ -44,13 +44,8 @@ def device_name(device: str) -> str:
 
 
 def _timed(fn: Callable[[], object], runs: int) -> tuple[list[float], object]:
-    fn()  # warm-up
-    times, last = [], None
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        last = fn()
-        times.append(time.perf_counter() - t0)
-    return times, last
+    """``fn`` timed ``runs`` times after a warm-up: (seconds of each run, the last result)."""
+    return _timed_rounds({"": fn}, runs)[""]
 
 
 def _timed_rounds(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, tuple[list[float], object]]:

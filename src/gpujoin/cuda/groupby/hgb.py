@@ -80,6 +80,11 @@ def _pow2(x: int) -> int:
     return 1 << max(0, int(x - 1).bit_length())
 
 
+def _slots(groups: int) -> int:
+    """A table's slots for ``groups`` keys: a load of at most 0.45, a power of two."""
+    return max(1024, _pow2(2 * groups + groups // 4))
+
+
 def check_rows(n: int, name: str) -> None:
     if n >= 2**31:
         raise ValueError(f"GPU {name} takes fewer than 2**31 rows, got {n:,}; use device='cpu' or split the input")
@@ -102,8 +107,7 @@ class HashTable:
     def __init__(self, keys: cp.ndarray, estimate: int | None = None, cap: int = 0):
         n = keys.size
         check_rows(n, "hash tables")
-        est = cap or (estimate_groups(keys) if estimate is None else estimate)
-        slots = max(1024, _pow2(2 * est + est // 4))
+        slots = _slots(cap or (estimate_groups(keys) if estimate is None else estimate))
         self.overflow = False
         sms = device_properties(cp.cuda.Device().id)["sms"]
         build = kernel("groupby.cu", f"hgb_build<{key_type(keys)}>")
@@ -140,7 +144,7 @@ class HashTable:
     @staticmethod
     def nbytes(groups: int, key_bytes: int) -> int:
         """GPU memory of a table sized for ``groups`` keys: its slots, their ids and the scan's."""
-        return max(1024, _pow2(2 * groups + groups // 4)) * (key_bytes + 8)
+        return _slots(groups) * (key_bytes + 8)
 
     @classmethod
     def at_most(cls, keys: cp.ndarray, cap: int) -> "HashTable | None":
