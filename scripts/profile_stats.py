@@ -1,7 +1,8 @@
 """What auto's statistics cost (issue 17 item 3): each estimate on bench workloads, wall time
 with the device synchronized, median of 7 after a warm-up; with ``--detail``, each step of the
 join statistics alone at 2^24 rows instead; with ``--group-by`` the group-by's only, each
-beside the chosen algorithm's own run; with ``--hgb-cap`` the planner's capped HGB build
+beside the chosen algorithm's own run; with ``--small`` where the time of auto's
+group-by goes at 2^24 rows; with ``--hgb-cap`` the planner's capped HGB build
 (HashTable.at_most) step by step, with its device time too."""
 
 import statistics
@@ -80,6 +81,71 @@ def detail():
     timed("frequent_keys 2^14 sample", lambda: frequent_keys(pk, 4 * pk.size / 2**14, 1 << 14, 4, 4096, 0.05))
 
 
+def small():
+    """Where the time of auto's group-by goes at 2^24 rows (and 2^28): wall times of auto, its
+    statistics and the chosen algorithm alone, in rounds of one run each in a random order
+    (median of 30); then cProfile of the statistics, then each case's kernels' device time
+    (CUPTI through PyTorch's profiler, which sees CuPy's kernels too, and slows later launches)."""
+    import cProfile
+    import pstats
+    import random
+
+    all_cases = []
+    for rows, lg in ((24, 4), (24, 16), (28, 4)):
+        t = make_groupby(GroupByWorkload(log2_rows=rows, log2_groups=lg), cp)
+        inputs = [AggInput(t["v0"], None, ("max",)), AggInput(t["v1"], None, ("max",))]
+        choice = resolve_gpu_group_by(t["k"], inputs)
+        groups = choice.estimate.groups_for(choice.algorithm)
+        tag = f"2^{rows} g=2^{lg}"
+
+        def auto(k=t["k"], inputs=inputs):
+            c = resolve_gpu_group_by(k, inputs)
+            return run(c.algorithm, k, inputs, groups_estimate=c.estimate.groups_for(c.algorithm), table=c.table)
+
+        all_cases += [(f"{tag} auto: resolve, then the choice with its table", auto),
+                      (f"{tag} resolve_gpu_group_by", lambda k=t["k"], inputs=inputs: resolve_gpu_group_by(k, inputs)),
+                      (f"{tag} stats.sample", lambda k=t["k"]: stats.sample(k)),
+                      (f"{tag} {choice.algorithm} alone", lambda k=t["k"], inputs=inputs, a=choice.algorithm, g=groups:
+                       run(a, k, inputs, groups_estimate=g))]
+    times = {label: [] for label, _ in all_cases}
+    for fn in (f for _, f in all_cases):
+        fn()
+    order = list(all_cases)
+    for _ in range(30):
+        random.shuffle(order)
+        for label, fn in order:
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            fn()
+            cp.cuda.Device().synchronize()
+            times[label].append(time.perf_counter() - t0)
+    for label, _ in all_cases:
+        print(f"{label:62} {statistics.median(times[label]) * 1e3:7.3f} ms", flush=True)
+    for label, fn in all_cases:
+        if "resolve" in label and "2^24" in label:
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(200):
+                fn()
+            pr.disable()
+            print(label)
+            pstats.Stats(pr).sort_stats("tottime").print_stats(16)
+    import torch.profiler as tp
+
+    for label, fn in all_cases:
+        with tp.profile(activities=[tp.ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                fn()
+            cp.cuda.Device().synchronize()
+        evs = [e for e in prof.key_averages() if e.device_time_total > 0]
+        print(f"{label}: kernels and copies {sum(e.device_time_total for e in evs) / 20e3:.3f} ms of device time a run")
+        for e in sorted(evs, key=lambda e: -e.device_time_total)[:4]:
+            print(f"    {e.device_time_total / 20:8.1f} us  x{e.count // 20:<3} {e.key[:90]}")
+
+
+if "--small" in sys.argv:
+    small()
+    sys.exit(0)
 if "--hgb-cap" in sys.argv:
     hgb_cap()
     sys.exit(0)

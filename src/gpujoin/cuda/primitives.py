@@ -444,34 +444,60 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
 
     Raises ValueError for more than two arrays or ``size`` above SUMMARY_MAX; MemoryError
     (CuPy's) when ``match``'s table (16 bytes a build sample key) does not fit."""
+    out = cp.empty(SAMPLES_OUT, cp.uint64)
+    pending = launch_key_samples(keys, out, size, match)
+    return pending.result(out.get())
+
+
+#: The u64 words that launch_key_samples writes.
+SAMPLES_OUT = 12
+
+
+@dataclass
+class PendingSamples:
+    """key_samples launched, not read: :meth:`result` of the SAMPLES_OUT words read back."""
+
+    sizes: tuple[int, ...]
+    match: bool
+    match_sizes: tuple[int, int] = (0, 0)
+
+    def result(self, res: np.ndarray) -> KeySamples:
+        if not any(self.sizes):
+            return KeySamples(self.sizes, np.zeros((len(self.sizes), 4), np.int64), 0 if self.match else None)
+        return KeySamples(self.sizes, res[:4 * len(self.sizes)].astype(np.int64).reshape(len(self.sizes), 4),
+                          int(res[8]) if self.match else None, self.match_sizes)
+
+
+def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMMARY_MAX,
+                       match: tuple[int, int] | None = None) -> PendingSamples:
+    """key_samples' launches only, into ``out`` (SAMPLES_OUT device u64, on the current stream),
+    so that a caller reads them back in one copy with other results (the group-by planner: with
+    HGB's capped build)."""
     if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX:
         raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys")
+    if match is not None and len(keys) != 2:
+        raise ValueError("key_samples' match needs build and probe keys")
     dt = np.result_type(*[k.dtype for k in keys])
     kt = key_type(dt)
     samples = [_strided(k, size, dt) for k in keys]
-    if not any(s[2] for s in samples):
-        return KeySamples(tuple(0 for _ in keys), np.zeros((len(keys), 4), np.int64), None if match is None else 0)
-    found, match_sizes, table = None, (0, 0), None
+    pending = PendingSamples(tuple(s[2] for s in samples), match is not None)
+    if not any(pending.sizes):
+        return pending
+    table = None
     if match is not None:
-        if len(keys) != 2:
-            raise ValueError("key_samples' match needs build and probe keys")
         build, probe = _strided(keys[0], match[0], dt), _strided(keys[1], match[1], dt)
-        match_sizes = (build[2], probe[2])
+        pending.match_sizes = (build[2], probe[2])
         if build[2] and probe[2]:
             table = cp.empty(_table_slots(build[2]), dt)  # filled by sample_counts' extra blocks
-    out = cp.empty(12, cp.uint64)  # sample_counts writes the summaries and zeroes the match's counters
     fn = kernel("groupby.cu", f"sample_counts<{kt}>")
     smem = 8192 * (dt.itemsize + 4)
     fn.max_dynamic_shared_size_bytes = smem
     a, b = samples[0], samples[-1]
     fill = 0 if table is None else max(1, min(64, table.size >> 12))
+    # sample_counts writes the summaries and zeroes the match's counters
     fn((len(samples) + fill,), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]),
                                          np.int32(len(samples)), ptr(table), np.int64(0 if table is None else table.size),
                                          out), shared_mem=smem)
     if table is not None:
         _found(build, probe, table, out[8:])
-    res = out.get()
-    if match is not None:
-        found = int(res[8])
-    return KeySamples(tuple(s[2] for s in samples), res[:4 * len(keys)].astype(np.int64).reshape(len(keys), 4),
-                      found, match_sizes)
+    return pending

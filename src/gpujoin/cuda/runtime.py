@@ -76,11 +76,20 @@ def free_bytes() -> int:
     return min(have, max(0, limit - int(pool.used_bytes()))) if limit else have
 
 
+def fits(need: int) -> bool:
+    """``need`` bytes fit on the device (free_bytes), asking the driver only when CuPy's pool
+    does not already hold them free (cudaMemGetInfo took about 10 us on an H100 host, a fifth
+    of the planner's statistics at 2^24 rows)."""
+    return need <= _cupy().get_default_memory_pool().free_bytes() or need <= free_bytes()
+
+
 def check_memory(need: int, what: str) -> None:
     """Raise MemoryError, naming the budget, when ``need`` bytes cannot fit on the device.
 
     The check runs before any allocation, so nothing is half-built when it fails.
     """
+    if fits(need):
+        return
     have = free_bytes()
     if need > have:
         raise MemoryError(

@@ -21,22 +21,36 @@ the probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from . import cost
 from .stats import GroupByEstimate, JoinEstimate
 
 
-@dataclass
 class Choice:
-    """An algorithm, why, and every candidate's predicted seconds."""
+    """An algorithm, why, and every candidate's predicted seconds (``phases``: candidate -> phase
+    -> seconds), computed by ``model`` when first read: the rules never need them, and the cost
+    models' Python took about 15 us of the planner's time, which counts on small inputs.
+    ``estimate``: the statistics it was chosen on (stats.GroupByEstimate / JoinEstimate);
+    ``table``: a GPU group-by's HGB stage 1, built while planning."""
 
-    algorithm: str
-    reason: str
-    predicted: dict[str, float] = field(default_factory=dict)
-    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> phase -> seconds
-    estimate: object = None  # the statistics it was chosen on (stats.GroupByEstimate / JoinEstimate)
-    table: object = field(default=None, repr=False)  # a GPU group-by's HGB stage 1, built while planning
+    def __init__(self, algorithm: str, reason: str, predicted: dict | None = None, phases: dict | None = None,
+                 model=None):
+        self.algorithm, self.reason, self.estimate, self.table = algorithm, reason, None, None
+        self._predicted, self._phases, self._model = predicted, phases, model
+
+    @property
+    def phases(self) -> dict[str, dict[str, float]]:
+        if self._phases is None:
+            self._phases = self._model() if self._model is not None else {}
+        return self._phases
+
+    @property
+    def predicted(self) -> dict[str, float]:
+        if self._predicted is None:
+            self._predicted = {a: sum(ph.values()) for a, ph in self.phases.items()}
+        return self._predicted
+
+    def __repr__(self) -> str:
+        return f"Choice({self.algorithm!r}, {self.reason!r})"
 
 
 def fits_shared(est: GroupByEstimate, dev: cost.DeviceModel) -> bool:
@@ -48,9 +62,10 @@ def fits_shared(est: GroupByEstimate, dev: cost.DeviceModel) -> bool:
 def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool = False) -> Choice:
     """The group-by algorithm for ``est`` on ``dev`` (Fig. 21), with every candidate's prediction."""
     n, g, p = est.rows, max(est.groups, 1), max(len(est.value_bytes), 1)
-    phases = cost.group_by_phase_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes,
-                                       est.hot_share or 0.0)
-    predicted = {a: sum(ph.values()) for a, ph in phases.items()}
+
+    def model() -> dict:
+        return cost.group_by_phase_costs(n, g, dev, est.key_bytes, est.value_bytes or [4], est.slot_bytes,
+                                         est.hot_share or 0.0)
 
     def sort_based(why: str) -> Choice:
         # Table 2's minimum plus one column: the paper's printed Table 2 (4-byte keys) asks one more
@@ -59,21 +74,20 @@ def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool =
         need = cost.min_payloads_for_encoding(g, est.key_bytes, dev, n)
         if need is not None and p >= need + 1:
             return Choice("sgb-de-tr", f"{why}; dictionary encoding pays from {need + 1} columns at g = {g:,} "
-                                       f"(Table 2 + 1), here {p}", predicted, phases)
+                                       f"(Table 2 + 1), here {p}", model=model)
         return Choice("sgb-tr", f"{why}; dictionary encoding needs {'more than 64' if need is None else need + 1} "
-                                f"columns at g = {g:,} (Table 2 + 1), here {p}", predicted, phases)
+                                f"columns at g = {g:,} (Table 2 + 1), here {p}", model=model)
 
     if ordered:
         return sort_based("the output must be ordered by key")
     if fits_shared(est, dev):
         return Choice("hgb", f"{g:,} groups x {est.slot_bytes} B of accumulators fit in shared memory "
-                             f"({2 * dev.smem_block_bytes // 1024} KiB of one block)", predicted,
-                      phases)
+                             f"({2 * dev.smem_block_bytes // 1024} KiB of one block)", model=model)
     share = f"keys that repeat in a sample hold {est.hot_share or 0:.0%} of it"
     if est.hot and g * 8 * p <= dev.l2_bytes:
         return Choice("hgb", f"{g:,} groups do not fit in shared memory, but {share}: HGB keeps those hot "
-                             f"groups in shared memory and the others' accumulators fit in L2", predicted, phases)
-    return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory ({share})", predicted, phases)
+                             f"groups in shared memory and the others' accumulators fit in L2", model=model)
+    return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory ({share})", model=model)
 
 
 def wide_join(est: JoinEstimate) -> bool:
@@ -83,25 +97,25 @@ def wide_join(est: JoinEstimate) -> bool:
 
 def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
     """The join algorithm for ``est`` on ``dev`` (§4's rules), with every candidate's prediction."""
-    phases = cost.join_phase_costs(est.build_rows, est.probe_rows, est.matches, dev, est.key_bytes,
-                                   est.build_payloads or [4], est.probe_payloads or [4])
-    predicted = {a: sum(ph.values()) for a, ph in phases.items()}
+    def model() -> dict:
+        return cost.join_phase_costs(est.build_rows, est.probe_rows, est.matches, dev, est.key_bytes,
+                                     est.build_payloads or [4], est.probe_payloads or [4])
     p = max(len(est.build_payloads), len(est.probe_payloads), 1)
     crossover = cost.engine_phj_crossover(dev, p)
     if est.heavy_build:
         return Choice("smj-tr", f"heavy build keys ({est.build_repeated:.0%} of a build sample repeats in it): "
                                 f"SMJ's expansion costs the output's, PHJ's chains serialize the hot keys' matches",
-                      predicted, phases)
+                      model=model)
     if wide_join(est):
-        return Choice("phj-tr", "8-byte keys or payloads", predicted, phases)
+        return Choice("phj-tr", "8-byte keys or payloads", model=model)
     if est.match_ratio is None or est.match_ratio >= crossover:  # None: not measured, 1 assumed
         ratio = "not measured" if est.match_ratio is None else f"{est.match_ratio:.0%} >="
         return Choice("phj-tr", f"match ratio {ratio} model (b)'s crossover {crossover:.0%} for {p} payload "
-                                f"column(s)", predicted, phases)
+                                f"column(s)", model=model)
     if est.skewed:
-        return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", predicted, phases)
+        return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", model=model)
     return Choice("phj-ur", f"match ratio {est.match_ratio:.0%} < model (b)'s crossover {crossover:.0%} "
-                            f"for {p} payload column(s)", predicted, phases)
+                            f"for {p} payload column(s)", model=model)
 
 
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
@@ -152,36 +166,49 @@ def hgb_groups_limits(est: GroupByEstimate, dev: cost.DeviceModel) -> tuple[int,
 def resolve_gpu_group_by(keys, inputs) -> Choice:
     """``algorithm="auto"`` for a GPU group-by of device ``keys`` with aggregate ``inputs``
     (cuda.groupby.AggInput).  Choice.table is HGB's stage 1 when the planner built it."""
+    import cupy as cp
+
     from ..cuda.groupby.common import slot_bytes
     from ..cuda.groupby.hgb import HashTable
-    from ..cuda.runtime import free_bytes
+    from ..cuda.primitives import SAMPLES_OUT
+    from ..cuda.runtime import fits
     from .calibrate import device_model
-    from .stats import estimate_groups, hll_sub, sample
+    from .stats import Sample, estimate_groups, hll_sub, launch_sample
 
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     dev = device_model()
-    # one small sample gives the skew and, for a few groups, their number; otherwise HGB's own
-    # build counts the groups up to the bound that the rules compare them with, and is kept for
-    # HGB (HyperLogLog's pass over every key cost 19% of HGB's 3 ms at 2^28 rows, and even over
-    # 1/16 of them 6-8% of HGB's run under Zipf keys)
-    smp = sample(keys)
-    est = GroupByEstimate(int(keys.size), smp.groups or 0, keys.dtype.itemsize, widths, slot_bytes(inputs),
-                          smp.top_share, "sample (every group seen twice)", smp.repeated_share)
-    table = None
-    if smp.groups is None and keys.size:
-        # caps growing 16x up to the last bound, so that HGB gets a table sized near its groups;
-        # a table that would take more than a quarter of the free memory is not built
-        cap, top = hgb_groups_limits(est, dev)
-        room, counted = free_bytes() // 4, False
-        while not counted and HashTable.nbytes(cap, keys.dtype.itemsize) <= room:
-            table = HashTable.at_most(keys, cap)
-            counted = table is not None or cap >= top
-            cap = cap if counted else min(top, cap * 16)
-        if table is not None:
+    est = GroupByEstimate(int(keys.size), 0, keys.dtype.itemsize, widths, slot_bytes(inputs), 0.0,
+                          "sample (every group seen twice)", 0.0)
+    # a small sample gives the skew; HGB's own build, capped at the groups whose accumulators
+    # fit shared memory, counts the groups exactly up to that bound (the rules' first test) and
+    # is kept for HGB.  Both are launched before one copy reads them back: at 2^24 rows each
+    # round trip cost 0.04-0.05 ms, a quarter of HGB's device time (H200).  HyperLogLog's pass
+    # over every key had cost 19% of HGB's 3 ms at 2^28 rows.
+    cap = max(1, hgb_groups_limits(est, dev)[0])
+    # no counting table larger than a quarter of the free memory
+    room = lambda c: fits(4 * HashTable.nbytes(c, keys.dtype.itemsize, capped=True))  # noqa: E731
+    words = cp.zeros(SAMPLES_OUT + 2, cp.uint64)
+    read = launch_sample(keys, words[:SAMPLES_OUT]) if keys.size else None
+    table = HashTable(keys, cap=cap, state=words[SAMPLES_OUT:]) if keys.size and room(cap) else None
+    host = words.get()
+    smp = read(host[:SAMPLES_OUT]) if read else Sample()
+    est.top_share, est.hot_share = smp.top_share, smp.repeated_share
+    if table is not None:
+        table.finish(host[SAMPLES_OUT:])
+        _, top = hgb_groups_limits(est, dev)
+        # hot groups: caps growing 16x up to what fits L2, so that HGB gets a table near its groups
+        while table.overflow and cap < top and room(min(top, cap * 16)):
+            cap = min(top, cap * 16)
+            table = HashTable(keys, cap=cap)
+        if not table.overflow:
             est.groups, est.method = table.num_groups, "hash table (exact)"
-        elif counted:  # PGB sketches the groups in its first radix pass
+        elif cap >= top:  # PGB sketches the groups in its first radix pass
             est.groups, est.method, est.sketched = cap + 1, f"more than {cap:,} (a hash table of {cap:,} overflowed)", 0.0
-        else:  # no room for the table: HyperLogLog over part of the keys
+        table = None if table.overflow else table
+    if table is None and keys.size and not est.groups:
+        if smp.groups is not None:
+            est.groups = smp.groups
+        else:  # no room for a counting table: HyperLogLog over part of the keys
             sub = hll_sub(keys.size)
             est.groups, est.method = estimate_groups(keys, sub)
             est.sketched = 1 / sub

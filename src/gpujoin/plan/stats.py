@@ -193,6 +193,21 @@ def sample(keys) -> Sample:
     return _summary(got.summaries[0], got.sizes[0])
 
 
+def launch_sample(keys, out):
+    """:func:`sample` of non-empty device ``keys``, launched into ``out`` (primitives.SAMPLES_OUT
+    device u64) and not read: returns the function that makes the Sample of those words once read
+    back (the group-by planner reads them in one copy with HGB's capped build)."""
+    from ..cuda.primitives import launch_key_samples
+
+    pending = launch_key_samples([keys], out, SKEW_SAMPLE)
+
+    def result(words: np.ndarray) -> Sample:
+        got = pending.result(words)
+        return _summary(got.summaries[0], got.sizes[0])
+
+    return result
+
+
 def top_share(keys) -> float:
     """The most frequent key's share of a strided sample of ``keys`` (0 for no keys)."""
     return sample(keys).top_share

@@ -1,8 +1,10 @@
 """HGB: the two-stage hash group-by of paper 003 §2.2 (Algorithm 1) on one GPU.
 
 Stage 1 inserts every key into a global open-addressing table of keys (one CAS a new key;
-sized from a HyperLogLog estimate of the groups, and rebuilt four times larger if it fills),
-then numbers the occupied slots densely (a scan over the table): group ids 0..g-1 and g are
+sized from a HyperLogLog estimate of the groups, and rebuilt four times larger if it fills);
+each new key takes the next dense group id as it goes in (one counter, an atomic a warp; no scan
+over the table afterwards, which cost more host time than the build's device time at 2^24 rows):
+group ids 0..g-1 and g are
 known before any aggregate is computed.  Stage 2 finds each row's group id and updates its
 aggregates in shared memory when all g groups' slots fit there (several copies at small g, so
 that warps contend less; up to 220 KiB in one 1024-thread block an SM), flushing them to
@@ -16,7 +18,7 @@ kernels.GROUPBY_SPECS (MAX of two int32 columns, 2^28 rows, H200: 2^4 groups 4.3
 Deviations from Algorithm 1: the table holds keys, not row ids (a probe reads the table only,
 never the key column), and stage 2 probes the table again instead of writing each row's
 group-id location in stage 1 and reading it back: it reads the 4-byte key instead of writing
-and reading a 4-byte location, and needs no atomic group counter.
+and reading a 4-byte location.
 """
 
 from __future__ import annotations
@@ -85,6 +87,22 @@ def _slots(groups: int) -> int:
     return max(1024, _pow2(2 * groups + groups // 4))
 
 
+def _slot_bytes(key_bytes: int) -> int:
+    """A table slot's bytes: its key, its group id, and the key of the id it may take."""
+    return 2 * key_bytes + 4
+
+
+#: The capped build's first grid, in blocks an SM (HashTable): the keys in flight before any
+#: count arrives number up to its threads, so the capped table has room for cap plus them
+#: (sized for the cap alone, the keys in flight filled it: at 2^24 rows over 2^16 groups the
+#: build's overflow took 0.14 ms of device time on an H100, 0.10 with the room).
+PREFIX_BLOCKS_PER_SM = 2
+
+
+def _prefix_threads() -> int:
+    return device_properties(cp.cuda.Device().id)["sms"] * PREFIX_BLOCKS_PER_SM * BLOCK
+
+
 def check_rows(n: int, name: str) -> None:
     if n >= 2**31:
         raise ValueError(f"GPU {name} takes fewer than 2**31 rows, got {n:,}; use device='cpu' or split the input")
@@ -99,52 +117,70 @@ class HashTable:
     """Stage 1: the distinct keys of ``keys`` in a global open-addressing table, with dense ids.
 
     Attributes: table (the keys; empty slots hold the sentinel), mask (slots - 1), slot_gid
-    (int32 dense id of each slot, in slot order), sentinel_gid (the id of the sentinel key's
+    (int32 dense group id of each occupied slot, in the order the keys went in), sentinel_gid (the id of the sentinel key's
     group, kept outside the table, or -1), group_keys ((g,) the key of each id).  With ``cap``
     (use :meth:`at_most`) a table that passes cap keys stops there and holds only overflow=True.
+    With ``state`` (two zeroed device u64) the build is only launched: :meth:`finish` takes the
+    state once read back, so that the planner reads it in one copy with its sample.
     """
 
-    def __init__(self, keys: cp.ndarray, estimate: int | None = None, cap: int = 0):
-        n = keys.size
-        check_rows(n, "hash tables")
-        slots = _slots(cap or (estimate_groups(keys) if estimate is None else estimate))
-        self.overflow = False
+    def __init__(self, keys: cp.ndarray, estimate: int | None = None, cap: int = 0,
+                 state: cp.ndarray | None = None):
+        check_rows(keys.size, "hash tables")
+        self.keys, self.cap, self.overflow, self.hot = keys, cap, False, 0  # hot: number_first's
+        self._launch(_slots(cap + min(keys.size, _prefix_threads()) if cap else
+                            (estimate_groups(keys) if estimate is None else estimate)), state)
+        if state is None:
+            self.finish(self.state.get())
+
+    def _launch(self, slots: int, state: cp.ndarray | None = None) -> None:
+        """hgb_build into a table of ``slots``; its state (u64: keys inserted; two int32 flags:
+        full, sentinel key seen) in ``state`` (two zeroed u64, on the current stream)."""
+        keys, n = self.keys, self.keys.size
+        check_memory(slots * _slot_bytes(keys.dtype.itemsize), f"a hash table of {slots:,} slots")
+        empty = keys.dtype.type(sentinel(keys.dtype))
+        self.table = cp.full(slots, empty, keys.dtype)
+        # each key's id and the key of each id, written by the build (the sentinel key's group,
+        # outside the table, takes the id after the others)
+        self.slot_gid = cp.empty(slots, cp.int32)
+        self.group_keys = cp.full(slots + 1, empty, keys.dtype)
+        self.state = cp.zeros(2, cp.uint64) if state is None else state
         sms = device_properties(cp.cuda.Device().id)["sms"]
         build = kernel("groupby.cu", f"hgb_build<{key_type(keys)}>")
-        empty = keys.dtype.type(sentinel(keys.dtype))
-        while True:
-            check_memory(slots * keys.dtype.itemsize * 2, f"a hash table of {slots:,} slots")
-            table = cp.full(slots, empty, keys.dtype)
-            counter = cp.zeros(1, cp.uint64)
-            flags = cp.zeros(2, cp.int32)
-            # with a cap, a prefix of 32 cap keys on a small grid first (hgb_build): past the cap
-            # on spread keys the build then ends after a few of their rows
-            cut = min(n, 32 * cap) if cap else 0
-            for part, most in ((keys[:cut], 2), (keys[cut:], 16)):
-                if part.size:
-                    grid = max(1, min((part.size + BLOCK - 1) // BLOCK, sms * most))
-                    build((grid,), (BLOCK,), (part, np.int64(part.size), table, np.uint32(slots - 1), counter,
-                                              flags, np.uint64(cap)))
-            full, has_sentinel = (bool(f) for f in cp.asnumpy(flags))
-            if not full:
-                break
-            if cap:
-                self.overflow = True  # more than cap groups: the table holds some of them only
-                return
-            slots *= 4  # the estimate was far off: rebuild larger
-        occupied = table != empty
-        self.n, self.table, self.mask = n, table, slots - 1
-        self.slot_gid = (cp.cumsum(occupied, dtype=cp.int32) - 1).astype(cp.int32, copy=False)
-        in_table = table[occupied]
-        self.sentinel_gid = int(in_table.size) if has_sentinel else -1
-        self.group_keys = cp.concatenate([in_table, cp.full(1, empty, keys.dtype)]) if has_sentinel else in_table
-        self.num_groups = int(self.group_keys.size)
-        self.hot = 0  # groups numbered first by number_first
+        # with a cap, a prefix of 32 cap keys on a small grid first (hgb_build): past the cap on
+        # spread keys the build then ends after a few of their rows
+        cut = min(n, 32 * self.cap) if self.cap else 0
+        for part, most in ((keys[:cut], PREFIX_BLOCKS_PER_SM), (keys[cut:], 16)):
+            if part.size:
+                grid = max(1, min((part.size + BLOCK - 1) // BLOCK, sms * most))
+                build((grid,), (BLOCK,), (part, np.int64(part.size), self.table, np.uint32(slots - 1),
+                                          self.state[:1], self.state[1:].view(cp.int32), np.uint64(self.cap),
+                                          self.slot_gid, self.group_keys))
+
+    def finish(self, state: np.ndarray) -> None:
+        """Stage 1's end from the build's state read back to the host (``state``, the u64 pair
+        given to the constructor): a full table is rebuilt four times larger (the estimate was
+        far off), or with a cap marks overflow; else the group count, with no further work on
+        the device (the build numbered the groups)."""
+        full, has_sentinel = (bool(f) for f in np.asarray(state[1:2]).view(np.int32))
+        while full and not self.cap:
+            self._launch(self.table.size * 4)
+            state = self.state.get()
+            full, has_sentinel = (bool(f) for f in np.asarray(state[1:2]).view(np.int32))
+        if full:
+            self.overflow = True  # more than cap groups: the table holds some of them only
+            return
+        in_table = int(state[0])
+        self.n, self.mask = self.keys.size, self.table.size - 1
+        self.sentinel_gid = in_table if has_sentinel else -1
+        self.num_groups = in_table + has_sentinel
+        self.group_keys = self.group_keys[:self.num_groups]
 
     @staticmethod
-    def nbytes(groups: int, key_bytes: int) -> int:
-        """GPU memory of a table sized for ``groups`` keys: its slots, their ids and the scan's."""
-        return _slots(groups) * (key_bytes + 8)
+    def nbytes(groups: int, key_bytes: int, capped: bool = False) -> int:
+        """GPU memory of a table sized for ``groups`` keys (``capped``: as at_most sizes it, at
+        most): its slots, their ids and the keys of the ids."""
+        return _slots(groups + _prefix_threads() if capped else groups) * _slot_bytes(key_bytes)
 
     @classmethod
     def at_most(cls, keys: cp.ndarray, cap: int) -> "HashTable | None":

@@ -482,25 +482,26 @@ __device__ __forceinline__ void group_ids(const K* __restrict__ keys, i64 n, i64
 }
 
 // HGB stage 1 (paper 003 Algorithm 1): insert every key into the global table.  flags[0]: the
-// table filled up (the caller retries larger); flags[1]: some key is the sentinel.
-// groups += keys inserted.  With cap > 0 (the planner's exact group count up to cap, issue 17)
-// groups counts each insert as it happens and flags[0] is also set by a (cap + 1)-th key; a
-// thread stops at its first new key past the cap (insert_key reads the count before it claims
-// a slot), so that on more groups the build reads little more than until it saw cap + 1 of
-// them.  HashTable launches it first over a prefix of the keys with a small grid: a full grid's
-// first keys (4 a thread) all go in before any count arrives (0.5 ms on an H100 at 2^16 groups
-// against 0.09 for 264 blocks).
+// table filled up (the caller retries larger); flags[1]: some key is the sentinel.  Each key
+// that goes in takes the next dense group id from `groups` (one atomic a warp): slot_gid[its
+// slot] and group_keys[id], so that no scan over the table and no compaction follow (ids in
+// insertion order; each id is a claimed slot, so id < slots).
+// With cap > 0 (the planner's exact group count up to cap, issue 17) flags[0] is also set by a
+// (cap + 1)-th key; a thread stops at its first new key past the cap (insert_key reads the count
+// before it claims a slot), so that on more groups the build reads little more than until it
+// saw cap + 1 of them.  HashTable launches it first over a prefix of the keys with a small grid:
+// a full grid's first keys (4 a thread) all go in before any count arrives (0.5 ms on an H100 at
+// 2^16 groups against 0.09 for 264 blocks), and sizes the table for cap plus that grid's threads.
 template <typename K>
 __global__ void __launch_bounds__(256)
 hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u64* __restrict__ groups,
-          int* __restrict__ flags, u64 cap) {
+          int* __restrict__ flags, u64 cap, i32* __restrict__ slot_gid, K* __restrict__ group_keys) {
     if (cap) {  // a launch after one that passed the cap does nothing (one read a block)
         __shared__ int done;
         if (threadIdx.x == 0) done = ((volatile int*)flags)[0];
         __syncthreads();
         if (done) return;
     }
-    u32 inserted = 0;
     bool full = false, saw_sentinel = false;
     // the first keys of every thread arrive before any count does, and may fill a table sized
     // for cap: with a cap, a chain of 128 slots also counts as full (at the table's load of at
@@ -516,16 +517,17 @@ hgb_build(const K* __restrict__ keys, i64 n, K* __restrict__ table, u32 mask, u6
             if (k[u] == sentinel<K>()) { saw_sentinel |= i0 + u * S < n; continue; }
             u32 slot;
             const int r = insert_key(table, mask, hash_key(k[u]) & mask, k[u], limit, &slot, cap ? groups : nullptr, cap);
-            if (r > 0 && !cap) ++inserted;
-            if (r > 0 && cap && count_one(groups) >= cap) full = true;
+            if (r > 0) {
+                const u64 id = count_one(groups);
+                slot_gid[slot] = (i32)id;
+                group_keys[id] = k[u];
+                if (cap && id >= cap) full = true;
+            }
             if (r < 0) full = true;
         }
     }
     if (full) atomicExch(&flags[0], 1);
     if (saw_sentinel) atomicExch(&flags[1], 1);
-    __syncwarp();
-    const u32 w = __reduce_add_sync(FULL_MASK, inserted);
-    if ((threadIdx.x & 31) == 0 && w) atomicAdd(groups, (u64)w);
 }
 
 // codes[i] = ids[slot of keys[i]] (sentinel keys: sentinel_id); without ids, the slot itself.
