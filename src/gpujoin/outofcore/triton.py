@@ -23,7 +23,10 @@ pageable host memory on demand, so the inputs stream through pinned staging buff
 concurrent kernels on half the SMs each; the spill is pinned memory written by DMA a chunk at a
 time; pass 1's prefix sums run on the GPU, per chunk, inside the radix partition (the paper found
 the CPU faster at 130 GB/s of host reads against a 63 GB/s link; here the keys cross PCIe once
-either way, so the GPU's histogram costs no extra transfer).
+either way, so the GPU's histogram costs no extra transfer).  Measured on an H100 host
+(scripts/profile_prefix_sums.py): the histogram and scan of 2^24 int64 keys took 0.09 ms on the
+GPU against 4.7-9.1 ms on the 16 cores (Numba), more than the chunk's 4.9 ms over PCIe, and
+would take host memory bandwidth from the staging copy that bounds pass 1.
 """
 
 from __future__ import annotations
