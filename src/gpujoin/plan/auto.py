@@ -203,7 +203,8 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
         if not table.overflow:
             est.groups, est.method = table.num_groups, "hash table (exact)"
         elif cap >= top:  # PGB sketches the groups in its first radix pass
-            est.groups, est.method, est.sketched = cap + 1, f"more than {cap:,} (a hash table of {cap:,} overflowed)", 0.0
+            est.groups, est.sketched = cap + 1, 0.0
+            est.method = f"more than {cap:,} (a hash table of {cap:,} overflowed)"
         table = None if table.overflow else table
     if table is None and keys.size and not est.groups:
         if smp.groups is not None:
