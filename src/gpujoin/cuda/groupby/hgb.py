@@ -92,15 +92,22 @@ def _slot_bytes(key_bytes: int) -> int:
     return 2 * key_bytes + 4
 
 
-#: The capped build's first grid, in blocks an SM (HashTable): the keys in flight before any
-#: count arrives number up to its threads, so the capped table has room for cap plus them
-#: (sized for the cap alone, the keys in flight filled it: at 2^24 rows over 2^16 groups the
-#: build's overflow took 0.14 ms of device time on an H100, 0.10 with the room).
-PREFIX_BLOCKS_PER_SM = 2
+#: The capped build's first grid, in blocks an SM (HashTable; GPUJOIN_HGB_PREFIX_BLOCKS_PER_SM):
+#: the keys in flight before any count arrives number up to its threads, so the capped table has
+#: room for cap plus them (sized for the cap alone, the keys in flight filled it: at 2^24 rows
+#: over 2^16 groups the build's overflow took 0.14 ms of device time on an H100, 0.10 with the
+#: room); and every thread of it bumps one count, so fewer threads contend less: on an H100 the
+#: planner's statistics at 2^24 rows took 0.31 ms with 2 blocks an SM and 0.23 with 1/2 (2^16
+#: groups, overflow; 4 groups: 0.31 and 0.24), at 2^28 rows over 2^16 groups 0.37 and 0.23.
+PREFIX_BLOCKS_PER_SM = float(os.environ.get("GPUJOIN_HGB_PREFIX_BLOCKS_PER_SM", "0.5"))
+
+
+def _prefix_blocks() -> int:
+    return max(1, int(device_properties(cp.cuda.Device().id)["sms"] * PREFIX_BLOCKS_PER_SM))
 
 
 def _prefix_threads() -> int:
-    return device_properties(cp.cuda.Device().id)["sms"] * PREFIX_BLOCKS_PER_SM * BLOCK
+    return _prefix_blocks() * BLOCK
 
 
 def check_rows(n: int, name: str) -> None:
@@ -151,9 +158,9 @@ class HashTable:
         # with a cap, a prefix of 32 cap keys on a small grid first (hgb_build): past the cap on
         # spread keys the build then ends after a few of their rows
         cut = min(n, 32 * self.cap) if self.cap else 0
-        for part, most in ((keys[:cut], PREFIX_BLOCKS_PER_SM), (keys[cut:], 16)):
+        for part, most in ((keys[:cut], _prefix_blocks()), (keys[cut:], sms * 16)):
             if part.size:
-                grid = max(1, min((part.size + BLOCK - 1) // BLOCK, sms * most))
+                grid = max(1, min((part.size + BLOCK - 1) // BLOCK, most))
                 build((grid,), (BLOCK,), (part, np.int64(part.size), self.table, np.uint32(slots - 1),
                                           self.state[:1], self.state[1:].view(cp.int32), np.uint64(self.cap),
                                           self.slot_gid, self.group_keys))
