@@ -435,6 +435,7 @@ def test_planner_counts_groups_with_hgbs_own_table(dtype):
     assert choice.algorithm == "pgb-tr" and choice.table is None and choice.estimate.groups_for("pgb-tr") is None
     assert choice.estimate.method.startswith("more than")
 
+
 def test_explain_on_the_gpu_predicts_and_measures():
     rng = cp.random.default_rng(3)
     t = {"k": rng.integers(0, 1000, 1 << 20, dtype=cp.int32), "v": rng.integers(0, 9, 1 << 20, dtype=cp.int32)}

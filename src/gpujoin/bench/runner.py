@@ -56,15 +56,15 @@ def _timed_rounds(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, 
     a lighter run."""
     for fn in fns.values():
         fn()
-    out: dict[str, tuple[list[float], object]] = {k: ([], None) for k in fns}
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    last: dict[str, object] = {}
     order = random.Random(0)
     for _ in range(runs):
         for k in order.sample(list(fns), len(fns)):
-            fn = fns[k]
             t0 = time.perf_counter()
-            last = fn()
-            out[k] = (out[k][0] + [time.perf_counter() - t0], last)
-    return out
+            last[k] = fns[k]()
+            times[k].append(time.perf_counter() - t0)
+    return {k: (times[k], last.get(k)) for k in fns}
 
 
 def _median_run(stats: list, times: list[float]):

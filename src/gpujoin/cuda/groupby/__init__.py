@@ -13,7 +13,7 @@ def run(algorithm: str, keys, inputs: list[AggInput], *, radix_bits: int | None 
     """Run GPU group-by ``algorithm`` (one of ALGORITHMS) over int32/int64 device ``keys``
     (no nulls) and the aggregate ``inputs``; see ``hgb.hgb``, ``sgb.sgb``, ``pgb.pgb``.
     ``groups_estimate``: the planner's estimate of the groups, which HGB and PGB then do not
-    measure again; ``table``: HGB's stage 1 when the planner built it (hgb.HashTable.at_most)."""
+    measure again; ``table``: HGB's stage 1 when the planner built it (a capped hgb.HashTable)."""
     if algorithm == "hgb":
         from .hgb import hgb
 

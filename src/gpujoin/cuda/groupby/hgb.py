@@ -315,7 +315,7 @@ def hgb(keys: cp.ndarray, inputs: list[AggInput], groups_estimate: int | None = 
         table: HashTable | None = None) -> GroupByOutput:
     """Hash group-by of ``keys`` (int32 or int64 (n,), no nulls) with each input's aggregates;
     ``groups_estimate`` sizes the table (else a HyperLogLog estimate here); ``table``, the
-    planner's HashTable.at_most of these keys, is used as stage 1 when given.
+    planner's capped HashTable of these keys (not overflowed), is used as stage 1 when given.
 
     Returns
     -------
