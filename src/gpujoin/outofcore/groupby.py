@@ -101,7 +101,7 @@ class PartitionAggregator:
         dk = dcols[0]
         agg = [AggInput(None if vi is None else dcols[vi], None if mi is None else dcols[mi], ops)
                for vi, mi, ops in self.where]
-        algo, groups = self.algorithm, None
+        algo, groups, table = self.algorithm, None, None
         ta = time.perf_counter()
         if algo == "auto":  # decided on the first partition: the others are alike (hashed keys)
             if "algo" not in self.decided:
@@ -111,11 +111,12 @@ class PartitionAggregator:
                 groups = choice.estimate.groups_for(choice.algorithm)  # None: PGB sketches them itself
                 self.decided["per_row"] = None if groups is None else groups / max(1, dk.size)
                 self.decided["algo"] = choice.algorithm
+                table = choice.table  # HGB's stage 1 of this partition, built while planning
             algo, per_row = self.decided["algo"], self.decided["per_row"]
             groups = None if per_row is None else max(1, int(per_row * dk.size))
         tb = time.perf_counter()
         self.chosen.add(algo)
-        res = run(algo, dk, agg, groups_estimate=groups)
+        res = run(algo, dk, agg, groups_estimate=groups, table=table)
         self.st.compute.synchronize()
         tc = time.perf_counter()
         host = cp.asnumpy(res.keys), [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
