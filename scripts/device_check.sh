@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|tests-dist|bench-dist|skew|skew-nsys|gb-skew|auto-sweep|all]
+#                            tests-multi|bench-multi|tests-dist|bench-dist|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -13,8 +13,10 @@ stage=${1:-all}
 OUT=${OUT:-device_out}
 mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+# .whl-gpu/: the larger wheels (nvCOMP, tpchgen-cli) that do not fit one call beside .whl/'s DuckDB
+wheels=$(compgen -G ".whl/*.whl"; compgen -G ".whl-gpu/*.whl")
+if [[ -n $wheels ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
     && export PYTHONPATH=src:/tmp/site PATH=/tmp/site/bin:$PATH
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -92,6 +94,15 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
       --placement ${PLACEMENT:-host} --shuffle ${SHUFFLE:-one-level,two-level} --runs ${RUNS:-3} \
       -o "$OUT/bench_dist.jsonl" 2>&1 | tail -20
   fi
+fi
+if [[ $stage == nvcomp ]]; then
+  # paper 001 item 3 on one GPU: nvCOMP's cascaded codec (tests, TPC-H columns' ratio and GB/s),
+  # and the compressed device shuffle with 2 ranks sharing the GPU (through host memory and MPI)
+  timeout 200 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
+    tests/test_dist_device.py 2>&1 | tail -15
+  mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \
+    -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -n 2 python3 tests/mpi_dist_check.py '' cuda 2>&1 | tail -6
+  for sf in ${SF:-1}; do gj bench compression --device cuda --sf $sf -o "$OUT/bench_compression.jsonl"; done 2>&1 | tail -8
 fi
 if [[ $stage == tests-ooc ]]; then
   # the out-of-core join and group-by (issue 14) against the CPU engine, tiny memory limits
@@ -290,7 +301,7 @@ except Exception:
     defaults = {}
 rows = [json.loads(l) for p in sorted(pathlib.Path(sys.argv[1]).glob("bench_*.jsonl")) for l in p.read_text().splitlines() if l]
 print(f"{'workload':58} {'algorithm':15} {'median ms':>10} {'G tuples/s':>10}  phases ms")
-for r in rows:
+for r in (r for r in rows if "phases_s" in r):  # the join and group-by benchmarks'
     w = r["workload"]
     base = defaults.get(r["benchmark"], {})
     d = " ".join(f"{k}={v}" for k, v in w.items() if k != "seed" and (k.startswith("log2") or base.get(k) != v))

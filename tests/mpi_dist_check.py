@@ -100,6 +100,7 @@ def device_tables(comm, extra, left, right):
     import pyarrow.compute as pc
 
     from gpujoin.cuda.table import DeviceTable
+    from gpujoin.dist.cascaded import nvcomp
 
     left = left.filter(pc.is_valid(left.column("k")))  # device-resident keys cannot be null
     right = right.append_column("c", pa.array(np.arange(right.num_rows) % 7, mask=np.arange(right.num_rows) % 5 == 0))
@@ -108,8 +109,14 @@ def device_tables(comm, extra, left, right):
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):
                 stats = {}
-                out = join(dev(left), dev(right), on, how=how, comm=comm, shuffle=method, stats=stats)
+                # nvCOMP on the GPU where installed: every message compressed, or only those to
+                # other hosts; the rows joined must not change
+                compression = ("cascaded" if how in ("inner", "full") else "auto") if nvcomp() else "none"
+                out = join(dev(left), dev(right), on, how=how, comm=comm, shuffle=method, stats=stats,
+                           compression=compression)
                 assert isinstance(out, DeviceTable) and stats["transport"] == "nccl", type(out)
+                if compression == "cascaded" and comm.rank == 0:  # "k": 0..499, bit-packed
+                    assert "k" in stats["compression"], stats["compression"]
                 got = gathered(comm, out.to_arrow())
                 if comm.rank == 0:
                     print(f"device {method} {how} {on}", flush=True)

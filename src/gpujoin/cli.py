@@ -461,7 +461,7 @@ def cmd_bench_dist(a):
 def cmd_bench_compression(a):
     from .bench.dist import bench_compression
 
-    records = bench_compression(a.sf, log=_stderr)
+    records = bench_compression(a.sf, log=_stderr, device=a.device, runs=a.runs)
     _write_records(records, a.output)
 
 
@@ -691,6 +691,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bz = bsub.add_parser("compression", help="paper 001 Table 1: the cascaded selector on TPC-H's shuffled columns")
     bz.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (generated with tpchgen-cli)")
+    bz.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cpu: gpujoin's NumPy codec; cuda: nvCOMP's cascaded codec on the GPU (nvidia-nvcomp-cu13)")
+    bz.add_argument("--runs", type=int, default=5, help="timed runs on the GPU; the median is reported")
     bz.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bz.set_defaults(fn=cmd_bench_compression)
 

@@ -14,8 +14,10 @@ bit s * bits, so one vectorized operation per slot packs every group at once.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
+import os
 import struct
 from dataclasses import asdict, dataclass
 
@@ -216,3 +218,155 @@ def from_bytes(buf: bytes) -> np.ndarray:
         enc["streams"][name] = (arr, bits, ref)
         enc[f"{name}_n"] = rows
     return decode(np, enc)
+
+
+# ---------------------------------------------------------------- on the GPU: nvCOMP
+#: Values of a GPU column the selector reads (copied to the host): 16,384 took 1-1.6 ms of
+#: NumPy a column on a 2-core host, 65,536 up to 17 ms, against a shuffle of a few ms.
+DEVICE_SAMPLE = 1 << 14
+#: nvCOMP's alignment of every buffer it reads or writes (Codec.get_required_*_alignment is at
+#: most this): compressed messages start at multiples of it.
+ALIGN = 16
+
+
+def nvcomp():
+    """The ``nvidia.nvcomp`` module (wheel ``nvidia-nvcomp-cu13``, or ``-cu12``), or None."""
+    try:
+        from nvidia import nvcomp as nv
+    except ImportError:
+        return None
+    return nv
+
+
+def device_compressible(dtype) -> bool:
+    """Whether nvCOMP's cascaded codec takes a column of ``dtype`` (integers of any width)."""
+    return np.dtype(dtype).kind in "iu"
+
+
+#: nvCOMP 6's Cascaded mode (GPUJOIN_NVCOMP_MODE): "symmetric" (its terminal implementation,
+#: balanced) or "asymmetric" (per-chunk stage selection for ratio).  scripts/profile_nvcomp.py on
+#: an H100, 2^26 sorted int64 keys, CuPy's pool allocating: symmetric ratio 3.58, encode 380 GB/s,
+#: decode into place 704 GB/s; asymmetric level 3 ratio 3.62, 87 and 589 GB/s; 2^26 int32 codes
+#: 0..4: symmetric 9.43, 310 and 654 GB/s, asymmetric 10.20, 88 and 516.
+NVCOMP_MODE = os.environ.get("GPUJOIN_NVCOMP_MODE", "symmetric")
+
+
+def nvcomp_options(scheme: Scheme, dtype) -> dict:
+    """nvCOMP 6's Cascaded options for the selector's ``scheme`` on ``dtype``: NVCOMP_MODE
+    (symmetric mode takes 4- and 8-byte integers only: narrower ones go asymmetric), and in
+    asymmetric mode as many optional stages (``compression_level``) as the scheme has RLE and delta layers
+    (at least one).  nvCOMP 6 chooses which stages run for each 64 KiB chunk itself and always
+    ends with bit-packing over a frame of reference; its ``fine_grained_encodings`` option, which
+    would name the stages, failed on every value in 6.0.0 ("Failed to query alignment
+    requirements: code=11", on an H100).  So the paper's per-column selector decides whether a
+    column is compressed at all (:func:`select`'s "none" is sent as is) and, in asymmetric mode,
+    how far nvCOMP may go."""
+    nv = nvcomp()
+    if NVCOMP_MODE == "asymmetric" or np.dtype(dtype).itemsize < 4:
+        return {"mode": nv.CascadedMode.ASYMMETRIC, "compression_level": max(1, scheme.rle + scheme.delta)}
+    return {"mode": nv.CascadedMode.SYMMETRIC}
+
+
+def device_select(column) -> Scheme:
+    """:func:`select` over the first DEVICE_SAMPLE values of GPU ``column`` (a CuPy array)."""
+    import cupy as cp
+
+    return select(np, cp.asnumpy(column[:DEVICE_SAMPLE]))[0]
+
+
+class DeviceCodec:
+    """Paper 001's cascaded codec on the GPU: nvCOMP's "Cascaded" (its native bitstream, whose
+    header carries the configuration, so a receiver decodes without being told the scheme) for
+    CuPy integer arrays of one ``dtype`` under the selector's ``scheme``, on the current stream.
+
+    Raises
+    ------
+    ImportError
+        nvCOMP is not installed (``pip install nvidia-nvcomp-cu13``, or ``-cu12`` for CUDA 12).
+    """
+
+    _codecs: dict = {}
+
+    def __init__(self, dtype, scheme: Scheme):
+        import cupy as cp
+
+        nv = nvcomp()
+        if nv is None:
+            raise ImportError("cascaded compression of GPU columns needs nvCOMP: pip install nvidia-nvcomp-cu13 "
+                              "(nvidia-nvcomp-cu12 for CUDA 12), or use compression='none'")
+        if not self._codecs:
+            # nvCOMP's scratch from CuPy's pool: with its own allocator (cudaMalloc and cudaFree
+            # a call) an encode of 1.5M int64 took about 2 ms, from the pool 0.3 (H100)
+            nv.set_device_allocator(lambda nbytes, stream: cp.cuda.alloc(nbytes))
+            atexit.register(DeviceCodec._release)
+        self.nv, self.dtype = nv, np.dtype(dtype)
+        self.stream = cp.cuda.get_current_stream().ptr
+        # one Codec each for encoding, decoding and the size bound: one Codec doing all three
+        # took about 1.2 ms an encode of 2^20 int64, against 0.24 for one that only encodes (H100)
+        self.encoder, self.decoder, self.sizer = (
+            self._codec(role, scheme, nv.Codec, cp.cuda.Device().id) for role in ("encode", "decode", "bound"))
+
+    def _codec(self, role: str, scheme: Scheme, make, device: int):
+        key = (role, self.dtype.str, scheme, self.stream, device)
+        if key not in self._codecs:  # a Codec keeps its scratch buffers between calls
+            self._codecs[key] = make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
+                                     **nvcomp_options(scheme, self.dtype))
+        return self._codecs[key]
+
+    @staticmethod
+    def _release() -> None:
+        """At exit, while Python still runs: the codecs (and the pool memory they hold) let go
+        and nvCOMP's own allocator back.  Left to the interpreter's end, the Python allocator
+        nvCOMP held was freed after Python had stopped, and the process died of SIGSEGV."""
+        import gc
+
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+        DeviceCodec._codecs.clear()
+        gc.collect()
+        nvcomp().set_device_allocator(None)
+
+    def encode(self, arrays: list) -> tuple[object, list[int], list[int]]:
+        """The compressed ``arrays`` (CuPy, this codec's dtype, each non-empty) in one uint8 CuPy
+        buffer: (buffer, byte offset of each, bytes of each); offsets are multiples of ALIGN.
+        nvCOMP writes into the buffer (from CuPy's pool, sized by nvCOMP's bound for each):
+        with nvCOMP allocating its output, encoding 2^26 sorted int64 took 3.97 ms on an H100,
+        with CuPy's pool 1.41.  Reads the compressed sizes back (a sync)."""
+        import cupy as cp
+
+        arrays = [cp.ascontiguousarray(a) for a in arrays]
+        bound = [int(self.sizer.get_max_comp_buffer_size(self.nv.as_array(a, self.stream))) for a in arrays]
+        offsets = _aligned_starts(bound)
+        buf = cp.empty(offsets[-1] + bound[-1] if bound else 0, cp.uint8)
+        out = self.encoder.encode(self.nv.as_arrays(arrays, self.stream),
+                                out=self.nv.as_arrays(buf, offsets, bound, self.stream))
+        return buf, offsets, [int(s) for s in out.buffer_sizes]
+
+    def decode(self, blobs: list, outs: list) -> None:
+        """Decompress each of ``blobs`` (uint8 CuPy views, each starting at a multiple of ALIGN)
+        into the CuPy array of ``outs`` at its place (of the codec's dtype, as many values as
+        were compressed): straight into place where every one starts at nvCOMP's alignment,
+        else into one aligned buffer from CuPy's pool, then copied.  Reads the blobs' headers
+        (a sync)."""
+        import cupy as cp
+
+        srcs = self.nv.as_arrays(list(blobs), self.stream)
+        align = self.decoder.get_required_decompression_alignment()
+        if all(o.data.ptr % align == 0 for o in outs):
+            self.decoder.decode(srcs, out=self.nv.as_arrays(list(outs), self.stream))
+            return
+        sizes = [o.nbytes for o in outs]
+        offsets = _aligned_starts(sizes)
+        tmp = cp.empty(offsets[-1] + sizes[-1], cp.uint8)
+        self.decoder.decode(srcs, out=self.nv.as_arrays(tmp, offsets, sizes, self.stream))
+        for o, at, n in zip(outs, offsets, sizes):
+            o[...] = tmp[at:at + n].view(self.dtype)
+
+
+def _aligned_starts(sizes: list[int]) -> list[int]:
+    """Byte offsets of consecutive buffers of ``sizes``, each rounded up to ALIGN."""
+    starts = [0]
+    for n in sizes[:-1]:
+        starts.append(starts[-1] + -(-n // ALIGN) * ALIGN)
+    return starts

@@ -259,6 +259,16 @@ class Communicator:
         messages ``sends`` ((peer, first row, rows) of the column), and into the same column of
         ``out`` the messages ``recvs`` ((peer, first row, rows)).  NCCL matches one pair's
         messages in the order posted: both ends list them in the same order."""
+        ss, rr = [], []
+        for c, o in zip(columns, out):
+            w = c.dtype.itemsize
+            ss += [(j, c.data.ptr + start * w, rows * w) for j, start, rows in sends]
+            rr += [(j, o.data.ptr + start * w, rows * w) for j, start, rows in recvs]
+        self._nccl_group(ss, rr)
+
+    def _nccl_group(self, sends: list, recvs: list) -> None:
+        """The byte messages ``sends`` and ``recvs`` ((peer, device address, bytes)) in one NCCL
+        group on the current stream, in the order listed."""
         import cupy as cp
         from cupy.cuda import nccl
 
@@ -266,14 +276,39 @@ class Communicator:
         stream = cp.cuda.get_current_stream().ptr
         nccl.groupStart()
         try:
-            for c, o in zip(columns, out):
-                w = c.dtype.itemsize
-                for j, start, rows in sends:
-                    comm.send(c.data.ptr + start * w, rows * w, nccl.NCCL_UINT8, j, stream)
-                for j, start, rows in recvs:
-                    comm.recv(o.data.ptr + start * w, rows * w, nccl.NCCL_UINT8, j, stream)
+            for j, addr, n in sends:
+                comm.send(addr, n, nccl.NCCL_UINT8, j, stream)
+            for j, addr, n in recvs:
+                comm.recv(addr, n, nccl.NCCL_UINT8, j, stream)
         finally:
             nccl.groupEnd()
+
+    def exchange_messages(self, sends: list, recvs: list) -> None:
+        """Point-to-point byte messages between GPUs: ``sends`` ((peer, uint8 CuPy array)) go out,
+        ``recvs`` ((peer, uint8 CuPy array to fill)) come in, each pair's in the order listed
+        (both ends list them alike; no message to or from this rank).  Over NCCL in one group on
+        the current stream; where ranks share a GPU (:meth:`nccl` is None) through host memory
+        and one MPI all-to-all, each peer's messages in one."""
+        import cupy as cp
+
+        if self.size == 1:
+            return
+        if self.nccl() is not None:
+            self._nccl_group([(j, a.data.ptr, a.nbytes) for j, a in sends if a.nbytes],
+                             [(j, a.data.ptr, a.nbytes) for j, a in recvs if a.nbytes])
+            return
+        sc, rc = np.zeros(self.size, np.int64), np.zeros(self.size, np.int64)
+        for j, a in sends:
+            sc[j] += a.nbytes
+        for j, a in recvs:
+            rc[j] += a.nbytes
+        order = sorted(range(len(sends)), key=lambda i: sends[i][0])  # stable: each peer's in order
+        host = np.concatenate([cp.asnumpy(sends[i][1]) for i in order] or [np.empty(0, np.uint8)])
+        got = self.alltoallv(host, sc, rc)
+        pos = _starts(rc)
+        for j, a in recvs:
+            a.set(got[pos[j]:pos[j] + a.nbytes])
+            pos[j] += a.nbytes
 
 
 #: Rows of the aligned blocks the device all-to-all sends whole (16 bytes of a 1-byte column).

@@ -127,7 +127,7 @@ CHUNK_ROWS = 1 << 25
 
 
 def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,
-                  chunk_rows: int = CHUNK_ROWS) -> list:
+                  chunk_rows: int = CHUNK_ROWS, compress=None) -> list:
     """:func:`exchange` of several tables (a join's two sides), pipelined in chunks of
     ``chunk_rows``: each chunk's rows to every rank are counted first (the radix partition's
     histogram of its destinations; the counts of every chunk exchanged in one MPI all-to-all, so that each rank
@@ -137,6 +137,14 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     Every rank must pass the same number of tables, with the same columns; a validity mask that
     some rank has travels from every rank (all-valid where absent).
 
+    ``compress(j)``: whether the messages to rank j are compressed (paper 001 §5: the integer
+    columns and validity masks, each under the scheme ``cascaded.select`` picks from a sample of
+    this rank's column, by nvCOMP's cascaded codec; a column that no scheme shrinks goes as it
+    is).  Compressed sizes are known only once compressed, so then each table is partitioned
+    whole and sent in one exchange (:func:`_exchange_compressed`), rows grouped by source rank,
+    instead of the pipeline.  ``stats["compression"]``: per column, its scheme, bytes before and
+    after, seconds to compress and decompress (the device synchronized).
+
     Memory on the GPU: each table's partitioned copy and its received rows beside the inputs.
 
     Raises
@@ -144,6 +152,8 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     MemoryError
         On every rank, before data moves, when some rank's partitioned copies and received rows
         would not fit in its free GPU memory.
+    ImportError
+        Compression asked for and nvCOMP not installed.
     """
     import cupy as cp
 
@@ -152,7 +162,8 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     if comm.size == 1:
         return list(tables)
     P, me = comm.size, comm.rank
-    every = comm.allgather([(sorted(t.validity), t.num_rows) for t in tables])
+    zipped = [] if compress is None else [j for j in range(P) if j != me and compress(j)]
+    every = comm.allgather([(sorted(t.validity), t.num_rows, bool(zipped)) for t in tables])
     cols_of = []
     for i, t in enumerate(tables):
         vnames = [n for n in t.column_names if any(n in e[i][0] for e in every)]
@@ -180,7 +191,11 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
             stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((cnt[us].sum() - cnt[us, me].sum()) * r)
             stats["bytes_received"] = stats.get("bytes_received", 0) + int(
                 (their_cnt[us].sum() - their_cnt[us, me].sum()) * r)
-    if comm.nccl() is None:  # ranks share a GPU: a table at a time, through the host
+    if any(e[0][2] for e in every):  # some rank compresses: every rank takes this path
+        got_cols = [_exchange_compressed(cols, t.column_names + [f"{n}.validity" for n in vnames], d,
+                                         cnt[us].sum(axis=0), their_cnt[us].sum(axis=0), zipped, comm, stats)
+                    for t, (vnames, cols), d, us in zip(tables, cols_of, dests, of)]
+    elif comm.nccl() is None:  # ranks share a GPU: a table at a time, through the host
         got_cols = [comm.alltoallv_device(_partition(cols, d, P), cnt[us].sum(axis=0), their_cnt[us].sum(axis=0))
                     for (_, cols), d, us in zip(cols_of, dests, of)]
     else:
@@ -192,6 +207,77 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
         out.append(DeviceTable(dict(zip(t.column_names, g[:k])), dict(zip(vnames, g[k:])), dict(t.types),
                                dict(t.dictionaries)))
     return out
+
+
+def _exchange_compressed(cols: list, names: list[str], dest, sc: np.ndarray, rc: np.ndarray, zipped: list[int],
+                         comm: Communicator, stats: dict | None) -> list:
+    """One table's columns ``cols`` (CuPy, rows to rank j: ``sc[j]``; from rank j: ``rc[j]``)
+    exchanged with the messages to the ranks ``zipped`` compressed: partitioned by ``dest``,
+    each compressible column's messages to those ranks compressed in one nvCOMP batch, the
+    byte size of every message exchanged over MPI, the messages (compressed or as they are)
+    in one NCCL group, then the compressed ones decompressed into place.  Returns the received
+    columns, rows grouped by source rank."""
+    import time
+
+    import cupy as cp
+
+    from . import cascaded
+    from .comm import _starts
+    from .shuffle import _column_stats
+
+    P, me = comm.size, comm.rank
+    parts = _partition(cols, dest, P)
+    ss, rs = _starts(sc), _starts(rc)
+    stream = cp.cuda.get_current_stream()
+    # per column: {peer: compressed bytes (a view of one buffer)} and the raw bytes they hold
+    packed = []
+    for c, part, name in zip(cols, parts, names):
+        peers = [j for j in zipped if sc[j]]
+        scheme = cascaded.device_select(c) if peers and cascaded.device_compressible(c.dtype) else cascaded.Scheme()
+        if scheme == cascaded.Scheme():
+            packed.append({})
+            continue
+        stream.synchronize()
+        t0 = time.perf_counter()
+        buf, offsets, sizes = cascaded.DeviceCodec(c.dtype, scheme).encode(
+            [part[ss[j]:ss[j] + sc[j]] for j in peers])
+        packed.append({j: buf[o:o + n] for j, o, n in zip(peers, offsets, sizes)})
+        if stats is not None:
+            st = _column_stats(stats, name)
+            st["scheme"] = str(scheme)
+            st["raw_bytes"] += int(sum(sc[j] for j in peers)) * c.dtype.itemsize
+            st["bytes"] += int(sum(sizes))
+            st["compress_s"] += time.perf_counter() - t0
+    # each message's size: compressed bytes, or -1 (the rows as they are)
+    theirs = comm.comm.alltoall([[p[j].nbytes if j in p else -1 for p in packed] for j in range(P)])
+    outs = [cp.empty(int(rc.sum()), c.dtype) for c in cols]
+    sends, recvs, unpack = [], [], []
+    for k, (part, out) in enumerate(zip(parts, outs)):
+        sizes = [(j, theirs[j][k]) for j in range(P) if j != me and theirs[j][k] >= 0]
+        offsets = np.cumsum([0] + [-(-n // cascaded.ALIGN) * cascaded.ALIGN for _, n in sizes])
+        inbox = cp.empty(int(offsets[-1]), cp.uint8)
+        where = {j: (int(o), n) for (j, n), o in zip(sizes, offsets)}
+        for j in range(P):
+            if j == me:
+                continue
+            sends.append((j, packed[k][j] if j in packed[k] else part[ss[j]:ss[j] + sc[j]].view(cp.uint8)))
+            if j in where:
+                o, n = where[j]
+                recvs.append((j, inbox[o:o + n]))
+                unpack.append((k, inbox[o:o + n], out[rs[j]:rs[j] + rc[j]]))
+            else:
+                recvs.append((j, out[rs[j]:rs[j] + rc[j]].view(cp.uint8)))
+        out[rs[me]:rs[me] + rc[me]] = part[ss[me]:ss[me] + sc[me]]
+    comm.exchange_messages(sends, recvs)
+    for k in sorted({k for k, _, _ in unpack}):
+        blobs, places = [b for kk, b, _ in unpack if kk == k], [o for kk, _, o in unpack if kk == k]
+        stream.synchronize()
+        t0 = time.perf_counter()
+        cascaded.DeviceCodec(outs[k].dtype, cascaded.Scheme()).decode(blobs, places)
+        stream.synchronize()
+        if stats is not None:
+            _column_stats(stats, names[k])["decompress_s"] += time.perf_counter() - t0
+    return outs
 
 
 def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, their_cnt, comm: Communicator) -> list:

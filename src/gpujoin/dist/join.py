@@ -121,6 +121,7 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     shuffle : "auto", "one-level" or "two-level" (``shuffle.shuffle``)
     compression : "none", "auto" (the integer columns of messages to other hosts, paper 001) or
         "cascaded" (of every message to another rank): ``cascaded``'s codec, scheme per column
+        (tables in GPU memory: nvCOMP's, on the GPU; see ``shuffle.shuffle_many``)
     device : where each rank joins its rows ("auto", "cpu", "cuda")
     stats : a dict that receives the phases' seconds and the rows sent and received
     kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
@@ -134,7 +135,9 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     ------
     ValueError
         ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression (raised by the
-        shuffle, on every rank alike), compression of tables in GPU memory.
+        shuffle, on every rank alike).
+    ImportError
+        ``compression="cascaded"`` of tables in GPU memory without nvCOMP.
     TypeError
         The ranks' key types differ, or some ranks pass tables in GPU memory and others host
         tables, or one side is in GPU memory and the other not.
@@ -150,7 +153,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
 
     comm = comm or default_communicator()
     if _on_device(left, right, comm):
-        return _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, device, stats, kwargs)
+        return _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device,
+                            stats, kwargs)
     t0 = time.perf_counter()
     lt, rt, lk, rk = check_inputs(left, right, on, left_on, right_on, how, kwargs.get("nulls_equal", False))
     types = _key_types(lt, rt, lk, rk, comm)
@@ -209,7 +213,7 @@ def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> l
     return unify_dictionaries(tables, groups, comm)
 
 
-def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, device, stats, kwargs):
+def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device, stats, kwargs):
     """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
     over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables)."""
     from ..plan.join import _resolve_keys, execute_join
@@ -226,7 +230,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     _sync()
     t1 = time.perf_counter()
     moved: dict = {}
-    lt2, rt2 = shuffle_many([lt, rt], [ld, rd], comm, shuffle, "none", moved)
+    lt2, rt2 = shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)
     del ld, rd
     _sync()
     t2 = time.perf_counter()
@@ -237,7 +241,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
-                      "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl", "compression": {}})
+                      "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
+                      "compression": moved.get("compression", {})})
     return out
 
 

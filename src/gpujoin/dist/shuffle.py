@@ -233,14 +233,16 @@ def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "a
     partitions one table while the previous one is on the links).
     ``compression``: "none"; "cascaded" (every message to another rank); "auto" (messages to
     other hosts only: paper 001 compresses the inter-node traffic, where links are slowest).
-    The NCCL shuffle sends columns uncompressed: cascaded compression of device columns needs
-    nvCOMP, which gpujoin does not use yet.
+    DeviceTables are compressed on the GPU by nvCOMP's cascaded codec (``cascaded.DeviceCodec``);
+    without nvCOMP installed, "auto" sends them uncompressed (``stats["compression"]`` says
+    why) and "cascaded" raises ImportError.
 
     Raises
     ------
     ValueError
-        An unknown ``method``, two levels on hosts with different numbers of ranks, or
-        compression other than "none" for DeviceTables.
+        An unknown ``method``, or two levels on hosts with different numbers of ranks.
+    ImportError
+        ``compression="cascaded"`` of DeviceTables without nvCOMP.
     """
     if method not in SHUFFLES:
         raise ValueError(f"unknown shuffle {method!r}; valid: {list(SHUFFLES)}")
@@ -248,12 +250,22 @@ def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "a
         raise ValueError(f"unknown compression {compression!r}; valid: {list(COMPRESSIONS)}")
     device = not all(isinstance(t, pa.Table) for t in tables)
     if device and compression != "none":
-        raise ValueError(f"compression={compression!r}: the NCCL shuffle of tables in GPU memory sends columns "
-                         f"uncompressed (nvCOMP is not used yet); use compression='none', or host tables")
+        from .cascaded import nvcomp
+
+        # every rank alike: one rank without nvCOMP turns it off for all (the paths must agree)
+        have = all(comm.allgather(nvcomp() is not None))
+        if not have and compression == "cascaded":
+            raise ImportError("compression='cascaded' of tables in GPU memory needs nvCOMP on every rank: "
+                              "pip install nvidia-nvcomp-cu13 (nvidia-nvcomp-cu12 for CUDA 12), "
+                              "or use compression='none'")
+        if not have:
+            if stats is not None:
+                stats["compression_skipped"] = "nvCOMP is not installed on every rank"
+            compression = "none"
     if device:
         from .device_shuffle import exchange_many
 
-        move = lambda ts, ds, c, compress, st: exchange_many(ts, ds, c, st)  # noqa: E731
+        move = lambda ts, ds, c, compress, st: exchange_many(ts, ds, c, st, compress=compress)  # noqa: E731
     else:
         move = lambda ts, ds, c, compress, st: [exchange(t, d, c, compress, st)  # noqa: E731
                                                 for t, d in zip(ts, ds)]
