@@ -103,6 +103,11 @@ if [[ $stage == nvcomp ]]; then
   mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \
     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -n 2 python3 tests/mpi_dist_check.py '' cuda 2>&1 | tail -6
   for sf in ${SF:-1}; do gj bench compression --device cuda --sf $sf -o "$OUT/bench_compression.jsonl"; done 2>&1 | tail -8
+  # the GPU-placed benchmark with compression off and on (a check of its path: ranks sharing a GPU)
+  mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \
+    -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -n 2 python3 -m gpujoin.cli bench dist \
+    --placement gpu --device cuda --rows 1e6 --shuffle one-level --compression none,cascaded --runs 1 \
+    -o "$OUT/bench_dist_check.jsonl" 2>&1 | tail -6
 fi
 if [[ $stage == tests-ooc ]]; then
   # the out-of-core join and group-by (issue 14) against the CPU engine, tiny memory limits
@@ -301,7 +306,7 @@ except Exception:
     defaults = {}
 rows = [json.loads(l) for p in sorted(pathlib.Path(sys.argv[1]).glob("bench_*.jsonl")) for l in p.read_text().splitlines() if l]
 print(f"{'workload':58} {'algorithm':15} {'median ms':>10} {'G tuples/s':>10}  phases ms")
-for r in (r for r in rows if "phases_s" in r):  # the join and group-by benchmarks'
+for r in (r for r in rows if "phases_s" in r and "algorithm" in r):  # the join and group-by benchmarks
     w = r["workload"]
     base = defaults.get(r["benchmark"], {})
     d = " ".join(f"{k}={v}" for k, v in w.items() if k != "seed" and (k.startswith("log2") or base.get(k) != v))

@@ -119,3 +119,54 @@ def test_nvcomp_cascaded_round_trips_every_integer_width(dtype):
             cascaded.DeviceCodec(dtype, cascaded.Scheme()).decode(blobs, places)
             for a, o in zip(arrays, places):
                 np.testing.assert_array_equal(cp.asnumpy(o), a)
+
+
+def _mpirun() -> list[str] | None:
+    """The launcher and the flags this machine's MPI needs (Open MPI as root), or None."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("mpirun") or shutil.which("mpiexec")
+    if exe is None:
+        return None
+    openmpi = "Open MPI" in subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    return [exe, "--allow-run-as-root", "--oversubscribe"] if openmpi else [exe]
+
+
+def test_cli_job_on_the_gpus(tmp_path):
+    """`mpirun -n 2 gpujoin dist join --placement gpu`: each rank's row groups moved to its GPU
+    and shuffled there (through the host where the two ranks share one GPU), compressed by nvCOMP
+    where installed; the part files' union is the join."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    launcher = _mpirun()
+    if launcher is None:
+        pytest.skip("no MPI launcher")
+    pytest.importorskip("mpi4py")
+    rng = np.random.default_rng(4)
+    (tmp_path / "L").mkdir()
+    for i in range(2):
+        pq.write_table(pa.table({"k": rng.integers(0, 900, 4000), "a": np.arange(4000) + 4000 * i}),
+                       tmp_path / "L" / f"p{i}.parquet", row_group_size=1000)
+    pq.write_table(pa.table({"k": rng.integers(0, 900, 3000), "s": [f"s{x}" for x in rng.integers(0, 9, 3000)]}),
+                   tmp_path / "R.parquet", row_group_size=700)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    for how, compression in (("inner", "cascaded"), ("left", "auto"), ("anti", "none")):
+        if compression == "cascaded":
+            from gpujoin.dist.cascaded import nvcomp
+
+            compression = "cascaded" if nvcomp() else "none"
+        out = tmp_path / f"out-{how}"
+        p = subprocess.run(launcher + ["-n", "2", sys.executable, "-m", "gpujoin.cli", "dist", "join",
+                                       str(tmp_path / "L"), str(tmp_path / "R.parquet"), "--on", "k", "--how", how,
+                                       "--placement", "gpu", "--compression", compression, "-o", str(out)],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        want = gpujoin.join(ds.dataset(tmp_path / "L").to_table(), pq.read_table(tmp_path / "R.parquet"), "k",
+                            how=how, device="cpu")
+        assert_tables_equal(ds.dataset(out).to_table(), want)

@@ -201,6 +201,11 @@ def cmd_dist_join(a):
     keys = dict(on=_csv_list(a.on) or None, left_on=_csv_list(a.left_on) or None,
                 right_on=_csv_list(a.right_on) or None, how=a.how)
     agreed(lambda: check_inputs(left, right, **keys), "checking the join")
+    if a.placement == "gpu":  # the rows to each rank's GPU: hashed, partitioned and shuffled there (NCCL)
+        from .cuda.table import DeviceTable
+
+        left, right = agreed(lambda: (DeviceTable.from_arrow(left), DeviceTable.from_arrow(right)),
+                             "moving the inputs to the GPUs")
     stats: dict = {}
     try:  # collectives inside: a rank that fails here cannot tell the others, so the job ends
         result = join(left, right, comm=comm, shuffle=a.shuffle, compression=a.compression, device=a.device,
@@ -210,6 +215,8 @@ def cmd_dist_join(a):
         time.sleep(1)  # the launcher forwards the message before the abort ends the ranks
         comm.abort(1)
         os._exit(1)  # MPI_Abort may return before the launcher ends this process: nothing more runs here
+    if a.placement == "gpu":
+        result = agreed(result.to_arrow, "moving the output to host memory")
     writer = BatchWriter(out_dir / f"part-{comm.rank}.parquet")
     with writer:
         agreed(lambda: writer.write(result), "writing the output")
@@ -727,6 +734,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cascaded compression of the shuffled integer columns: of messages to other hosts "
                          "(auto), of every message, or none")
     dj.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    dj.add_argument("--placement", default="host", choices=["host", "gpu"],
+                    help="host: rows shuffled over MPI from host memory, joined on --device; gpu: each rank's rows "
+                         "moved to its GPU, hashed, partitioned and shuffled there over NCCL (compressed by nvCOMP "
+                         "when installed), joined on the GPU")
     dj.add_argument("-o", "--output", required=True, help="output folder (part-RANK.parquet files)")
     dj.set_defaults(fn=cmd_dist_join)
     dm = dsub.add_parser("model", help="predict the one- and two-level joins' phases at any scale")

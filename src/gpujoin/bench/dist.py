@@ -204,6 +204,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     best, phases = dt, {k: max(s[k] for s in every) for k in ("partition", "shuffle", "local_join")}
                     squeeze = _compression_summary(every)
                     sent = max(s.get("bytes_sent", 0) for s in every)
+                    wire = max(s.get("wire_bytes_sent", s.get("bytes_sent", 0)) for s in every)
                     local = sorted({s["local_algorithm"] for s in every})
                 del out
             if comm.rank == 0:
@@ -219,7 +220,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                                 ("nccl_alltoall_GBps" if gpu else "mpi_alltoall_GBps"): ceiling})
                 if gpu:
                     rate = sent / phases["shuffle"] / 1e9 if phases["shuffle"] else None
-                    records[-1].update({"bytes_sent_per_rank": sent, "shuffle_GBps": rate,
+                    records[-1].update({"bytes_sent_per_rank": sent, "wire_bytes_per_rank": wire, "shuffle_GBps": rate,
                                         "shuffle_over_ceiling": rate / ceiling if rate else None,
                                         "tuples_per_s_per_gpu": total_rows / best / comm.size,
                                         "one_gpu_s": one_gpu, "speedup_over_one_gpu": one_gpu / best})

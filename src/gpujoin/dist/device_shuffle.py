@@ -269,6 +269,8 @@ def _exchange_compressed(cols: list, names: list[str], dest, sc: np.ndarray, rc:
                 recvs.append((j, out[rs[j]:rs[j] + rc[j]].view(cp.uint8)))
         out[rs[me]:rs[me] + rc[me]] = part[ss[me]:ss[me] + sc[me]]
     comm.exchange_messages(sends, recvs)
+    if stats is not None:  # the bytes that left this rank, compressed or not
+        stats["wire_bytes_sent"] = stats.get("wire_bytes_sent", 0) + sum(int(m.nbytes) for _, m in sends)
     for k in sorted({k for k, _, _ in unpack}):
         blobs, places = [b for kk, b, _ in unpack if kk == k], [o for kk, _, o in unpack if kk == k]
         stream.synchronize()
