@@ -87,10 +87,32 @@ def main():
             if comm.rank == 0:
                 print(f"{name} {how}", flush=True)  # names the case when the check below fails
                 assert_tables_equal(got, gpujoin.join(lt, rt, "k", how=how, device="cpu"))
+    auto_compression(left, right)
     if device == "cuda":
         device_tables(comm, extra, left, right)
     comm.barrier()
     print(f"rank {comm.rank} ok", flush=True)
+
+
+def auto_compression(left, right):
+    """``compression="auto"`` of host tables, every rank a host of its own: on a link of 1 MB/s
+    the NumPy codec pays and the integer columns go compressed; on one of 1 PB/s none does."""
+    import os
+
+    for rate, pays in (("0.001", True), ("1e6", False)):
+        os.environ["GPUJOIN_INTER_HOST_GBPS"] = rate  # read once by each new communicator
+        comm = Communicator.from_mpi(ranks_per_node=1)
+        stats = {}
+        out = join(left.take(np.arange(comm.rank, left.num_rows, comm.size)),
+                   right.take(np.arange(comm.rank, right.num_rows, comm.size)), "k", comm=comm,
+                   shuffle="one-level", compression="auto", device="cpu", stats=stats)
+        got = gathered(comm, out)
+        if comm.size > 1:
+            assert ("a" in stats["compression"]) == pays, stats
+            assert ("a" in stats["compression_not_paying"]) != pays, stats
+        if comm.rank == 0:
+            assert_tables_equal(got, gpujoin.join(left, right, "k", device="cpu"))
+    del os.environ["GPUJOIN_INTER_HOST_GBPS"]
 
 
 def device_tables(comm, extra, left, right):

@@ -244,3 +244,13 @@ def test_device_layout_places_every_row_once_with_aligned_bodies():
             assert sum(n for _, n in pieces) == counts[u, r, j]
             if b:
                 assert pieces[0][0] % ALIGN_ROWS == 0 and pieces[0][1] == b
+
+
+def test_compression_pays_only_where_the_codec_outruns_the_link():
+    from gpujoin.dist.shuffle import compression_pays
+
+    # 10x smaller, codec at 100 GB/s each way: pays on a 10 GB/s NIC, not over 300 GB/s NVLink
+    assert compression_pays(10, 100, 100, 10) and not compression_pays(10, 100, 100, 300)
+    # the host codec's 0.3 GB/s pays only on links slower than it
+    assert compression_pays(20, 0.3, 0.3, 0.05) and not compression_pays(20, 0.3, 0.3, 1.0)
+    assert not compression_pays(1.0, 1e9, 1e9, 1.0)  # nothing saved: never

@@ -114,20 +114,6 @@ def _compression_summary(every: list[dict]) -> dict:
     return out
 
 
-def alltoall_bandwidth(comm, nbytes: int = 1 << 26, reps: int = 3) -> float:
-    """GB/s each rank sends in an MPI all-to-all of ``nbytes`` a rank (split evenly)."""
-    per = nbytes // comm.size
-    send = np.ones(per * comm.size, np.uint8)
-    counts = np.full(comm.size, per, np.int64)
-    times = []
-    for _ in range(reps):
-        comm.barrier()
-        t0 = time.perf_counter()
-        comm.alltoallv(send, counts, counts)
-        times.append(max(comm.allgather(time.perf_counter() - t0)))
-    return per * (comm.size - 1) / float(np.median(times)) / 1e9 if comm.size > 1 else float("inf")
-
-
 def tpch_slice(sf: float, rank: int, size: int):
     """(lineitem, orders, matching rows) of one rank for paper 001's TPC-H join: every size-th
     row group of lineitem (l_orderkey, l_quantity) and of orders (o_orderkey, o_orderpriority as
@@ -167,7 +153,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     gpu = placement == "gpu"
     if gpu and (workload != "random" or device != "cuda"):
         raise ValueError("--placement gpu runs the random workload with --device cuda")
-    ceiling = nccl_alltoall_bandwidth(comm) if gpu else alltoall_bandwidth(comm)
+    ceiling = nccl_alltoall_bandwidth(comm) if gpu else comm.measure_alltoall_GBps()
     if comm.rank == 0:
         log(f"{comm.size} ranks on {comm.nodes} host(s); {'NCCL' if gpu else 'MPI'} all-to-all {ceiling:.2f} GB/s "
             f"a rank")

@@ -75,6 +75,7 @@ class Communicator:
         self.device = None
         self._rail = self._host = None
         self._nccl = None  # made at the first device all-to-all (a collective of every rank)
+        self._link_GBps = None
 
     @staticmethod
     def from_mpi(comm=None, ranks_per_node: int | None = None) -> Communicator:
@@ -183,6 +184,35 @@ class Communicator:
                 uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None)
                 self._nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
         return self._nccl or None
+
+    def measure_alltoall_GBps(self, nbytes: int = 1 << 26, reps: int = 3) -> float:
+        """GB/s each rank sends to the others in an MPI all-to-all of ``nbytes`` a rank (split
+        evenly), the slowest rank's, median of ``reps`` (a collective; inf for one rank)."""
+        if self.size == 1:
+            return float("inf")
+        import time
+
+        per = nbytes // self.size
+        send = np.ones(per * self.size, np.uint8)
+        counts = np.full(self.size, per, np.int64)
+        times = []
+        for _ in range(reps):
+            self.barrier()
+            t0 = time.perf_counter()
+            self.alltoallv(send, counts, counts)
+            times.append(max(self.allgather(time.perf_counter() - t0)))
+        return per * (self.size - 1) / float(np.median(times)) / 1e9
+
+    def link_GBps(self) -> float:
+        """This communicator's all-to-all GB/s a rank for host data: GPUJOIN_INTER_HOST_GBPS when
+        set (a NIC's known rate), else measured once (:meth:`measure_alltoall_GBps`, 64 MiB a
+        rank) and kept.  A collective on first use."""
+        if self._link_GBps is None:
+            import os
+
+            given = os.environ.get("GPUJOIN_INTER_HOST_GBPS")
+            self._link_GBps = float(given) if given else self.measure_alltoall_GBps()
+        return self._link_GBps
 
     def alltoall_counts(self, counts: np.ndarray) -> np.ndarray:
         """Each rank sends ``counts[j]`` (int64 (size,)) to rank j; returns what each rank sent

@@ -119,9 +119,10 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     on, left_on, right_on, how, suffix : as :func:`gpujoin.join` (``how`` not "cross")
     comm : the ranks (default: ``default_communicator()``)
     shuffle : "auto", "one-level" or "two-level" (``shuffle.shuffle``)
-    compression : "none", "auto" (the integer columns of messages to other hosts, paper 001) or
-        "cascaded" (of every message to another rank): ``cascaded``'s codec, scheme per column
-        (tables in GPU memory: nvCOMP's, on the GPU; see ``shuffle.shuffle_many``)
+    compression : "none", "auto" (the integer columns of messages to other hosts, paper 001;
+        for host tables only those whose compression pays at the link's rate) or "cascaded" (of
+        every message to another rank): ``cascaded``'s codec, scheme per column (tables in GPU
+        memory: nvCOMP's, on the GPU; see ``shuffle.shuffle_many``)
     device : where each rank joins its rows ("auto", "cpu", "cuda")
     stats : a dict that receives the phases' seconds and the rows sent and received
     kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
@@ -170,7 +171,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
-                      "compression": sent.get("compression", {})})
+                      "compression": sent.get("compression", {}),
+                      "compression_not_paying": sent.get("compression_not_paying", {})})
     return out
 
 

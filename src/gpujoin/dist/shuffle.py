@@ -163,22 +163,58 @@ def _read_message(buf: bytes, schema: pa.Schema, stats: dict | None) -> pa.Table
     return pa.table([cols[f.name] if f.name in cols else rest.column(f.name) for f in schema], schema=schema)
 
 
+def compression_pays(ratio: float, encode_GBps: float, decode_GBps: float, link_GBps: float) -> bool:
+    """Whether a column goes faster compressed: compressing it, sending ``1 / ratio`` of its
+    bytes and decompressing them, against sending it as it is, at these rates (GB/s of the raw
+    column; nothing overlapped, as paper 001 §8 models the phases)."""
+    return 1 / link_GBps > 1 / encode_GBps + 1 / (ratio * link_GBps) + 1 / decode_GBps
+
+
+def _schemes(table: pa.Table, link_GBps: float | None, stats: dict | None) -> dict:
+    """The scheme of each :func:`compressible` column of ``table`` that ``cascaded.select``
+    shrinks; with ``link_GBps``, only those whose compression pays at that link rate and the
+    codec's rates timed on the selector's sample (:func:`compression_pays`), the others in
+    ``stats["compression_not_paying"]``."""
+    import time
+
+    from . import cascaded
+
+    schemes = {}
+    for name in compressible(table):
+        col = table.column(name).to_numpy()
+        scheme, ratio = cascaded.select(np, col)
+        if scheme == cascaded.Scheme():
+            continue
+        if link_GBps is not None:
+            sample = col[:cascaded.SAMPLE]
+            t0 = time.perf_counter()
+            enc = cascaded.encode(np, sample, scheme)
+            t1 = time.perf_counter()
+            cascaded.decode(np, enc)
+            t2 = time.perf_counter()
+            rates = (sample.nbytes / max(t1 - t0, 1e-9) / 1e9, sample.nbytes / max(t2 - t1, 1e-9) / 1e9)
+            if not compression_pays(ratio, *rates, link_GBps):
+                if stats is not None:
+                    stats.setdefault("compression_not_paying", {})[name] = {
+                        "scheme": str(scheme), "ratio": ratio, "encode_GBps": rates[0], "decode_GBps": rates[1],
+                        "link_GBps": link_GBps}
+                continue
+        schemes[name] = scheme
+    return schemes
+
+
 def exchange(table: pa.Table, dest: np.ndarray, comm: Communicator, compress=None,
-             stats: dict | None = None) -> pa.Table:
+             stats: dict | None = None, link_GBps: float | None = None) -> pa.Table:
     """Send row i of ``table`` to rank ``dest[i]`` (int64 (n,)); returns the rows every rank sent
     here (in rank order), with ``table``'s schema.  Every rank calls it (a collective).
 
     ``compress(j)``: whether the messages to rank j are compressed (cascaded codec, each
     :func:`compressible` column under the scheme ``cascaded.select`` picks from this rank's
-    column); ``stats`` receives each column's scheme, bytes before and after, and seconds."""
-    from . import cascaded
-
+    column; with ``link_GBps``, only the columns whose compression pays at that rate);
+    ``stats`` receives each column's scheme, bytes before and after, and seconds."""
     schemes = {}
     if compress is not None and any(compress(j) for j in range(comm.size) if j != comm.rank):
-        for name in compressible(table):
-            scheme, _ = cascaded.select(np, table.column(name).to_numpy())
-            if scheme != cascaded.Scheme():
-                schemes[name] = scheme
+        schemes = _schemes(table, link_GBps, stats)
     order = np.argsort(dest, kind="stable")
     counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -233,9 +269,14 @@ def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "a
     partitions one table while the previous one is on the links).
     ``compression``: "none"; "cascaded" (every message to another rank); "auto" (messages to
     other hosts only: paper 001 compresses the inter-node traffic, where links are slowest).
-    DeviceTables are compressed on the GPU by nvCOMP's cascaded codec (``cascaded.DeviceCodec``);
-    without nvCOMP installed, "auto" sends them uncompressed (``stats["compression"]`` says
-    why) and "cascaded" raises ImportError.
+    DeviceTables are compressed on the GPU by nvCOMP's cascaded codec (``cascaded.DeviceCodec``,
+    190-250 GB/s on an H100, far above any host's NIC); without nvCOMP installed, "auto" sends
+    them uncompressed (``stats["compression_skipped"]`` says why) and "cascaded" raises
+    ImportError.  Host tables under "auto" compress only the columns where it pays
+    (:func:`compression_pays`) at the inter-host link's rate (``Communicator.link_GBps`` of the
+    communicator carrying those messages: measured once, or GPUJOIN_INTER_HOST_GBPS set on every
+    rank) and their codec's rate on the selector's sample: the NumPy codec's 0.1-0.4 GB/s pays
+    only on links slower than that.
 
     Raises
     ------
@@ -267,8 +308,11 @@ def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "a
 
         move = lambda ts, ds, c, compress, st: exchange_many(ts, ds, c, st, compress=compress)  # noqa: E731
     else:
-        move = lambda ts, ds, c, compress, st: [exchange(t, d, c, compress, st)  # noqa: E731
-                                                for t, d in zip(ts, ds)]
+        def move(ts, ds, c, compress, st):
+            # "auto": the link's rate decides which columns pay (measured on c, a collective, when
+            # its messages cross hosts at all)
+            link = c.link_GBps() if compression == "auto" and compress is not None and c.nodes > 1 else None
+            return [exchange(t, d, c, compress, st, link) for t, d in zip(ts, ds)]
     layout = comm.allgather((comm.node, comm.local_rank, comm.local_size))
     node_of = np.array([n for n, _, _ in layout], np.int64)
     remote = {"none": None, "cascaded": lambda j: True,
