@@ -14,7 +14,7 @@ OUT=${OUT:-device_out}
 mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 # .whl-gpu/: the larger wheels (nvCOMP, tpchgen-cli) that do not fit one call beside .whl/'s DuckDB
-wheels=$(compgen -G ".whl/*.whl"; compgen -G ".whl-gpu/*.whl")
+wheels=$( (compgen -G ".whl/*.whl"; compgen -G ".whl-gpu/*.whl") | awk -F/ '!seen[$NF]++')  # each wheel once
 if [[ -n $wheels ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
     && export PYTHONPATH=src:/tmp/site PATH=/tmp/site/bin:$PATH
