@@ -295,14 +295,16 @@ class DeviceCodec:
             raise ImportError("cascaded compression of GPU columns needs nvCOMP: pip install nvidia-nvcomp-cu13 "
                               "(nvidia-nvcomp-cu12 for CUDA 12), or use compression='none'")
         if not self._codecs:
-            # nvCOMP's scratch from CuPy's pool: with its own allocator (cudaMalloc and cudaFree
-            # a call) an encode of 1.5M int64 took about 2 ms, from the pool 0.3 (H100)
+            # nvCOMP's buffers from CuPy's pool: with its own allocator (cudaMalloc and cudaFree
+            # a call) 2^26 int64 took 3.97 ms to encode and 2.56 to decode, from the pool 1.41
+            # and 0.87 (H100, scripts/profile_nvcomp.py)
             nv.set_device_allocator(lambda nbytes, stream: cp.cuda.alloc(nbytes))
             atexit.register(DeviceCodec._release)
         self.nv, self.dtype = nv, np.dtype(dtype)
         self.stream = cp.cuda.get_current_stream().ptr
-        # one Codec each for encoding, decoding and the size bound: one Codec doing all three
-        # took about 1.2 ms an encode of 2^20 int64, against 0.24 for one that only encodes (H100)
+        # one Codec each for encoding, decoding and the size bound: in one run a Codec doing all
+        # three took 1.2 ms to encode 2^20 int64 and one that only encoded 0.24 (H100; the next
+        # run gave 1.5 ms for either, so this is a precaution, not a measured gain)
         self.encoder, self.decoder, self.sizer = (
             self._codec(role, scheme, nv.Codec, cp.cuda.Device().id) for role in ("encode", "decode", "bound"))
 
@@ -330,9 +332,8 @@ class DeviceCodec:
     def encode(self, arrays: list) -> tuple[object, list[int], list[int]]:
         """The compressed ``arrays`` (CuPy, this codec's dtype, each non-empty) in one uint8 CuPy
         buffer: (buffer, byte offset of each, bytes of each); offsets are multiples of ALIGN.
-        nvCOMP writes into the buffer (from CuPy's pool, sized by nvCOMP's bound for each):
-        with nvCOMP allocating its output, encoding 2^26 sorted int64 took 3.97 ms on an H100,
-        with CuPy's pool 1.41.  Reads the compressed sizes back (a sync)."""
+        nvCOMP writes into the buffer (from CuPy's pool, room for nvCOMP's bound on each).
+        Reads the compressed sizes back (a sync)."""
         import cupy as cp
 
         arrays = [cp.ascontiguousarray(a) for a in arrays]
