@@ -153,6 +153,24 @@ def test_random_tables_match_polars(data, ops):
     _check(left, right, preds)
 
 
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), ops=st.lists(st.sampled_from(OPS[:5]), min_size=1, max_size=3), block=st.integers(1, 40))
+def test_blocks_of_any_size_cut_runs_anywhere(data, ops, block):
+    """The CPU expansion of runs into pairs (theta.nlj._expand) with blocks of 1 to 40 pairs:
+    runs cut at every place, empty runs between, the band join's sorted needles, a band on one
+    right column or filters on others."""
+    from unittest import mock
+
+    import gpujoin.plan.join_where as jw
+
+    left, right = data.draw(theta_tables(len(ops)))
+    preds = [(f"a{i}", op, f"b{i}") for i, op in enumerate(ops)]
+    if data.draw(st.booleans()):
+        preds = [(f"a{i}", op, "b0") for i, op in enumerate(ops)]
+    with mock.patch.object(jw, "CPU_BLOCK_PAIRS", block):
+        _check(left, right, preds, ("nlj", "band"))
+
+
 def test_interval_join_narrows_on_the_other_column():
     """lo <= t <= hi with narrow intervals: candidates stay near the output, not |L| x |R| / 2."""
     rng = np.random.default_rng(4)
