@@ -87,6 +87,11 @@ def main():
             if comm.rank == 0:
                 print(f"{name} {how}", flush=True)  # names the case when the check below fails
                 assert_tables_equal(got, gpujoin.join(lt, rt, "k", how=how, device="cpu"))
+    # shuffle="auto": on 2 hosts of 2 the crossover model with this job's links, measured
+    stats = {}
+    got = gathered(comm, join(extra(left), extra(right), "k", how="full", comm=comm, device=device, stats=stats))
+    if comm.rank == 0:
+        assert_tables_equal(got, gpujoin.join(left, right, "k", how="full", device="cpu"))
     auto_compression(left, right)
     if device == "cuda":
         device_tables(comm, extra, left, right)

@@ -187,15 +187,24 @@ def test_selector_reproduces_paper_001_table_1():
 def test_auto_shuffle_follows_the_crossover_model():
     from types import SimpleNamespace
 
-    from gpujoin.dist.model import crossover
+    from gpujoin.dist.model import H200, crossover, measured_rates
     from gpujoin.dist.shuffle import auto_method
 
     two_hosts = SimpleNamespace(nodes=2, local_size=8, size=16)
     edge = crossover(16, 8)
-    assert auto_method(two_hosts, int(edge / 2)) == "two-level"
-    assert auto_method(two_hosts, int(edge * 2)) == "one-level"
+    assert auto_method(two_hosts, int(edge / 2), rates=H200) == "two-level"
+    assert auto_method(two_hosts, int(edge * 2), rates=H200) == "one-level"
     assert auto_method(SimpleNamespace(nodes=1, local_size=8, size=8), 10) == "one-level"
     assert auto_method(two_hosts, 10, uniform=False) == "one-level"
+    # by default the links are the job's own, measured: a NIC of 1 GB/s and 1 ms a message
+    # (the one-level shuffle's 15 messages a rank against 1 + 7) move the crossover far up
+    link = lambda gbps: SimpleNamespace(size=2, link_GBps=lambda: gbps)  # noqa: E731
+    slow = SimpleNamespace(nodes=2, local_size=8, size=16, rail=lambda: link(1.0), host=lambda: link(300.0),
+                           message_s=lambda: 1e-3)
+    rates = measured_rates(slow)
+    assert (rates.inter_Bps, rates.intra_Bps, rates.alpha_s) == (1e9, 300e9, 1e-3)
+    assert crossover(16, 8, rates) > 10 * edge
+    assert auto_method(slow, int(edge * 2)) == "two-level"
 
 
 def test_alltoallv_sends_big_messages_in_rounds(monkeypatch):

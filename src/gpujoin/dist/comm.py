@@ -75,7 +75,7 @@ class Communicator:
         self.device = None
         self._rail = self._host = None
         self._nccl = None  # made at the first device all-to-all (a collective of every rank)
-        self._link_GBps = None
+        self._link_GBps = self._message_s = None
 
     @staticmethod
     def from_mpi(comm=None, ranks_per_node: int | None = None) -> Communicator:
@@ -204,15 +204,36 @@ class Communicator:
         return per * (self.size - 1) / float(np.median(times)) / 1e9
 
     def link_GBps(self) -> float:
-        """This communicator's all-to-all GB/s a rank for host data: GPUJOIN_INTER_HOST_GBPS when
-        set (a NIC's known rate), else measured once (:meth:`measure_alltoall_GBps`, 64 MiB a
-        rank) and kept.  A collective on first use."""
+        """This communicator's all-to-all GB/s a rank for host data: for ranks on several hosts
+        GPUJOIN_INTER_HOST_GBPS when set on every rank (a NIC's known rate), else measured once
+        (:meth:`measure_alltoall_GBps`, 64 MiB a rank) and kept.  A collective on first use."""
         if self._link_GBps is None:
             import os
 
-            given = os.environ.get("GPUJOIN_INTER_HOST_GBPS")
+            given = os.environ.get("GPUJOIN_INTER_HOST_GBPS") if self.nodes > 1 else None
             self._link_GBps = float(given) if given else self.measure_alltoall_GBps()
         return self._link_GBps
+
+    def message_s(self, reps: int = 5) -> float:
+        """Seconds a message of an all-to-all costs beyond its bytes (paper 001's per-message
+        latency): an all-to-all of 8 bytes to every rank, the slowest rank's, median of ``reps``,
+        over the size - 1 messages a rank sends.  Measured once (a collective); 0 for one rank."""
+        if self._message_s is None:
+            if self.size == 1:
+                self._message_s = 0.0
+            else:
+                import time
+
+                send = np.zeros(self.size, np.int64)
+                counts = np.ones(self.size, np.int64)
+                times = []
+                for _ in range(reps):
+                    self.barrier()
+                    t0 = time.perf_counter()
+                    self.alltoallv(send, counts, counts)
+                    times.append(max(self.allgather(time.perf_counter() - t0)))
+                self._message_s = float(np.median(times)) / (self.size - 1)
+        return self._message_s
 
     def alltoall_counts(self, counts: np.ndarray) -> np.ndarray:
         """Each rank sends ``counts[j]`` (int64 (size,)) to rank j; returns what each rank sent
