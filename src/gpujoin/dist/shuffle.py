@@ -279,7 +279,7 @@ def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "a
     ImportError.  Host tables under "auto" compress only the columns where it pays
     (:func:`compression_pays`) at the inter-host link's rate (``Communicator.link_GBps`` of the
     communicator carrying those messages: measured once, or GPUJOIN_INTER_HOST_GBPS set on every
-    rank) and their codec's rate on the selector's sample: the NumPy codec's 0.1-0.4 GB/s pays
+    rank) and their codec's rate on the selector's sample: the NumPy codec's 0.1-0.9 GB/s pays
     only on links slower than that.
 
     Raises
