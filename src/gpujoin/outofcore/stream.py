@@ -39,6 +39,12 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
+def parallel_map(fn, items: list) -> list:
+    """``[fn(x) for x in items]`` on the process's host threads, for work that releases the GIL
+    (NumPy's sorts, binary searches and copies); not from inside one of those threads."""
+    return list(_executor().map(fn, items))
+
+
 def parallel_copy(dst: np.ndarray, src: np.ndarray, min_piece: int = 1 << 22) -> None:
     """``dst[:] = src`` with several threads (NumPy releases the GIL while it copies)."""
     n = src.size
