@@ -62,7 +62,11 @@ def main():
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(right, ["s"], device="cpu").agg(
                 n=(None, "size"), t=("b", "sum"), m=("k", "max")), rel=1e-9)
-        g = group_by(extra(left), "k", comm=comm, shuffle=method, device=device).agg(n=(None, "size"))
+        st = {}
+        g = group_by(extra(left), "k", comm=comm, shuffle=method, device=device, compression="cascaded",
+                     stats=st).agg(n=(None, "size"))
+        if comm.size > 1 and comm.rank == 0:  # "a" (row ids) compressed on the way
+            assert "a" in st["compression"], st
         got = gathered(comm, g)
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(left, "k", device="cpu").agg(n=(None, "size")))

@@ -248,18 +248,23 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     return out
 
 
-def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "auto", device: str = "auto",
-             algorithm: str = "auto"):
+def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "auto", compression: str = "none",
+             device: str = "auto", algorithm: str = "auto", stats: dict | None = None):
     """This rank's groups of the group-by of every rank's ``table`` slice: rows hash-partitioned on
     the key columns ``by`` (null keys on rank 0: they form one group), then grouped locally (a
     table in GPU memory is shuffled over NCCL and grouped on the rank's GPU).
     Finish with ``.agg(...)`` as :func:`gpujoin.group_by` (every aggregate works: a group's rows
-    are all on one rank).
+    are all on one rank).  ``shuffle`` and ``compression`` as :func:`join`'s; ``stats`` receives
+    the shuffle's (bytes, each compressed column's figures).
 
     Raises
     ------
     TypeError
         The ranks' key types differ.
+    ValueError
+        An unknown shuffle or compression.
+    ImportError
+        ``compression="cascaded"`` of a table in GPU memory without nvCOMP.
     """
     from ..plan.groupby import GroupBy
     from ..table import check_columns
@@ -272,7 +277,8 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
         (t,) = _device_tables([table], [by], comm)
         dest = device_shuffle.destinations([t[b] for b in by], SEED_FIRST, comm.size,
                                            device_shuffle.key_validity(t, by), 0)
-        return GroupBy(shuffle_rows(t, dest, comm, shuffle), by, algorithm=algorithm, device=device)
+        return GroupBy(shuffle_rows(t, dest, comm, shuffle, compression, stats), by, algorithm=algorithm,
+                       device=device)
     t = _host_table(table)
     check_columns(t, by, "input")
     _same_on_every_rank([t.schema.field(b).type for b in by], comm)
@@ -281,4 +287,4 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     for c in cols:  # a null key is one group: its rows go to rank 0 together
         if c.null_count:
             dest[~np.asarray(c.is_valid())] = 0
-    return GroupBy(shuffle_rows(t, dest, comm, shuffle), by, algorithm=algorithm, device=device)
+    return GroupBy(shuffle_rows(t, dest, comm, shuffle, compression, stats), by, algorithm=algorithm, device=device)
