@@ -185,15 +185,12 @@ class Communicator:
                 self._nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
         return self._nccl or None
 
-    def measure_alltoall_GBps(self, nbytes: int = 1 << 26, reps: int = 3) -> float:
-        """GB/s each rank sends to the others in an MPI all-to-all of ``nbytes`` a rank (split
-        evenly), the slowest rank's, median of ``reps`` (a collective; inf for one rank)."""
-        if self.size == 1:
-            return float("inf")
+    def _alltoall_s(self, per: int, dtype, reps: int) -> float:
+        """Seconds of an MPI all-to-all of ``per`` values of ``dtype`` to every rank, the slowest
+        rank's, median of ``reps`` (a collective)."""
         import time
 
-        per = nbytes // self.size
-        send = np.ones(per * self.size, np.uint8)
+        send = np.zeros(per * self.size, dtype)
         counts = np.full(self.size, per, np.int64)
         times = []
         for _ in range(reps):
@@ -201,7 +198,15 @@ class Communicator:
             t0 = time.perf_counter()
             self.alltoallv(send, counts, counts)
             times.append(max(self.allgather(time.perf_counter() - t0)))
-        return per * (self.size - 1) / float(np.median(times)) / 1e9
+        return float(np.median(times))
+
+    def measure_alltoall_GBps(self, nbytes: int = 1 << 26, reps: int = 3) -> float:
+        """GB/s each rank sends to the others in an MPI all-to-all of ``nbytes`` a rank (split
+        evenly), the slowest rank's, median of ``reps`` (a collective; inf for one rank)."""
+        if self.size == 1:
+            return float("inf")
+        per = nbytes // self.size
+        return per * (self.size - 1) / self._alltoall_s(per, np.uint8, reps) / 1e9
 
     def link_GBps(self) -> float:
         """This communicator's all-to-all GB/s a rank for host data: for ranks on several hosts
@@ -219,20 +224,7 @@ class Communicator:
         latency): an all-to-all of 8 bytes to every rank, the slowest rank's, median of ``reps``,
         over the size - 1 messages a rank sends.  Measured once (a collective); 0 for one rank."""
         if self._message_s is None:
-            if self.size == 1:
-                self._message_s = 0.0
-            else:
-                import time
-
-                send = np.zeros(self.size, np.int64)
-                counts = np.ones(self.size, np.int64)
-                times = []
-                for _ in range(reps):
-                    self.barrier()
-                    t0 = time.perf_counter()
-                    self.alltoallv(send, counts, counts)
-                    times.append(max(self.allgather(time.perf_counter() - t0)))
-                self._message_s = float(np.median(times)) / (self.size - 1)
+            self._message_s = 0.0 if self.size == 1 else self._alltoall_s(1, np.int64, reps) / (self.size - 1)
         return self._message_s
 
     def alltoall_counts(self, counts: np.ndarray) -> np.ndarray:
