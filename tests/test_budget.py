@@ -1,5 +1,7 @@
 """Memory budgets and placement (CPU: no GPU needed)."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -161,3 +163,83 @@ def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
         gpujoin.join(t, t, on="k", device="cpu")
     monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "100GB")
     assert gpujoin.join(t.slice(0, 30), t.slice(0, 30), on="k", device="cpu").num_rows == 900
+
+
+class _FakePool:
+    def __init__(self):
+        self.limit, self.freed = 0, 0
+
+    def get_limit(self):
+        return self.limit
+
+    def set_limit(self, size):
+        self.limit = size
+
+    def used_bytes(self):
+        return 0
+
+    def free_all_blocks(self):
+        self.freed += 1
+
+
+def _fake_cupy(monkeypatch, pool):
+    import types
+
+    class Device:
+        current = 0
+
+        def __init__(self, i=None):
+            self.id = Device.current if i is None else i
+
+        def __enter__(self):
+            self._prev, Device.current = Device.current, self.id
+            return self
+
+        def __exit__(self, *exc):
+            Device.current = self._prev
+
+    class OutOfMemoryError(Exception):
+        pass
+
+    cuda = types.SimpleNamespace(Device=Device, memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
+    fake = types.SimpleNamespace(get_default_memory_pool=lambda: pool, cuda=cuda)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    return fake
+
+
+def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
+    """Workers of a multi-GPU join that share one GPU are each owed their budget: the pool is
+    held to the sum while they overlap; a nested cap replaces the outer one in its thread; the
+    pool's own limit comes back when the last holder leaves, whatever the order; an allocation
+    past the cap is a MemoryError naming memory_limit."""
+    import threading
+
+    from gpujoin.outofcore.budget import gpu_memory_cap
+
+    pool = _FakePool()
+    pool.limit = 7
+    cp = _fake_cupy(monkeypatch, pool)
+    with gpu_memory_cap(100):
+        assert pool.limit == 100
+        with gpu_memory_cap(40):  # nested, same thread: replaces
+            assert pool.limit == 40
+        assert pool.limit == 100
+        inside, leave = threading.Event(), threading.Event()
+
+        def worker():
+            with gpu_memory_cap(50):
+                inside.set()
+                leave.wait()
+
+        t = threading.Thread(target=worker)
+        t.start()
+        inside.wait()
+        assert pool.limit == 150  # two holders on GPU 0
+    assert pool.limit == 50  # the first left before the second
+    leave.set()
+    t.join()
+    assert pool.limit == 7 and pool.freed == 1
+    with pytest.raises(MemoryError, match="memory_limit=100"):
+        with gpu_memory_cap(100):
+            raise cp.cuda.memory.OutOfMemoryError("out of memory")
+    assert pool.limit == 7

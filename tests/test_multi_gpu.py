@@ -107,7 +107,8 @@ def test_hybrid_core_sum_columns_and_balance(streams, algorithm):
     assert res.total == int(sp.sum()) and res.rows == n
     loads = [g["pair_bytes"] for g in res.stats["per_gpu"]]
     assert max(loads) <= 1.25 * (sum(loads) / 2)
-    assert res.stats["p2p_bytes"] > 0 and res.stats["spill_bytes"] > 0
+    assert res.stats["spill_bytes"] > 0
+    assert (res.stats["p2p_bytes"] > 0) == (GPUS >= 2)  # the other worker's cache: a peer read only on another GPU
     res = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, emit_keys=True, streams=streams, algorithm=algorithm)
     want = np.empty(n, np.int64)
     want[rk] = rp

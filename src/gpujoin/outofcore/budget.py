@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 
 #: Unit multipliers of ``parse_bytes``: decimal for kB/MB/GB/TB (as Dask and pandas), binary
 #: for KiB/MiB/GiB/TiB.
@@ -108,13 +109,28 @@ def gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 10 << 20 else f"{n:,} bytes"
 
 
+#: Caps in force, by GPU: CuPy's pool limit before the first, and each holding thread's stack
+#: of limits (several workers of a multi-GPU join may run on one GPU, as the tests do on a
+#: machine of one; each is owed its own budget, so the pool is held to their sum).
+_caps: dict[int, dict] = {}
+_caps_lock = threading.Lock()
+
+
+def _set_cap(pool, entry) -> None:
+    total = sum(stack[-1] for stack in entry["holders"].values())
+    pool.set_limit(size=max(total, pool.used_bytes()))
+
+
 @contextlib.contextmanager
 def gpu_memory_cap(limit: int | None):
-    """Hold CuPy's memory pool to ``limit`` bytes (None: no cap) inside the block.
+    """Hold CuPy's memory pool of the current GPU to ``limit`` bytes (None: no cap) inside the
+    block.
 
     Cached free blocks are released first so that what the operation takes is what the cap
-    measures; the previous cap is restored on exit.  An allocation past the cap raises
-    MemoryError naming memory_limit.
+    measures; the previous cap is restored when the last holder leaves.  A cap inside another
+    in the same thread replaces it while it lasts; threads that hold caps on the same GPU at
+    once (workers sharing it) are held to the sum of their limits.  An allocation past the cap
+    raises MemoryError naming memory_limit.
     """
     if limit is None:
         yield
@@ -122,13 +138,27 @@ def gpu_memory_cap(limit: int | None):
     import cupy as cp
 
     pool = cp.get_default_memory_pool()
-    before = pool.get_limit()
-    pool.free_all_blocks()
-    pool.set_limit(size=max(limit, pool.used_bytes()))
+    dev, me = cp.cuda.Device().id, threading.get_ident()
+    with _caps_lock:
+        entry = _caps.get(dev)
+        if entry is None:
+            pool.free_all_blocks()
+            entry = _caps[dev] = {"before": pool.get_limit(), "holders": {}}
+        entry["holders"].setdefault(me, []).append(limit)
+        _set_cap(pool, entry)
     try:
         yield
     except cp.cuda.memory.OutOfMemoryError as e:  # an allocation past the cap: name the cap
         raise MemoryError(f"GPU memory_limit={limit:,} bytes reached ({e}); raise memory_limit, or pass host "
                           f"tables so that out-of-core execution takes over") from None
     finally:
-        pool.set_limit(size=before)
+        with _caps_lock, cp.cuda.Device(dev):
+            stack = entry["holders"][me]
+            stack.pop()
+            if not stack:
+                del entry["holders"][me]
+            if entry["holders"]:
+                _set_cap(pool, entry)
+            else:
+                pool.set_limit(size=entry["before"])
+                del _caps[dev]
