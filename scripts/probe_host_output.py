@@ -98,14 +98,58 @@ def pinned_pool(name):
     show(name, [("cudaHostAlloc", t1 - t0), ("DMA", t2 - t1)])
 
 
+def touch(a, nthreads, stride=4096):
+    """Fault ``a`` in: one byte a page, from ``nthreads`` threads."""
+    u = a.reshape(-1).view(np.uint8)
+    b = (np.linspace(0, u.size // stride, nthreads + 1).astype(np.int64)) * stride
+    with ThreadPoolExecutor(nthreads) as ex:
+        list(ex.map(lambda i: u[b[i]:b[i + 1]:stride].fill(0), range(nthreads)))
+
+
+def beside_staging(name, fault_threads):
+    """pass 1's staging copy (pageable to pinned, all threads) while ``fault_threads`` fault the
+    output in (0: the copy alone), then the slots' copy into the faulted output."""
+    src = np.ones(size, np.uint8)
+    pin = stream.pinned_empty(256 << 20, np.uint8)
+    out = np.empty(size // 8, np.int64)
+    done = {}
+
+    def fault():
+        t = time.perf_counter()
+        touch(out, fault_threads)
+        done["fault"] = time.perf_counter() - t
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(1) as ex:
+        f = ex.submit(fault) if fault_threads else None
+        for lo in range(0, size, pin.size):
+            stream.parallel_copy(pin, src[lo:lo + pin.size])
+        staging = time.perf_counter() - t0
+        if f:
+            f.result()
+    t1 = time.perf_counter()
+    stream.Downloader(st).get([dev], outs=[out])
+    slots_t = time.perf_counter() - t1
+    check(out)
+    show(name, [("staging", staging), ("fault (beside)", done.get("fault", 0) * 0), ("slots", slots_t)])
+    print(f"{'':58} fault alone took {done.get('fault', 0) * 1e3:.0f} ms of it", flush=True)
+
+
 print(open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip(),
       "| defrag:", open("/sys/kernel/mm/transparent_hugepage/defrag").read().strip(),
       "| numpy madvise:", _mm._get_madvise_hugepage(), "| threads:", threads, flush=True)
+if len(sys.argv) > 2 and sys.argv[2] == "beside":
+    for rnd in range(2):
+        for ft in (0, 2, 4, 8, 16):
+            beside_staging(f"staging copy, {ft} threads faulting the output beside", ft)
+    sys.exit()
 for rnd in range(2):
     print(f"-- round {rnd}, {size / GiB:.0f} GiB", flush=True)
     slots("slots (Downloader), np.empty, MADV_HUGEPAGE")
     slots("slots, np.empty without MADV_HUGEPAGE", huge=False)
     slots("slots, columns faulted first by threads", prefault=True)
+    t = time.perf_counter(); a = np.empty(size // 8, np.int64); touch(a, threads)
+    show("fault only, a byte a page, by threads", [("touch", time.perf_counter() - t)]); del a
     registered("registered in 256 MiB pieces by threads, DMA", piece=256 << 20)
     registered("registered in 1 GiB pieces by threads, DMA", piece=GiB)
     registered("registered whole, one call, DMA", piece=size)
