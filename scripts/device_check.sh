@@ -102,6 +102,9 @@ if [[ $stage == nvcomp ]]; then
     tests/test_dist_device.py 2>&1 | tail -15
   mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \
     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -n 2 python3 tests/mpi_dist_check.py '' cuda 2>&1 | tail -6
+  # 4 ranks as 2 hosts of 2: the two-level plan, and "auto" measuring the device links
+  mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \
+    -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -n 4 python3 tests/mpi_dist_check.py 2 cuda 2>&1 | tail -6
   for sf in ${SF:-1}; do gj bench compression --device cuda --sf $sf -o "$OUT/bench_compression.jsonl"; done 2>&1 | tail -8
   # the GPU-placed benchmark with compression off and on (a check of its path: ranks sharing a GPU)
   mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \

@@ -158,6 +158,15 @@ def device_tables(comm, extra, left, right):
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(right, ["s"], device="cpu").agg(
                 n=(None, "size"), m=("k", "max"), c=("c", "sum")))
+    # shuffle="auto" of tables in GPU memory: the crossover model with the links measured over
+    # the device transport (NCCL; host memory and MPI where ranks share a GPU)
+    got = gathered(comm, join(dev(left), dev(right), "k", how="full", comm=comm).to_arrow())
+    if comm.rank == 0:
+        assert_tables_equal(got, gpujoin.join(left, right, "k", how="full", device="cpu"))
+        if comm.nodes > 1 and comm.local_size > 1:
+            assert True in comm.rail()._link_GBps and True in comm._message_s, "NCCL links not measured"
+            print(f"device auto shuffle: rail {comm.rail()._link_GBps}, host {comm.host()._link_GBps} GB/s, "
+                  f"message {comm._message_s} s", flush=True)
     if comm.nccl() is not None:  # an NCCL communicator of the caller's (ranks on distinct GPUs)
         from cupy.cuda import nccl
         from mpi4py import MPI

@@ -198,13 +198,18 @@ def test_auto_shuffle_follows_the_crossover_model():
     assert auto_method(two_hosts, 10, uniform=False) == "one-level"
     # by default the links are the job's own, measured: a NIC of 1 GB/s and 1 ms a message
     # (the one-level shuffle's 15 messages a rank against 1 + 7) move the crossover far up
-    link = lambda gbps: SimpleNamespace(size=2, link_GBps=lambda: gbps)  # noqa: E731
+    # for tables in GPU memory the links are NCCL's (device=True), measured apart from MPI's
+    link = lambda gbps: SimpleNamespace(size=2, link_GBps=lambda device=False: gbps * (20 if device else 1))  # noqa
     slow = SimpleNamespace(nodes=2, local_size=8, size=16, rail=lambda: link(1.0), host=lambda: link(300.0),
-                           message_s=lambda: 1e-3)
+                           message_s=lambda device=False: 1e-5 if device else 1e-3)
     rates = measured_rates(slow)
     assert (rates.inter_Bps, rates.intra_Bps, rates.alpha_s) == (1e9, 300e9, 1e-3)
     assert crossover(16, 8, rates) > 10 * edge
     assert auto_method(slow, int(edge * 2)) == "two-level"
+    fast = measured_rates(slow, device=True)
+    assert (fast.inter_Bps, fast.intra_Bps, fast.alpha_s) == (20e9, 6000e9, 1e-5)
+    rows = int(2 * crossover(16, 8, fast))  # past NCCL's crossover, under MPI's
+    assert auto_method(slow, rows, device=True) == "one-level" and auto_method(slow, rows) == "two-level"
 
 
 def test_alltoallv_sends_big_messages_in_rounds(monkeypatch):

@@ -52,26 +52,6 @@ def random_slice(rows: int, rank: int, size: int, seed: int = 1, ranks=None, xp=
     return DeviceTable({"k": cat(0), "build_id": cat(2)}), DeviceTable({"k": cat(1), "probe_id": cat(2)}), hits
 
 
-def nccl_alltoall_bandwidth(comm, nbytes: int = 4 << 30, reps: int = 5) -> float:
-    """GB/s each rank sends to the others in an NCCL all-to-all of ``nbytes`` a rank (split
-    evenly; ``Communicator.alltoallv_device``, the shuffle's transport), median of ``reps``."""
-    import cupy as cp
-
-    per = nbytes // comm.size
-    send = cp.ones(per * comm.size, cp.uint8)
-    counts = np.full(comm.size, per, np.int64)
-    side = cp.cuda.Stream(non_blocking=True)  # the self-copy beside the NCCL group, as NCCL's own
-    times = []
-    for _ in range(reps + 1):
-        comm.barrier()
-        t0 = time.perf_counter()
-        out = comm.alltoallv_device([send], counts, counts, self_stream=side)
-        cp.cuda.get_current_stream().synchronize()
-        times.append(max(comm.allgather(time.perf_counter() - t0)))
-        del out
-    return per * (comm.size - 1) / float(np.median(times[1:])) / 1e9 if comm.size > 1 else float("inf")
-
-
 def single_gpu_join_s(rows: int, comm, runs: int) -> float | None:
     """On rank 0: the in-core join of the whole job's random tables on its one GPU (seconds, the
     minimum of ``runs``), what the distributed join is measured against; None on other ranks."""
@@ -153,7 +133,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     gpu = placement == "gpu"
     if gpu and (workload != "random" or device != "cuda"):
         raise ValueError("--placement gpu runs the random workload with --device cuda")
-    ceiling = nccl_alltoall_bandwidth(comm) if gpu else comm.measure_alltoall_GBps()
+    ceiling = comm.measure_alltoall_GBps(4 << 30, 5, device=True) if gpu else comm.measure_alltoall_GBps()
     if comm.rank == 0:
         log(f"{comm.size} ranks on {comm.nodes} host(s); {'NCCL' if gpu else 'MPI'} all-to-all {ceiling:.2f} GB/s "
             f"a rank")

@@ -75,7 +75,8 @@ class Communicator:
         self.device = None
         self._rail = self._host = None
         self._nccl = None  # made at the first device all-to-all (a collective of every rank)
-        self._link_GBps = self._message_s = None
+        self._link_GBps: dict = {}  # by placement: False host data over MPI, True GPU data over NCCL
+        self._message_s: dict = {}
 
     @staticmethod
     def from_mpi(comm=None, ranks_per_node: int | None = None) -> Communicator:
@@ -185,47 +186,67 @@ class Communicator:
                 self._nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
         return self._nccl or None
 
-    def _alltoall_s(self, per: int, dtype, reps: int) -> float:
-        """Seconds of an MPI all-to-all of ``per`` values of ``dtype`` to every rank, the slowest
-        rank's, median of ``reps`` (a collective)."""
+    def _alltoall_s(self, per: int, dtype, reps: int, device: bool = False) -> float:
+        """Seconds of an all-to-all of ``per`` values of ``dtype`` to every rank, the slowest
+        rank's, median of ``reps`` (a collective): host arrays over MPI, or (``device``) GPU
+        arrays through the shuffle's own transport (:meth:`alltoallv_device`: NCCL, the
+        self-copy beside it), after one untimed run that makes the NCCL communicator."""
         import time
 
-        send = np.zeros(per * self.size, dtype)
         counts = np.full(self.size, per, np.int64)
+        if device:
+            import cupy as cp
+
+            send = cp.zeros(per * self.size, dtype)
+            side = cp.cuda.Stream(non_blocking=True)  # the self-copy beside the NCCL group, as NCCL's own
+
+            def once():
+                self.alltoallv_device([send], counts, counts, self_stream=side)
+                cp.cuda.get_current_stream().synchronize()
+            once()
+        else:
+            send = np.zeros(per * self.size, dtype)
+
+            def once():
+                self.alltoallv(send, counts, counts)
         times = []
         for _ in range(reps):
             self.barrier()
             t0 = time.perf_counter()
-            self.alltoallv(send, counts, counts)
+            once()
             times.append(max(self.allgather(time.perf_counter() - t0)))
         return float(np.median(times))
 
-    def measure_alltoall_GBps(self, nbytes: int = 1 << 26, reps: int = 3) -> float:
-        """GB/s each rank sends to the others in an MPI all-to-all of ``nbytes`` a rank (split
-        evenly), the slowest rank's, median of ``reps`` (a collective; inf for one rank)."""
+    def measure_alltoall_GBps(self, nbytes: int = 1 << 26, reps: int = 3, device: bool = False) -> float:
+        """GB/s each rank sends to the others in an all-to-all of ``nbytes`` a rank (split
+        evenly), the slowest rank's, median of ``reps`` (a collective; inf for one rank): host
+        data over MPI, or GPU data over NCCL (``device``)."""
         if self.size == 1:
             return float("inf")
         per = nbytes // self.size
-        return per * (self.size - 1) / self._alltoall_s(per, np.uint8, reps) / 1e9
+        return per * (self.size - 1) / self._alltoall_s(per, np.uint8, reps, device) / 1e9
 
-    def link_GBps(self) -> float:
-        """This communicator's all-to-all GB/s a rank for host data: for ranks on several hosts
-        GPUJOIN_INTER_HOST_GBPS when set on every rank (a NIC's known rate), else measured once
-        (:meth:`measure_alltoall_GBps`, 64 MiB a rank) and kept.  A collective on first use."""
-        if self._link_GBps is None:
+    def link_GBps(self, device: bool = False) -> float:
+        """This communicator's all-to-all GB/s a rank, for host data (over MPI) or GPU data
+        (``device``: over NCCL): for ranks on several hosts GPUJOIN_INTER_HOST_GBPS when set on
+        every rank (a NIC's known rate), else measured once (:meth:`measure_alltoall_GBps`, 64
+        MiB a rank) and kept.  A collective on first use."""
+        if device not in self._link_GBps:
             import os
 
             given = os.environ.get("GPUJOIN_INTER_HOST_GBPS") if self.nodes > 1 else None
-            self._link_GBps = float(given) if given else self.measure_alltoall_GBps()
-        return self._link_GBps
+            self._link_GBps[device] = float(given) if given else self.measure_alltoall_GBps(device=device)
+        return self._link_GBps[device]
 
-    def message_s(self, reps: int = 5) -> float:
+    def message_s(self, reps: int = 5, device: bool = False) -> float:
         """Seconds a message of an all-to-all costs beyond its bytes (paper 001's per-message
-        latency): an all-to-all of 8 bytes to every rank, the slowest rank's, median of ``reps``,
-        over the size - 1 messages a rank sends.  Measured once (a collective); 0 for one rank."""
-        if self._message_s is None:
-            self._message_s = 0.0 if self.size == 1 else self._alltoall_s(1, np.int64, reps) / (self.size - 1)
-        return self._message_s
+        latency): an all-to-all of 8 bytes to every rank (host data over MPI, or GPU data over
+        NCCL with ``device``), the slowest rank's, median of ``reps``, over the size - 1
+        messages a rank sends.  Measured once (a collective); 0 for one rank."""
+        if device not in self._message_s:
+            self._message_s[device] = (0.0 if self.size == 1 else
+                                       self._alltoall_s(1, np.int64, reps, device) / (self.size - 1))
+        return self._message_s[device]
 
     def alltoall_counts(self, counts: np.ndarray) -> np.ndarray:
         """Each rank sends ``counts[j]`` (int64 (size,)) to rank j; returns what each rank sent

@@ -51,16 +51,17 @@ H200 = Rates(partition_Bps=610e9, join_tuples_per_s=14.8e9, compress_Bps=140e9, 
 RADIX_BITS_PER_PASS = 8
 
 
-def measured_rates(comm, base: Rates = H200) -> Rates:
-    """``base`` with this job's links measured (host data over MPI; a collective of every rank,
-    once a communicator): ``inter_Bps`` the rail's all-to-all rate (GPU y of every host; or
-    GPUJOIN_INTER_HOST_GBPS), ``intra_Bps`` the host's, ``alpha_s`` the time a message of an
-    all-to-all of 8-byte messages takes (``Communicator.message_s``).  The kernel rates stay
-    ``base``'s."""
+def measured_rates(comm, base: Rates = H200, device: bool = False) -> Rates:
+    """``base`` with this job's links measured (a collective of every rank, once a
+    communicator): host data over MPI, or (``device``) GPU data over NCCL, the shuffle's
+    transport for tables in GPU memory.  ``inter_Bps`` the rail's all-to-all rate (GPU y of
+    every host; or GPUJOIN_INTER_HOST_GBPS), ``intra_Bps`` the host's, ``alpha_s`` the time a
+    message of an all-to-all of 8-byte messages takes (``Communicator.message_s``).  The kernel
+    rates stay ``base``'s."""
     rail, host = comm.rail(), comm.host()
-    inter = rail.link_GBps() * 1e9 if rail.size > 1 else base.inter_Bps
-    intra = host.link_GBps() * 1e9 if host.size > 1 else base.intra_Bps
-    return replace(base, inter_Bps=inter, intra_Bps=intra, alpha_s=comm.message_s())
+    inter = rail.link_GBps(device) * 1e9 if rail.size > 1 else base.inter_Bps
+    intra = host.link_GBps(device) * 1e9 if host.size > 1 else base.intra_Bps
+    return replace(base, inter_Bps=inter, intra_Bps=intra, alpha_s=comm.message_s(device=device))
 
 
 def _passes(parts: int) -> int:

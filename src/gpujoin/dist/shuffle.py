@@ -241,18 +241,19 @@ def exchange(table: pa.Table, dest: np.ndarray, comm: Communicator, compress=Non
     return pa.concat_tables(got).combine_chunks() if got else table.schema.empty_table()
 
 
-def auto_method(comm: Communicator, rows: int, uniform: bool = True, rates=None) -> str:
+def auto_method(comm: Communicator, rows: int, uniform: bool = True, rates=None, device: bool = False) -> str:
     """Paper 001's choice: the two-level shuffle below the crossover of its model (few rows a
     GPU: the one-level shuffle's P messages a rank cost more in latency than the second pass
     costs in bytes), the one-level one above it; one level on one host or with one rank a host.
 
-    ``rates``: the model's ``Rates``; by default ``model.measured_rates(comm)``, its links
-    calibrated on this job's ranks (a collective, once a communicator)."""
+    ``rates``: the model's ``Rates``; by default ``model.measured_rates(comm, device=device)``,
+    its links calibrated on this job's ranks for host data (MPI) or GPU data (``device``:
+    NCCL), a collective once a communicator."""
     if comm.nodes < 2 or comm.local_size < 2 or not uniform:
         return "one-level"
     from .model import crossover, measured_rates
 
-    rates = measured_rates(comm) if rates is None else rates
+    rates = measured_rates(comm, device=device) if rates is None else rates
     return "two-level" if rows < crossover(comm.size, comm.local_size, rates) else "one-level"
 
 
@@ -322,11 +323,8 @@ def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "a
     remote = {"none": None, "cascaded": lambda j: True,
               "auto": lambda j: node_of[j] != comm.node}[compression]
     uniform = len({s for _, _, s in layout}) == 1
-    if method == "auto":  # the links measured over MPI: NCCL's for tables in GPU memory are not (yet)
-        from .model import H200
-
-        method = auto_method(comm, max(comm.allgather(max(t.num_rows for t in tables))), uniform,
-                             H200 if device else None)
+    if method == "auto":  # the links measured: MPI's for host tables, NCCL's for tables in GPU memory
+        method = auto_method(comm, max(comm.allgather(max(t.num_rows for t in tables))), uniform, device=device)
     if method == "one-level" or comm.size == 1:
         return move(tables, dests, comm, remote, stats)
     if not uniform:
