@@ -116,6 +116,39 @@ def test_hybrid_core_sum_columns_and_balance(streams, algorithm):
     assert np.array_equal(res.build[0][0], want[res.key])
 
 
+def test_transfer_only_moves_the_same_bytes_and_joins_nothing():
+    """Paper 000's transfer-only mode (Fig. 8): the hybrid join on two workers, the Triton join
+    on one GPU (with a skewed pair joined in blocks) and the ring each move exactly the bytes of
+    their real run and return no rows."""
+    from gpujoin.dist.hybrid import hybrid_join
+    from gpujoin.dist.nested_loop import ring_join
+    from gpujoin.outofcore.triton import triton_join
+    from gpujoin.plan.placement import plan_placement
+
+    n = 300_000
+    rk, rp, sk, sp = pk_fk_arrays(n)
+    keys = ("h2d_bytes", "d2h_bytes", "spill_bytes", "cache_bytes", "p2p_bytes", "split_partitions")
+    pl = plan_placement([n, n], [16, 16], 8 << 20, gpus=2, chunk_rows=20_000)
+    real = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, aggregate="sum")
+    moved = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, aggregate="sum", transfer_only=True)
+    assert real.rows == n and moved.rows == 0 and not moved.total
+    assert {k: moved.stats[k] for k in keys} == {k: real.stats[k] for k in keys}
+    sk_heavy = np.where(np.arange(n) % 2 == 0, 7, sk)  # half of S on one key: a pair past the budget
+    pl = plan_placement([n, n], [16, 16], 8 << 20, force_out_of_core=True)
+    real = triton_join([rk, rp], [sk_heavy, sp], "inner", pl, aggregate="sum")
+    moved = triton_join([rk, rp], [sk_heavy, sp], "inner", pl, aggregate="sum", transfer_only=True)
+    assert real.stats["split_partitions"] > 0 and real.rows == n and moved.rows == 0
+    assert {k: moved.stats[k] for k in keys if k != "p2p_bytes"} == \
+        {k: real.stats[k] for k in keys if k != "p2p_bytes"}
+    a = np.random.default_rng(1).integers(0, 5_000, 3_000)
+    lo = np.random.default_rng(2).integers(0, 5_000, 2_500)
+    args = ([a, a], [lo, lo + 50], [">=", "<="], None, WORKERS)
+    li, ri, st = ring_join(*args, r_chunk_rows=700, s_chunk_rows=450)
+    li2, ri2, st2 = ring_join(*args, r_chunk_rows=700, s_chunk_rows=450, transfer_only=True)
+    assert li.size > 0 and li2.size == ri2.size == 0
+    assert (st2["h2d_bytes"], st2["p2p_bytes"], st2["rounds"]) == (st["h2d_bytes"], st["p2p_bytes"], st["rounds"])
+
+
 def test_hybrid_join_streams_blocks_to_a_sink(on_workers):
     left, right = _tables("uniform")
     want = gpujoin.join(left, right, "k", how="left", device="cpu")

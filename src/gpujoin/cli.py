@@ -447,10 +447,16 @@ def cmd_bench_multi_gpu(a):
 
     parse_bytes(a.memory_limit, "--memory-limit")
     inner = _choices(a.inner, ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "gsm"), "--inner")
+    peers = _choices(a.peers, ("duckdb", "polars", "cpu-radix"), "--peers") if a.peers else []
+    shares = [float(x) for x in _csv_list(a.r_share)]
+    if any(not 0 < x < 1 for x in shares):
+        raise ValueError(f"--r-share takes fractions between 0 and 1 (|R| of |R| + |S|), got {a.r_share!r}")
     records = bench_multi_gpu([int(x) for x in _csv_list(a.log2_n)], [int(x) for x in _csv_list(a.gpus)],
                               a.memory_limit, inner, [int(x) for x in _csv_list(a.band_log2_n)], a.band_width,
                               a.runs, a.streams, log=_stderr, zipf=[float(x) for x in _csv_list(a.zipf)],
-                              output_ratios=[int(x) for x in _csv_list(a.output_ratio)])
+                              output_ratios=[int(x) for x in _csv_list(a.output_ratio)],
+                              r_shares=[float(x) for x in _csv_list(a.r_share)], transfer_only=a.transfer_only,
+                              peers=peers)
     _write_records(records, a.output)
 
 
@@ -674,6 +680,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "(smj-tr: paper 000's sort-merge); gsm: the global sort-merge join instead")
     bm.add_argument("--zipf", default="0", help="comma-separated Zipf exponents of S's keys (0: uniform)")
     bm.add_argument("--output-ratio", default="1", help="comma-separated output sizes over |S| (Fig. 11: 1,2,4,8,16)")
+    bm.add_argument("--r-share", default="0.5", help="comma-separated |R| / (|R| + |S|) at the fixed sum 2 * 2^n "
+                    "(Fig. 10: 0.125,0.25,0.5,0.75; 0.5 is |R| = |S|)")
+    bm.add_argument("--transfer-only", action="store_true", help="also time each join with its in-core joins "
+                    "disabled (Fig. 8), beside the cost models' transfer predictions")
+    bm.add_argument("--peers", default="", help="comma-separated host engines run on the same tables once a "
+                    "workload: duckdb, polars, cpu-radix")
     bm.add_argument("--band-log2-n", default="24", help="comma-separated log2 of |L| = |R| of the ring's band join")
     bm.add_argument("--band-width", type=int, default=4)
     bm.add_argument("--streams", type=int, default=3, choices=[1, 3])

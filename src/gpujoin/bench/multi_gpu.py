@@ -19,12 +19,13 @@ import numpy as np
 from .runner import commit, device_name
 
 
-def zipf_keys(n: int, z: float, seed: int) -> np.ndarray:
-    """n int32 keys in [0, n) whose ranks follow Zipf's law with exponent ``z`` (inverse CDF of the
-    continuous power law; z = 0 is uniform), key k the rank k + 1 (paper 000 Fig. 12's skew)."""
+def zipf_keys(n: int, z: float, seed: int, count: int | None = None) -> np.ndarray:
+    """``count`` (default n) int32 keys in [0, n) whose ranks follow Zipf's law with exponent
+    ``z`` (inverse CDF of the continuous power law; z = 0 is uniform), key k the rank k + 1
+    (paper 000 Fig. 12's skew)."""
     import cupy as cp
 
-    u = cp.random.RandomState(seed).random_sample(n)
+    u = cp.random.RandomState(seed).random_sample(n if count is None else count)
     if z == 0:
         ranks = u * n
     elif z == 1:
@@ -36,72 +37,106 @@ def zipf_keys(n: int, z: float, seed: int) -> np.ndarray:
     return out
 
 
+def _sizes(log2_n: int, share: float) -> tuple[int, int]:
+    """(|R|, |S|) with |R| + |S| = 2 * 2^log2_n and |R| that ``share`` of it (paper 000 Fig. 10)."""
+    total = 2 << log2_n
+    nr = max(1, min(total - 1, int(round(total * share))))
+    return nr, total - nr
+
+
 def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], runs: int,
                  streams: int = 3, seed: int = 42, log=print, base: dict | None = None,
-                 zipf: list[float] = (0.0,), output_ratios: list[int] = (1,)) -> list[dict]:
-    """One record a (size, Zipf exponent of S's keys, output ratio, GPUs, in-core join): the
-    hybrid join's SUM over int32 tuples (``inner`` "gsm": the global sort-merge join instead).
-    Output ratio k (paper 000 Fig. 11): R's keys folded onto n/k values, each held by k rows, so
-    every S row matches k of them: k|S| pairs, the SUM k times S's."""
+                 zipf: list[float] = (0.0,), output_ratios: list[int] = (1,), r_shares: list[float] = (0.5,),
+                 transfer_only: bool = False, peers: list[str] = ()) -> list[dict]:
+    """One record a (size, |R| share, Zipf exponent of S's keys, output ratio, GPUs, in-core
+    join): the hybrid join's SUM over int32 tuples (``inner`` "gsm": the global sort-merge join
+    instead).  Output ratio k (paper 000 Fig. 11): R's keys folded onto |R|/k values, each held
+    by k rows, so every S row matches k of them: k|S| pairs, the SUM k times S's.  ``r_shares``:
+    |R| / (|R| + |S|) at the fixed sum 2 * 2^n (Fig. 10; 0.5 is |R| = |S|).
+
+    ``transfer_only``: each hybrid or Triton record also times the same join with no in-core
+    join (paper 000 Fig. 8: every copy in, to the spill and back, over the peer links, each pair
+    fetched) beside the placement model's transfer prediction (``Placement.predict`` without
+    its join term, with the links measured in this run).  ``peers``: out_of_core.BASELINES (e.g.
+    "duckdb", "polars", "cpu-radix") on the host's cores, once a workload of uniform keys."""
     import cupy as cp
 
     from ..outofcore.budget import parse_bytes
     from ..plan.placement import plan_placement
     from ..plan.streaming import stream_join
-    from .out_of_core import make_relations
+    from .out_of_core import bench_baselines, make_relations
 
     records = []
     budget = parse_bytes(limit)
-    for log2_n, z, k in [(a, b, c) for a in log2_sizes for b in zipf for c in output_ratios]:
-        rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes=4)
+
+    def timed(ids, algo, pl, rk, rp, sk, sp, want_rows, want, label, **kw):
+        times, stats = [], None
+        for r in range(runs + 1):
+            t0 = time.perf_counter()
+            res = stream_join([rk, rp], [sk, sp], "inner", pl, ids, algorithm=algo, memory_limit=budget,
+                              aggregate="sum", streams=streams, **kw)
+            dt = time.perf_counter() - t0
+            if not kw.get("transfer_only") and (res.total != want or res.rows != want_rows):
+                raise AssertionError(f"{label} on {len(ids)} GPUs got {res.rows}, {res.total}; want {want_rows}, {want}")
+            if r:  # the first run compiles and pins the staging buffers
+                times.append(dt)
+                stats = res.stats
+            del res
+            for g in ids:
+                with cp.cuda.Device(g):
+                    cp.get_default_memory_pool().free_all_blocks()
+        return times, stats
+
+    for log2_n, share, z, k in [(a, b, c, e) for a in log2_sizes for b in r_shares for c in zipf for e in output_ratios]:
+        nr, ns = _sizes(log2_n, share)
+        rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes=4, rows=(nr, ns))
         if z:
-            sk = zipf_keys(rk.size, z, seed)  # every key still matches one R row: the SUM is known
-        n = rk.size
+            sk = zipf_keys(nr, z, seed, ns)  # every S key in R
         if k > 1:
-            rk, sk = rk % (n // k), sk % (n // k)  # n/k keys, k R rows each
+            rk, sk = rk % (nr // k), sk % (nr // k)  # |R|/k keys, k R rows each
         want = k * int(sp.sum(dtype=np.int64))
+        label = f"2^{log2_n}" + (f" |R|:|S| = {nr:,}:{ns:,}" if nr != ns else "")
+        shape = {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8, "memory_limit": limit, "mode": "sum",
+                 "zipf": z, "output_ratio": k, **({} if nr == ns else {"r_rows": nr, "s_rows": ns, "r_share": share})}
         for d in gpu_counts:
             ids = list(range(d))
             for algo in inner:
-                pl = plan_placement([n, n], [8, 8], budget, gpus=d, force_out_of_core=True)
-                times, stats = [], None
-                for r in range(runs + 1):
-                    t0 = time.perf_counter()
-                    res = stream_join([rk, rp], [sk, sp], "inner", pl, ids, algorithm=algo, memory_limit=budget,
-                                      aggregate="sum", streams=streams)
-                    dt = time.perf_counter() - t0
-                    if res.total != want or res.rows != k * n:
-                        raise AssertionError(f"hybrid on {d} GPUs got {res.rows}, {res.total} at 2^{log2_n}; "
-                                             f"want {k * n}, {want}")
-                    if r:  # the first run compiles and pins the staging buffers
-                        times.append(dt)
-                        stats = res.stats
-                    del res
-                    for g in ids:
-                        with cp.cuda.Device(g):
-                            cp.get_default_memory_pool().free_all_blocks()
+                pl = plan_placement([nr, ns], [8, 8], budget, gpus=d, force_out_of_core=True)
+                times, stats = timed(ids, algo, pl, rk, rp, sk, sp, k * ns, want, label)
                 med = float(np.median(times))
                 name = "gsm" if algo == "gsm" else "hybrid" if d > 1 else "triton"
-                rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": name,
-                       "inner": algo, "gpus": d, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8,
-                                                              "memory_limit": limit, "mode": "sum", "zipf": z,
-                                                              "output_ratio": k},
-                       "streams": streams, "runs": len(times), "median_s": med, "min_s": min(times),
-                       "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9, "correct": True,
+                rates = _rates(base, d)
+                rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": name, "inner": algo, "gpus": d,
+                       "workload": shape, "streams": streams, "runs": len(times), "median_s": med,
+                       "min_s": min(times), "max_s": max(times), "throughput_g_per_s": (nr + ns) / med / 1e9,
+                       "correct": True,
                        **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
                                                     "d2h_bytes", "p2p_bytes", "split_partitions")},
                        "phases_s": stats["phases"], "predicted_s": stats.get("predicted_phases"),
-                       "predicted_calibrated_s": None if algo == "gsm" else pl.predict(0, _rates(base, d)),
+                       "predicted_calibrated_s": None if algo == "gsm" else pl.predict(0, rates),
                        "per_gpu": stats.get("per_gpu")}
-                records.append(rec)
                 ph = " ".join(f"{k}={v:.2f}" for k, v in stats["phases"].items())
                 pr = " ".join(f"{k}={v:.2f}" for k, v in (rec["predicted_calibrated_s"] or {}).items())
                 loads = [g["pair_bytes"] for g in stats.get("per_gpu") or [] if "pair_bytes" in g]
                 if loads:
                     log(f"  per-GPU pair bytes (max/mean) {max(loads) / (sum(loads) / len(loads)):.3f}")
-                log(f"2^{log2_n} z={z} out={k}x x{d} {algo}: {med:.2f} s ({2 * n / med / 1e9:.2f} G t/s) measured {ph}; "
-                    f"predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
+                log(f"{label} z={z} out={k}x x{d} {algo}: {med:.2f} s ({(nr + ns) / med / 1e9:.2f} G t/s) measured "
+                    f"{ph}; predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
                     f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
+                if transfer_only and algo != "gsm":
+                    t_times, t_stats = timed(ids, algo, pl, rk, rp, sk, sp, 0, 0, label, transfer_only=True)
+                    t_med = float(np.median(t_times))
+                    predicted = pl.predict(0, {**(rates or {}), "gpu_join": float("inf")})
+                    rec.update({"transfer_only_s": t_med, "transfer_only_phases_s": t_stats["phases"],
+                                "predicted_transfer_s": predicted})
+                    err = sum(predicted.values()) / t_med - 1
+                    log(f"  transfer only: {t_med:.2f} s ({' '.join(f'{k}={v:.2f}' for k, v in t_stats['phases'].items())}); "
+                        f"predicted {sum(predicted.values()):.2f} s ({err:+.0%}); the join's share "
+                        f"{1 - t_med / med:.0%}")
+                records.append(rec)
+        if peers and not z and k == 1:  # the host engines once a workload (no GPU budget applies)
+            records += bench_baselines(list(peers), log2_n, rk, rp, sk, sp, None, 1,
+                                       {**(base or {}), "benchmark": "multi-gpu"}, int(sp.sum(dtype=np.int64)), log)
         del rk, rp, sk, sp
     return records
 
@@ -118,9 +153,32 @@ def _rates(base: dict | None, d: int) -> dict | None:
     return out
 
 
+def _ring_transfer(left, right, ids: list[int], runs: int, links: dict | None) -> dict:
+    """The ring of join_where's band join with no block joined (paper 000 Fig. 8), median of
+    ``runs``, beside Eqs. 1-3 with the links measured in this run."""
+    from ..dist.nested_loop import ring_join
+    from ..plan.multi_gpu_cost import H200_HOST, Links, transfer_seconds
+
+    a = left.column("a").to_numpy().astype(np.int64)
+    lo, hi = (right.column(c).to_numpy().astype(np.int64) for c in ("lo", "hi"))
+    times = []
+    for r in range(runs + 1):
+        t0 = time.perf_counter()
+        _, _, st = ring_join([a, a], [lo, hi], [">=", "<="], None, ids, transfer_only=True)
+        if r:
+            times.append(time.perf_counter() - t0)
+    h2d = links["h2d_gpu0_GBps"] * 1e9 if links else H200_HOST.h2d
+    lk = Links(h2d=h2d, duplex=2 * h2d, p2p=links.get("p2p_GBps", 396.0) * 1e9 if links else H200_HOST.p2p,
+               host_links=len(ids))
+    predicted = transfer_seconds("nl", 16 * a.size, 16 * lo.size, st["r_chunks"], st["s_chunks"], len(ids), lk)
+    return {"transfer_only_s": float(np.median(times)), "predicted_transfer_s": predicted,
+            "transfer_only_ring_s": st["ring_s"]}
+
+
 def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: int, log=print,
-               base: dict | None = None) -> list[dict]:
-    """One record a (size, GPUs): join_where's band join through the ring."""
+               base: dict | None = None, transfer_only: bool = False) -> list[dict]:
+    """One record a (size, GPUs): join_where's band join through the ring; with
+    ``transfer_only`` also the ring with no block joined, beside paper 000's Eqs. 1-3."""
     from ..expr import col
     from ..plan.join_where import execute_join_where
     from .join_where import band_tables
@@ -150,15 +208,20 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
                    "output_rows": want, "correct": True, "phases_s": dict(stats.phases),
                    **{k: stats.params.get(k) for k in ("rounds", "h2d_bytes", "p2p_bytes", "candidates")},
                    "per_gpu": stats.params.get("per_gpu")}
-            records.append(rec)
             log(f"band 2^{log2_n} w={width} x{d}: {med:.2f} s, match (ring) {rec['match_s']:.3f} s, "
                 f"{want:,} rows")
+            if transfer_only:
+                rec.update(_ring_transfer(left, right, list(range(d)), runs, (base or {}).get("links")))
+                log(f"  transfer only: {rec['transfer_only_s']:.3f} s (ring {rec['transfer_only_ring_s']:.3f} s); "
+                    f"predicted (Eqs. 1-3) {rec['predicted_transfer_s']:.3f} s")
+            records.append(rec)
     return records
 
 
 def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], band_log2: list[int],
                     band_width: int, runs: int, streams: int = 3, log=print, zipf: list[float] = (0.0,),
-                    output_ratios: list[int] = (1,)) -> list[dict]:
+                    output_ratios: list[int] = (1,), r_shares: list[float] = (0.5,), transfer_only: bool = False,
+                    peers: list[str] = ()) -> list[dict]:
     """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``."""
     from ..dist.devices import device_count
     from ..plan.calibrate import measure_links
@@ -172,7 +235,8 @@ def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, in
     base = {"engine": "gpujoin", "device": f"{have} x {device_name('cuda')}", "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "links": links}
     records = bench_hybrid(log2_sizes, gpu_counts, limit, inner, runs, streams, log=log, base=base,
-                           zipf=zipf, output_ratios=output_ratios) if log2_sizes else []
+                           zipf=zipf, output_ratios=output_ratios, r_shares=r_shares, transfer_only=transfer_only,
+                           peers=peers) if log2_sizes else []
     if band_log2:
-        records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base)
+        records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base, transfer_only=transfer_only)
     return records

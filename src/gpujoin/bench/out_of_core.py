@@ -47,21 +47,22 @@ def pcie_bandwidth(nbytes: int = 1 << 30, reps: int = 5) -> dict:
     return {"h2d_pinned_GBps": h2d, "d2h_pinned_GBps": d2h, "h2d_pageable_GBps": pageable_h2d}
 
 
-def make_relations(log2_n: int, seed: int = 42, item_bytes: int = 8):
+def make_relations(log2_n: int, seed: int = 42, item_bytes: int = 8, rows: tuple[int, int] | None = None):
     """(R keys, R payloads, S keys, S payloads) as pageable host arrays of ``item_bytes``-byte
     integers, generated on the GPU (a host permutation of 2^30 keys alone takes half a minute)
-    and copied down."""
+    and copied down: R a shuffled dense key 0 .. |R| - 1, S uniform into it, |R| = |S| =
+    2^log2_n unless ``rows`` gives (|R|, |S|)."""
     import cupy as cp
 
-    n = 1 << log2_n
+    nr, ns = rows or (1 << log2_n, 1 << log2_n)
     dt = np.int64 if item_bytes == 8 else np.int32
     top = 1 << 40 if item_bytes == 8 else 1 << 20
     rs = cp.random.RandomState(seed)
     out = []
-    for make in (lambda: rs.permutation(n).astype(dt),
-                 lambda: rs.randint(0, top, n, dtype=cp.int64).astype(dt),
-                 lambda: rs.randint(0, n, n, dtype=cp.int64).astype(dt),
-                 lambda: rs.randint(0, top, n, dtype=cp.int64).astype(dt)):
+    for n, make in ((nr, lambda: rs.permutation(nr).astype(dt)),
+                    (nr, lambda: rs.randint(0, top, nr, dtype=cp.int64).astype(dt)),
+                    (ns, lambda: rs.randint(0, nr, ns, dtype=cp.int64).astype(dt)),
+                    (ns, lambda: rs.randint(0, top, ns, dtype=cp.int64).astype(dt))):
         d = make()
         h = np.empty(n, dt)
         d.get(out=h)
@@ -138,7 +139,8 @@ def bench_baselines(names: list[str], log2_n: int, rk, rp, sk, sp, limit: str | 
     from ..outofcore.budget import parse_bytes
 
     records = []
-    n = rk.size
+    n = sk.size  # every S row matches one R row
+    tuples = rk.size + sk.size
     for name in names:
         if name not in BASELINES:
             raise ValueError(f"unknown baseline {name!r}; valid: {list(BASELINES)}")
@@ -164,10 +166,11 @@ def bench_baselines(names: list[str], log2_n: int, rk, rp, sk, sp, limit: str | 
         records.append({**base, "engine": name if name in ("duckdb", "polars") else "gpujoin",
                         "device": device_name("cpu") if cpu else base["device"], "algorithm": name,
                         "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * rk.itemsize,
-                                     "memory_limit": None if cpu else limit, "mode": "sum"},
+                                     "memory_limit": None if cpu else limit, "mode": "sum",
+                                     **({} if rk.size == sk.size else {"r_rows": rk.size, "s_rows": sk.size})},
                         "runs": len(times), "median_s": med, "min_s": min(times), "max_s": max(times),
-                        "throughput_g_per_s": 2 * n / med / 1e9, "correct": True, "phases_s": phases})
-        log(f"2^{log2_n} limit={limit} {name}: {med * 1e3:.0f} ms, {2 * n / med / 1e9:.2f} G tuples/s")
+                        "throughput_g_per_s": tuples / med / 1e9, "correct": True, "phases_s": phases})
+        log(f"2^{log2_n} limit={limit} {name}: {med * 1e3:.0f} ms, {tuples / med / 1e9:.2f} G tuples/s")
     return records
 
 

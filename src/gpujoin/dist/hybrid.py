@@ -62,12 +62,13 @@ def _concat_columns(parts: list[tuple]) -> tuple:
 
 def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str, placement: Placement,
                 gpus: list[int], *, algorithm: str = "phj-tr", emit_keys: bool = False, aggregate: str | None = None,
-                streams: int = 3, consumer=None, memory_limit: int | None = None) -> JoinResult:
+                streams: int = 3, consumer=None, memory_limit: int | None = None,
+                transfer_only: bool = False) -> JoinResult:
     """The hybrid join of host relations R (build) and S (probe) on the GPUs ``gpus``.
 
     Parameters
     ----------
-    build_cols, probe_cols, mode, emit_keys, aggregate, streams, consumer : as
+    build_cols, probe_cols, mode, emit_keys, aggregate, streams, consumer, transfer_only : as
         :func:`gpujoin.outofcore.triton.triton_join` (key first, int32/int64, no nulls)
     placement : ``plan_placement(..., gpus=len(gpus))``: each GPU's budget, chunk and cache
     gpus : device ids, one host thread each (an id may repeat: several workers on one GPU)
@@ -112,7 +113,8 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     rels: list = [None] * d
 
     def first(g):
-        w = workers[g] = TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer and shared)
+        w = workers[g] = TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer and shared,
+                                    transfer_only)
         w.out_bytes = w.open_sink(build_cols, probe_cols, mode, share=1 / d)
         rels[g] = w.pass1(build_cols, probe_cols, starts[g])
 

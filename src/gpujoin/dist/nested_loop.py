@@ -64,7 +64,8 @@ def _chunks(n: int, rows: int) -> list[tuple[int, int]]:
 
 def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], driver: list[int] | None,
               gpus: list[int], *, r_chunk_rows: int | None = None, s_chunk_rows: int | None = None,
-              block_pairs: int = 1 << 24, streams: int = 3, memory_limit: int | None = None):
+              block_pairs: int = 1 << 24, streams: int = 3, memory_limit: int | None = None,
+              transfer_only: bool = False):
     """The θ-join of host rows on the GPUs ``gpus`` by the peer-to-peer ring (paper 000 §3.1).
 
     Parameters
@@ -80,6 +81,8 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     block_pairs : candidate pairs a GPU tests at once
     streams : 3 (the next round's chunk copies in while this one is joined) or 1
     memory_limit : each GPU's cap on CuPy's pool (bytes), None for none
+    transfer_only : every chunk in from the host and around the ring, no block joined (no
+        pairs): paper 000's transfer-only mode (Fig. 8), the time its Eq. 1-2 predict
 
     Returns
     -------
@@ -159,7 +162,7 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                     held[g] = None if cur is None else cur[2]
                     barrier.wait()  # every GPU's round-t chunk is in place
                     nxt = fetch(t + 1) if t + 1 < len(rounds) else None
-                    if cur is not None:
+                    if cur is not None and not transfer_only:
                         step, rc, sc = cur
                         t0 = time.perf_counter()
                         r0, s0 = rch[step.r][0], sch[step.s][0]

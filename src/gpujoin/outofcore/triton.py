@@ -205,8 +205,9 @@ class TritonJoin:
     :func:`triton_join`."""
 
     def __init__(self, placement: Placement, algorithm: str, emit_keys: bool, aggregate: str | None,
-                 streams: int, consumer=None):
+                 streams: int, consumer=None, transfer_only: bool = False):
         self.placement = placement
+        self.transfer_only = transfer_only
         self.consumer = consumer
         self.algorithm = algorithm
         self.emit_keys = emit_keys
@@ -297,6 +298,11 @@ class TritonJoin:
     def _join_blocks(self, build_ranges, probe_ranges, mode: str) -> None:
         """Block nested loop: ``build_ranges()`` and ``probe_ranges()`` yield the pair's rows in
         blocks (fetched again for each pass over them)."""
+        if self.transfer_only:  # an inner join's fetches, no join
+            for _ in probe_ranges():
+                for _ in build_ranges():
+                    pass
+            return
         if mode in ("inner", "probe_outer", "full"):
             for S in probe_ranges():
                 for R in build_ranges():
@@ -416,7 +422,8 @@ class TritonJoin:
             (Rp, Sp), ev = pending
             st.compute.wait_event(ev)
             pending = self._fetch_pair(R, S, small[i + 1], rsz, ssz) if i + 1 < len(small) else None
-            self._join_pair(Rp, Sp, mode)
+            if not self.transfer_only:
+                self._join_pair(Rp, Sp, mode)
             del Rp, Sp
             shown.advance()
         for p in big:
@@ -464,7 +471,7 @@ class TritonJoin:
 
 def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str, placement: Placement, *,
                 algorithm: str = "phj-tr", emit_keys: bool = False, aggregate: str | None = None,
-                streams: int = 3, consumer=None) -> JoinResult:
+                streams: int = 3, consumer=None, transfer_only: bool = False) -> JoinResult:
     """The Triton join of host relations R (build) and S (probe) on the current GPU.
 
     Parameters
@@ -485,6 +492,9 @@ def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
         build and probe lists of (values (n,), valid bool (n,) or None), (None, None) for the
         columns of a side without a partner, all null); the result then holds no rows, so that
         an output larger than host memory can be written as it comes
+    transfer_only : move every byte as the join would (inputs in, spill out and back, each
+        pair fetched) but run no in-core join: no output; paper 000's transfer-only mode, the
+        time its cost models predict
 
     Returns
     -------
@@ -520,4 +530,5 @@ def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     if spill:
         check_host(spill, f"the Triton join's spill of {spill:,} bytes (pinned)",
                    "raise memory_limit so that more stays in GPU memory")
-    return TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer).run(build_cols, probe_cols, mode)
+    return TritonJoin(placement, algorithm, emit_keys, aggregate, streams, consumer,
+                      transfer_only).run(build_cols, probe_cols, mode)
