@@ -146,7 +146,8 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
 
 def link_rates() -> dict:
     """The calibrated link rates for ``Placement.predict`` (bytes/s: ``pcie`` one GPU's pinned
-    host-to-device copy, ``p2p`` GPU to GPU), from the cache of this GPU model; {} when it holds
+    host-to-device copy, ``p2p`` GPU to GPU, ``host_in`` the staging copy of one GPU's thread),
+    from the cache of this GPU model; {} when it holds
     none (the placement module's constants stand)."""
     try:
         import cupy as cp
@@ -161,6 +162,8 @@ def link_rates() -> dict:
         out["pcie"] = links["h2d_gpu0_GBps"] * 1e9
     if "p2p_GBps" in links:
         out["p2p"] = links["p2p_GBps"] * 1e9
+    if "host_in_1_GBps" in links:
+        out["host_in"] = links["host_in_1_GBps"] * 1e9
     return out
 
 
