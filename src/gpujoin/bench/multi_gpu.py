@@ -147,7 +147,7 @@ def _rates(base: dict | None, d: int) -> dict | None:
     if not links:
         return None
     out = {"pcie": links["h2d_gpu0_GBps"] * 1e9,
-           "host_in": links["host_in_1_GBps" if d == 1 else "host_in_all_GBps"] * 1e9}
+           "host_in": links["host_in_dma_1_GBps" if d == 1 else "host_in_dma_all_GBps"] * 1e9}
     if "p2p_GBps" in links:
         out["p2p"] = links["p2p_GBps"] * 1e9
     return out

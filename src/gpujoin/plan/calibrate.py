@@ -9,7 +9,7 @@
   block re-reads a 16 KiB window) or L2 (all threads sweep a power-of-two array of at most a
   quarter of L2, bypassing L1), as ratios to B_G (the paper's A100: 12 and 4.5).
 ``measure_links`` adds the host's links: pinned PCIe per GPU and on all at once, the staging
-copy, and GPU-to-GPU copies (the multi-GPU models' rates, paper 000 §3.4).
+copy alone and beside the GPUs' DMA reads (pass 1's condition), and GPU-to-GPU copies (the multi-GPU models' rates, paper 000 §3.4).
 The result is cached per GPU model in ``<cache>/calibration.json`` (the TPC-H cache folder) and
 reused until ``calibrate(force=True)`` or ``gpujoin calibrate --force``.  A cache written before
 the L1/L2 kernels existed (gathers from cache-sized arrays, which measured the gather kernel's
@@ -123,6 +123,23 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
         t0 = time.perf_counter()
         on_each(ids, lambda i: [parallel_copy(pins[i], src) for _ in range(reps)])
         out[name] = len(ids) * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    # the same copy while each GPU's copy engine reads another pinned buffer, as in pass 1: on
+    # some hosts the DMA's reads halve it (two H200s: 52 GB/s alone, 20-27 inside pass 1), on
+    # others they leave it be (an H100 host: 34 alone, 31 inside pass 1)
+    def under_dma(i):
+        g = ids[i]
+        with cp.cuda.Device(g):
+            for _ in range(4 * reps):  # longer than the copies below at any host rate
+                h2d(g)
+            t = time.perf_counter()
+            for _ in range(reps):
+                parallel_copy(pins[i], src)
+            dt = time.perf_counter() - t
+            streams[g].synchronize()
+        return dt
+
+    for ids, name in (([gpus[0]], "host_in_dma_1_GBps"), (gpus, "host_in_dma_all_GBps")):
+        out[name] = len(ids) * reps * nbytes / max(on_each(ids, under_dma)) / 1e9
     src = pins = None  # noqa: F841 (freed before the joins run)
     if len(gpus) > 1:
         a, b = gpus[:2]
@@ -146,7 +163,8 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
 
 def link_rates() -> dict:
     """The calibrated link rates for ``Placement.predict`` (bytes/s: ``pcie`` one GPU's pinned
-    host-to-device copy, ``p2p`` GPU to GPU, ``host_in`` the staging copy of one GPU's thread),
+    host-to-device copy, ``p2p`` GPU to GPU, ``host_in`` the staging copy of one GPU's thread
+    while that GPU's DMA reads pinned memory),
     from the cache of this GPU model; {} when it holds
     none (the placement module's constants stand)."""
     try:
@@ -162,8 +180,8 @@ def link_rates() -> dict:
         out["pcie"] = links["h2d_gpu0_GBps"] * 1e9
     if "p2p_GBps" in links:
         out["p2p"] = links["p2p_GBps"] * 1e9
-    if "host_in_1_GBps" in links:
-        out["host_in"] = links["host_in_1_GBps"] * 1e9
+    if "host_in_dma_1_GBps" in links:
+        out["host_in"] = links["host_in_dma_1_GBps"] * 1e9
     return out
 
 

@@ -25,10 +25,11 @@ PASS1_FACTOR = 5.0
 MAX_CHUNK_BYTES = 512 << 20
 #: Rates of :meth:`Placement.predict`, bytes/s, measured on the GPU machines (docs/BENCHMARKS.md,
 #: issues 14 and 15): pinned PCIe 5 each way; the host's copy of pageable input into pinned
-#: staging on every thread, alone (``calibrate.measure_links``: 51.0-51.8 GB/s on the H100 and
-#: H200 hosts); its copy out of the pinned slots into fresh pageable columns (the output); the
-#: in-core joins of pass 2 over their input bytes (2^30 x 2^30 16-byte tuples: 0.1 s).
-PCIE_BPS, HOST_IN_BPS, HOST_OUT_BPS, GPU_JOIN_BPS = 55e9, 51e9, 18e9, 300e9
+#: staging on every thread while the GPU's DMA reads pinned memory (pass 1's condition;
+#: ``calibrate.measure_links``' host_in_dma, 20-31 GB/s inside pass 1 on the H100 and H200
+#: hosts); its copy out of the pinned slots into fresh pageable columns (the output); the in-core
+#: joins of pass 2 over their input bytes (2^30 x 2^30 16-byte tuples: 0.1 s).
+PCIE_BPS, HOST_IN_BPS, HOST_OUT_BPS, GPU_JOIN_BPS = 55e9, 30e9, 18e9, 300e9
 #: One way between two GPUs of a host (the hybrid join's pass 2 reads the other GPUs' caches):
 #: 391-393 GB/s measured between the two NVLink-connected (NV18) H200s of nvidia-h200-x2.
 P2P_BPS = 390e9
@@ -72,24 +73,20 @@ class Placement:
         return max(0, self.input_bytes - self.gpus * self.cache_bytes)
 
     def predict(self, output_bytes: int = 0, rates: dict | None = None) -> dict[str, float]:
-        """Seconds of pass 1 and pass 2 on the streaming path: the inputs cross once, bound by
-        the GPUs' PCIe links or by the host's memory, the spill comes back over PCIe, the cached
-        pieces of the other GPUs cross the peer links, the GPUs join each partition pair, and
-        ``output_bytes`` leave through the pinned slots into host columns (paper 004's
-        transfer-bound model, paper 000's Eqs. 4-5 for the peer reads).  ``rates`` (bytes/s)
-        overrides this module's: ``pcie`` (one GPU's link), ``host_in`` (the staging copy alone,
-        with every GPU's thread copying at once), ``host_out``, ``p2p``, ``gpu_join`` (inf: the
-        transfer-only time).
-
-        Pass 1's host side is a memory-traffic bound: the staging copy alone moves two bytes of
-        host memory a byte (read pageable, write pinned), pass 1 moves three (the DMA reads the
-        pinned slot) and the spill's DMA writes besides.  Charging pass 1 the staging copy's
-        rate alone, as before, predicted 35-49% less than measured on one and two H200s
-        (issue 15); this bound came within 25% of every record (-21% to +23%)."""
+        """Seconds of pass 1 and pass 2 on the streaming path: the inputs cross once at the
+        slower of the GPUs' PCIe links and the host's staging copy, the spill comes back over
+        PCIe, the cached pieces of the other GPUs cross the peer links, the GPUs join each
+        partition pair, and ``output_bytes`` leave through the pinned slots into host columns
+        (paper 004's transfer-bound model, paper 000's Eqs. 4-5 for the peer reads).  ``rates``
+        (bytes/s) overrides this module's: ``pcie`` (one GPU's link), ``host_in`` (the staging
+        copy with every GPU's thread copying at once, each GPU's DMA reading pinned memory
+        meanwhile: ``measure_links``' host_in_dma; the copy's rate alone predicted 35-49% too
+        little on two H200s, whose DMA reads halved it), ``host_out``, ``p2p``, ``gpu_join``
+        (inf: the transfer-only time)."""
         r = {"pcie": PCIE_BPS, "host_in": HOST_IN_BPS, "host_out": HOST_OUT_BPS, "p2p": P2P_BPS,
              "gpu_join": GPU_JOIN_BPS, **(rates or {})}
         d = self.gpus  # each GPU its own link; the host's copies and memory are shared
-        pass1 = max(self.input_bytes / (d * r["pcie"]), (3 * self.input_bytes + self.spill_bytes) / (2 * r["host_in"]))
+        pass1 = self.input_bytes / min(d * r["pcie"], r["host_in"])
         # a partition's cached pieces are spread over the GPUs: (d - 1)/d of them cross a peer link
         p2p = (self.input_bytes - self.spill_bytes) * (d - 1) / d / (d * r["p2p"])
         pass2 = self.spill_bytes / (d * r["pcie"]) + p2p + self.input_bytes / (d * r["gpu_join"])
