@@ -243,3 +243,4 @@ def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
         with gpu_memory_cap(100):
             raise cp.cuda.memory.OutOfMemoryError("out of memory")
     assert pool.limit == 7
+

@@ -17,6 +17,7 @@ the multi-GPU joins of paper 000 move their data through them.
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import sys
 import threading
@@ -43,6 +44,31 @@ def parallel_map(fn, items: list) -> list:
     """``[fn(x) for x in items]`` on the process's host threads, for work that releases the GIL
     (NumPy's sorts, binary searches and copies); not from inside one of those threads."""
     return list(_executor().map(fn, items))
+
+
+def parallel_imap(fn, items, ahead: int | None = None):
+    """``fn(x)`` for each of ``items``, yielded in order, computed on the process's host threads
+    with at most ``ahead`` (default: the threads) in flight, so that memory stays bounded; one
+    by one on the calling thread when it is one of those threads (the pool would wait on itself)."""
+    if threading.current_thread().name.startswith("gpujoin-copy"):
+        yield from map(fn, items)
+        return
+    ex, pending = _executor(), collections.deque()
+    it = iter(items)
+    for x in it:
+        pending.append(ex.submit(fn, x))
+        if len(pending) >= (ahead or COPY_THREADS):
+            break
+    try:
+        while pending:
+            done = pending.popleft().result()
+            for x in it:  # refill the window by one
+                pending.append(ex.submit(fn, x))
+                break
+            yield done
+    finally:  # a consumer that stops early: the rest still runs, its results are dropped
+        for f in pending:
+            f.cancel()
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray, min_piece: int = 1 << 22) -> None:

@@ -41,23 +41,33 @@ def interval_pairs(xp, lo, counts, order, block_pairs: int, lcols, rcols, ops) -
     # 2.8 for 37.8M pairs; the GPU reads them coalesced)
     run_cols = rcols if order is None else [rc[order] for rc in rcols]
 
+    def block(start):
+        end = min(total, start + block_pairs)
+        if xp is np:
+            left, j = _expand(lo, counts, ends, start, end)
+        else:  # one thread a pair: its row by a binary search of the row ends
+            p = xp.arange(start, end, dtype=xp.int64)
+            left = xp.searchsorted(ends, p, side="right")
+            j = lo[left] + (p - (ends[left] - counts[left]))
+        keep = None
+        for lc, op, rc in zip(lcols, ops, run_cols):
+            m = compare(lc[left], op, rc[j])
+            keep = m if keep is None else keep & m
+        if keep is not None:
+            left, j = left[keep], j[keep]
+        return left, (j if order is None else order[j])
+
     def blocks():
-        for start in range(0, total, block_pairs):
-            end = min(total, start + block_pairs)
-            if xp is np:
-                left, j = _expand(lo, counts, ends, start, end)
-            else:  # one thread a pair: its row by a binary search of the row ends
-                p = xp.arange(start, end, dtype=xp.int64)
-                left = xp.searchsorted(ends, p, side="right")
-                j = lo[left] + (p - (ends[left] - counts[left]))
-            keep = None
-            for lc, op, rc in zip(lcols, ops, run_cols):
-                m = compare(lc[left], op, rc[j])
-                keep = m if keep is None else keep & m
-            if keep is not None:
-                left, j = left[keep], j[keep]
+        starts = range(0, total, block_pairs)
+        if xp is np and len(starts) > 1:  # NumPy's gathers and compares release the GIL
+            from ..outofcore.stream import parallel_imap
+
+            done = parallel_imap(block, starts)
+        else:  # the GPU's kernels queue on its stream from this thread
+            done = map(block, starts)
+        for left, right in done:
             if left.size:
-                yield left, (j if order is None else order[j])
+                yield left, right
 
     return ThetaPairs(total, blocks)
 
