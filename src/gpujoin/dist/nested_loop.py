@@ -99,8 +99,8 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
 
     import cupy as cp
 
-    from ..outofcore.budget import check_host, gpu_memory_cap
-    from ..outofcore.stream import Downloader, HostColumn, Streams, Uploader, concatenate, d2d_async, record
+    from ..outofcore.budget import gpu_memory_cap
+    from ..outofcore.stream import Downloader, PairColumns, Streams, Uploader, concatenate, d2d_async, record
     from ..theta import band_join, nested_loop_join
     from .devices import enable_peer_access, on_each
 
@@ -124,8 +124,7 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
 
     def work(g):
         st = Streams(streams)
-        dl = Downloader(st)
-        lout, rout = HostColumn(np.int64, 0), HostColumn(np.int64, 0)
+        out = PairColumns(Downloader(st), f"join_where on GPU {gpus[g]}")
         up = Uploader(st, Uploader.slot_size(max(rch[0][1] - rch[0][0], sch[0][1] - sch[0][0]) * 8, 1))
         me = per_gpu[g]
         loaded_r = [None, None]  # (chunk index, device columns)
@@ -172,26 +171,14 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                             for a, b in pairs.blocks():  # row numbers of the whole sides, to the host
                                 a += r0
                                 b += s0
-                                k = int(a.size)
-                                if lout.n + k > lout.values.size:
-                                    dl.flush()  # the columns are about to grow: pending copies land first
-                                    want = max(k, min(pairs.bound, 1 << 28))  # the step's candidates
-                                    check_host(16 * want, f"join_where's next {want:,} pairs on GPU {gpus[g]} "
-                                               f"(already {lout.n:,})", "add a condition that narrows the pairs")
-                                    lout.reserve(want)
-                                    rout.reserve(want)
-                                dl.get([a, b], [lout.values[lout.n:lout.n + k], rout.values[rout.n:rout.n + k]],
-                                       wait=False)  # the host copies overlap the next block
-                                lout.n += k
-                                rout.n += k
-                                me["pairs"] += k
+                                out.add(a, b, pairs.bound)  # the host copies overlap the next block
+                                me["pairs"] += int(a.size)
                         me["candidates"] += pairs.bound
                         me["steps"] += 1
                         me["join_s"] += time.perf_counter() - t0
                     st.synchronize()
                     barrier.wait()  # every copy out of the round-t chunks is done
-                dl.flush()
-                found[g] = (lout.finish()[0], rout.finish()[0])
+                found[g] = out.finish()
             except BaseException:
                 barrier.abort()
                 raise

@@ -201,10 +201,16 @@ def execute_join_where(left, right, *predicates, suffix="_right", algorithm="aut
     if dev == "cuda":
         import cupy as xp
 
-        cap = gpu_memory_cap(limit)
+        from ..outofcore.stream import Downloader, PairColumns, Streams
+
+        # the pairs leave through pinned slots on the copy-out stream while the next block is
+        # found on the compute stream (blocks copied one by one with cp.asnumpy and then
+        # concatenated made the match phase of 2^24 x 2^24 rows 1.34 s, against 0.18 s so)
+        st = Streams(3)
+        cap, on_stream = gpu_memory_cap(limit), st.compute
     else:
-        xp, cap = np, nullcontext()
-    with cap:
+        xp, cap, on_stream = np, nullcontext(), nullcontext()
+    with cap, on_stream:
         least, most = GPU_BLOCK_PAIRS
         block = CPU_BLOCK_PAIRS if dev == "cpu" else int(min(most, max(least, gpu_budget(limit) // 512)))
         lx, rx = [xp.asarray(c) for c in lcols], [xp.asarray(c) for c in rcols]
@@ -218,9 +224,15 @@ def execute_join_where(left, right, *predicates, suffix="_right", algorithm="aut
             bound = sum(int(a.size) for a, _ in pairs.blocks())
             what = f"join_where's output of {bound:,} rows"
         check_host(int(bound * width), what, hint)
-        found = [(_host(a), _host(b)) for a, b in pairs.blocks()]
-    lidx = np.concatenate([a for a, _ in found]) if found else np.empty(0, np.int64)
-    ridx = np.concatenate([b for _, b in found]) if found else np.empty(0, np.int64)
+        if xp is np:
+            found = list(pairs.blocks())
+            lidx = np.concatenate([a for a, _ in found]) if found else np.empty(0, np.int64)
+            ridx = np.concatenate([b for _, b in found]) if found else np.empty(0, np.int64)
+        else:
+            out = PairColumns(Downloader(st), "join_where")
+            for a, b in pairs.blocks():
+                out.add(a, b, bound)
+            lidx, ridx = out.finish()
     return _finish(lt, rt, lidx, ridx, lrows, rrows, suffix, stats, t1)
 
 
@@ -249,7 +261,3 @@ def _finish(lt, rt, lidx, ridx, lrows, rrows, suffix, stats, t1):
     stats.phases["materialize"] = time.perf_counter() - t2
     stats.output_rows = out.num_rows
     return out, stats
-
-
-def _host(a) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else a
