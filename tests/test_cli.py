@@ -148,6 +148,17 @@ def test_bench_out_of_core_rejects_bad_arguments():
     assert p.returncode == 2 and "--baselines" in p.stderr and "npj-perfect" in p.stderr
 
 
+
+def test_bench_multi_gpu_rejects_bad_arguments():
+    """Checked before any GPU is looked for (this machine may have none)."""
+    p = run("bench", "multi-gpu", "--r-share", "0.5,1.5")
+    assert p.returncode == 2 and "--r-share" in p.stderr
+    p = run("bench", "multi-gpu", "--peers", "spark")
+    assert p.returncode == 2 and "--peers" in p.stderr and "duckdb" in p.stderr
+    p = run("bench", "multi-gpu", "--inner", "bitmap")
+    assert p.returncode == 2 and "--inner" in p.stderr
+
+
 def test_join_where_files(tmp_path):
     pq.write_table(pa.table({"t": [1, 5, 9], "id": [1, 2, 3]}), tmp_path / "l.parquet")
     pq.write_table(pa.table({"start": [0, 4], "end": [6, 10], "id": [7, 8]}), tmp_path / "r.parquet")
