@@ -148,7 +148,6 @@ def test_bench_out_of_core_rejects_bad_arguments():
     assert p.returncode == 2 and "--baselines" in p.stderr and "npj-perfect" in p.stderr
 
 
-
 def test_bench_multi_gpu_rejects_bad_arguments():
     """Checked before any GPU is looked for (this machine may have none)."""
     p = run("bench", "multi-gpu", "--r-share", "0.5,1.5")
