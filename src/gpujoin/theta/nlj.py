@@ -60,9 +60,10 @@ def interval_pairs(xp, lo, counts, order, block_pairs: int, lcols, rcols, ops) -
     def blocks():
         starts = range(0, total, block_pairs)
         if xp is np and len(starts) > 1:  # NumPy's gathers and compares release the GIL
-            from ..outofcore.stream import parallel_imap
+            from ..outofcore.stream import COPY_THREADS, parallel_imap
 
-            done = parallel_imap(block, starts)
+            # at most 8 blocks' temporaries (about 0.15 GB each at 2^22 pairs) beyond the output
+            done = parallel_imap(block, starts, ahead=min(8, COPY_THREADS))
         else:  # the GPU's kernels queue on its stream from this thread
             done = map(block, starts)
         for left, right in done:
