@@ -67,11 +67,14 @@ if [[ $stage == tests-multi ]]; then
   rc=${PIPESTATUS[0]}
 fi
 if [[ $stage == bench-multi ]]; then
-  # paper 000's workloads on 1 and 2 GPUs: link ceilings, the hybrid join, the ring's band join
+  # paper 000's workloads on 1 and 2 GPUs: link ceilings, the hybrid join, the ring's band join;
+  # RSHARE=0.25,0.5 (Fig. 10), TRANSFER=1 (Fig. 8: transfer-only beside the models), PEERS=duckdb
   grep -E "MemTotal" /proc/meminfo
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   gj bench multi-gpu --log2-n "${LOG2N-28}" --gpus ${GPUS:-1,2} --memory-limit ${LIMIT:-16GB} \
-    --inner ${INNER:-phj-tr} --zipf ${ZIPF:-0} --output-ratio ${OUTRATIO:-1} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
+    --inner ${INNER:-phj-tr} --zipf ${ZIPF:-0} --output-ratio ${OUTRATIO:-1} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} \
+    --r-share ${RSHARE:-0.5} ${TRANSFER:+--transfer-only} --peers "${PEERS:-}" \
+    -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
 fi
 if [[ $stage == tests-dist || $stage == bench-dist ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
