@@ -144,3 +144,32 @@ def test_n_unique_counts_distinct_non_null_values_as_duckdb(duck):
     assert got.sort_by("k").column("uf").to_pylist() == [2, 2, 0]  # {1, NaN}; {0, NaN}; none
     with pytest.raises(gpujoin.InvalidOperationError, match="cannot aggregate column 'l'"):
         gpujoin.group_by(t.append_column("l", pa.array([[1]] * 9)), "k").agg(u=("l", "n_unique"))
+
+
+@pytest.mark.parametrize("span", [1, 7, 1 << 10, 1 << 40])
+def test_factorize_dense_and_hashed_paths_agree(span):
+    """One key column: a span up to its rows takes the direct table (ids in key order), a wider
+    one the hashed partitions; both give one id a distinct key, a first row of each group, and
+    a partition whose groups are disjoint (made on first use for the direct table)."""
+    from gpujoin.cpu.kernels import _factorize_dense, factorize
+
+    rng = np.random.default_rng(span % 97)
+    n = 50_000
+    keys = rng.integers(-5, span - 5, n, dtype=np.int64) if span < (1 << 40) else \
+        np.concatenate([[np.iinfo(np.int64).min, np.iinfo(np.int64).max], rng.integers(-span, span, n - 2)])
+    f = factorize(keys[None, :])
+    assert (_factorize_dense(keys) is not None) == (span <= n)
+    uniq = np.unique(keys)
+    assert f.num_groups == uniq.size
+    assert np.array_equal(keys[f.first_rows][f.codes], keys)  # each row's group holds its key
+    assert np.unique(keys[f.first_rows]).size == f.num_groups  # and no two groups the same key
+    if span <= n:
+        assert np.array_equal(keys[f.first_rows], uniq)  # ids in key order, each group's first row
+        assert all(f.first_rows[g] == np.flatnonzero(keys == uniq[g])[0] for g in range(min(50, uniq.size)))
+    rows, offsets, part = f.rows, f.offsets, f.part_gid
+    assert np.array_equal(np.sort(rows), np.arange(n)) and np.array_equal(part, f.codes[rows])
+    owner = np.full(f.num_groups, -1)
+    for p in range(offsets.size - 1):
+        g = np.unique(part[offsets[p]:offsets[p + 1]])
+        assert (owner[g] == -1).all()  # no group in two partitions
+        owner[g] = p

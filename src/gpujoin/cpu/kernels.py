@@ -217,22 +217,102 @@ class Factorization:
     ----------
     codes : int64 (n,)         group id of each row, in [0, num_groups)
     num_groups : int
-    first_rows : int64 (g,)    a row of each group (its first in partition order)
-    rows, offsets, part_gid    the radix partition the ids were computed on: partition p holds
-                               rows[offsets[p]:offsets[p+1]] with ids part_gid[...]; the groups
-                               of different partitions are disjoint, so partition-parallel
-                               aggregation needs no atomics
+    first_rows : int64 (g,)    a row of each group (its first in partition order, or in input
+                               order where the ids came from a dense key range)
+    rows, offsets, part_gid    a radix partition of the rows whose groups are disjoint across
+                               partitions: partition p holds rows[offsets[p]:offsets[p+1]] with
+                               ids part_gid[...], so partition-parallel aggregation needs no
+                               atomics (the hash path's own partition; for dense ids made on
+                               first use, partitions by ranges of ids)
     """
 
-    __slots__ = ("codes", "num_groups", "first_rows", "rows", "offsets", "part_gid")
+    __slots__ = ("codes", "num_groups", "first_rows", "_rows", "_offsets", "_part_gid")
 
-    def __init__(self, codes, num_groups, first_rows, rows, offsets, part_gid):
+    def __init__(self, codes, num_groups, first_rows, rows=None, offsets=None, part_gid=None):
         self.codes = codes
         self.num_groups = num_groups
         self.first_rows = first_rows
-        self.rows = rows
-        self.offsets = offsets
-        self.part_gid = part_gid
+        self._rows, self._offsets, self._part_gid = rows, offsets, part_gid
+
+    def _partition(self) -> None:
+        n, g = self.codes.size, max(1, self.num_groups)
+        bits = partition_bits(n)
+        # partition = the id's range of g / 2^bits ids, placed in the hash bits radix_partition reads
+        part = (self.codes * (1 << bits) // g).astype(np.uint64) << np.uint64(32)
+        self._rows, self._part_gid, self._offsets = radix_partition(part, bits, num_chunks(n),
+                                                                    np.arange(n, dtype=np.int64), self.codes)
+
+    @property
+    def rows(self):
+        if self._rows is None:
+            self._partition()
+        return self._rows
+
+    @property
+    def offsets(self):
+        if self._offsets is None:
+            self._partition()
+        return self._offsets
+
+    @property
+    def part_gid(self):
+        if self._part_gid is None:
+            self._partition()
+        return self._part_gid
+
+
+@njit(parallel=True, cache=True)
+def _dense_first_rows(keys, kmin, span, nchunks):
+    """The first row of each key value in [kmin, kmin + span), -1 where the value is absent:
+    each chunk of rows its own table, then the earliest chunk's row of each value."""
+    n = keys.size
+    step = (n + nchunks - 1) // nchunks
+    firsts = np.full((nchunks, span), -1, np.int64)
+    for t in prange(nchunks):
+        f = firsts[t]
+        for i in range(t * step, min(n, (t + 1) * step)):
+            v = keys[i] - kmin
+            if f[v] < 0:
+                f[v] = i
+    first = np.full(span, -1, np.int64)
+    for v in prange(span):
+        for t in range(nchunks):
+            if firsts[t, v] >= 0:
+                first[v] = firsts[t, v]
+                break
+    return first
+
+
+@njit(parallel=True, cache=True)
+def _dense_codes(keys, kmin, ids, out):
+    for i in prange(keys.size):
+        out[i] = ids[keys[i] - kmin]
+
+
+#: factorize's dense path: one key column whose values span at most this many times its rows
+#: (and at least 2^16 values are always allowed), a table as large as the column itself.
+DENSE_SPAN_PER_ROW = 1
+
+
+def _factorize_dense(keys: np.ndarray) -> Factorization | None:
+    """One int64 key column whose values lie in a range no wider than its rows: the value less
+    the minimum indexes a table directly (the perfect hash aggregation of DuckDB and of paper
+    003's HGB for dense keys), no hashing, no partitioning, ids in key order.  None otherwise."""
+    n = keys.size
+    if n == 0:
+        return None
+    kmin, kmax = int(keys.min()), int(keys.max())
+    span = kmax - kmin + 1  # Python ints: no overflow at the int64 extremes
+    if span > max(1 << 16, DENSE_SPAN_PER_ROW * n):
+        return None
+    # a table a thread, as long as they stay within 64 MiB together
+    chunks = int(max(1, min(numba.get_num_threads(), n // MIN_CHUNK, (1 << 23) // span)))
+    first = _dense_first_rows(keys, np.int64(kmin), span, chunks)
+    present = first >= 0
+    ids = np.cumsum(present, dtype=np.int64) - 1
+    codes = np.empty(n, np.int64)
+    _dense_codes(keys, np.int64(kmin), ids, codes)
+    return Factorization(codes, int(ids[-1]) + 1, first[present])
 
 
 def partition_bits(n: int, rows_per_partition: int = 1 << 13, max_bits: int = 12) -> int:
@@ -247,7 +327,8 @@ def factorize(keys2d: np.ndarray) -> Factorization:
 
     Rows are radix-partitioned on a hash of all k columns, then each partition builds its own
     chained hash table of groups (exact: equal hashes are verified column by column), so
-    the work is parallel over partitions and every table fits in cache.
+    the work is parallel over partitions and every table fits in cache.  One column whose
+    values span no more than its rows takes a direct table instead (:func:`_factorize_dense`).
 
     Raises
     ------
@@ -258,6 +339,10 @@ def factorize(keys2d: np.ndarray) -> Factorization:
         raise ValueError(f"factorize expects a (k, n) int64 matrix, got {keys2d.dtype} {keys2d.shape}")
     keys2d = np.ascontiguousarray(keys2d)
     n = keys2d.shape[1]
+    if keys2d.shape[0] == 1:
+        dense = _factorize_dense(keys2d[0])
+        if dense is not None:
+            return dense
     hashes = hash_rows(keys2d)
     rows, phash, offsets = radix_partition(hashes, partition_bits(n), num_chunks(n),
                                            np.arange(n, dtype=np.int64), hashes.view(np.int64))

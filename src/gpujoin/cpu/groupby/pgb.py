@@ -67,30 +67,43 @@ def _int_by_partition(values, valid, has_valid, rows, offsets, part_gid, ng):
 
 @njit(parallel=True, cache=True)
 def _int_by_codes(values, valid, has_valid, codes, ng, nchunks):
+    # one group's five accumulators side by side (count, sum_hi, sum_lo, min, max): a row's
+    # update touches one cache line, not one in each of five arrays (2^23 rows into 2^16 groups
+    # on 2 threads: 84 -> 25 ms)
     n = values.size
     step = (n + nchunks - 1) // nchunks
-    count = np.zeros((nchunks, ng), np.int64)
-    sum_hi = np.zeros((nchunks, ng), np.int64)
-    sum_lo = np.zeros((nchunks, ng), np.int64)
-    vmin = np.zeros((nchunks, ng), np.int64)
-    vmax = np.zeros((nchunks, ng), np.int64)
+    acc = np.zeros((nchunks, ng, 5), np.int64)
     for t in prange(nchunks):
+        a = acc[t]
         for i in range(t * step, min(n, (t + 1) * step)):
-            if not (has_valid and not valid[i]):
-                _update_int(count[t], sum_hi[t], sum_lo[t], vmin[t], vmax[t], codes[i], values[i])
+            if has_valid and not valid[i]:
+                continue
+            g, v = codes[i], values[i]
+            if a[g, 0] == 0:
+                a[g, 3] = v
+                a[g, 4] = v
+            else:
+                if v < a[g, 3]:
+                    a[g, 3] = v
+                if v > a[g, 4]:
+                    a[g, 4] = v
+            a[g, 0] += 1
+            a[g, 1] += v >> 32
+            a[g, 2] += v & _MASK32
     for g in prange(ng):  # fold the chunks' accumulators into chunk 0's
         for t in range(1, nchunks):
-            c = count[t, g]
+            c = acc[t, g, 0]
             if c == 0:
                 continue
-            if count[0, g] == 0 or vmin[t, g] < vmin[0, g]:
-                vmin[0, g] = vmin[t, g]
-            if count[0, g] == 0 or vmax[t, g] > vmax[0, g]:
-                vmax[0, g] = vmax[t, g]
-            count[0, g] += c
-            sum_hi[0, g] += sum_hi[t, g]
-            sum_lo[0, g] += sum_lo[t, g]
-    return count[0], sum_hi[0], sum_lo[0], vmin[0], vmax[0]
+            if acc[0, g, 0] == 0 or acc[t, g, 3] < acc[0, g, 3]:
+                acc[0, g, 3] = acc[t, g, 3]
+            if acc[0, g, 0] == 0 or acc[t, g, 4] > acc[0, g, 4]:
+                acc[0, g, 4] = acc[t, g, 4]
+            acc[0, g, 0] += c
+            acc[0, g, 1] += acc[t, g, 1]
+            acc[0, g, 2] += acc[t, g, 2]
+    out = acc[0].T.copy()  # five contiguous (ng,) rows
+    return out[0], out[1], out[2], out[3], out[4]
 
 
 @njit(parallel=True, cache=True)
@@ -109,28 +122,39 @@ def _float_by_partition(values, valid, has_valid, rows, offsets, part_gid, ng):
 
 @njit(parallel=True, cache=True)
 def _float_by_codes(values, valid, has_valid, codes, ng, nchunks):
+    # count, sum, min and max of a group side by side, as _int_by_codes (the count as a float:
+    # exact below 2^53 rows)
     n = values.size
     step = (n + nchunks - 1) // nchunks
-    count = np.zeros((nchunks, ng), np.int64)
-    vsum = np.zeros((nchunks, ng), np.float64)
-    vmin = np.zeros((nchunks, ng), np.float64)
-    vmax = np.zeros((nchunks, ng), np.float64)
+    acc = np.zeros((nchunks, ng, 4), np.float64)
     for t in prange(nchunks):
+        a = acc[t]
         for i in range(t * step, min(n, (t + 1) * step)):
-            if not (has_valid and not valid[i]):
-                _update_float(count[t], vsum[t], vmin[t], vmax[t], codes[i], values[i])
+            if has_valid and not valid[i]:
+                continue
+            g, v = codes[i], values[i]
+            if a[g, 0] == 0:
+                a[g, 2] = v
+                a[g, 3] = v
+            else:
+                if v < a[g, 2] or np.isnan(a[g, 2]):
+                    a[g, 2] = v
+                if v > a[g, 3] or np.isnan(v):
+                    a[g, 3] = v
+            a[g, 0] += 1
+            a[g, 1] += v
     for g in prange(ng):
         for t in range(1, nchunks):
-            c = count[t, g]
-            if c == 0:
+            if acc[t, g, 0] == 0:
                 continue
-            if count[0, g] == 0 or vmin[t, g] < vmin[0, g] or np.isnan(vmin[0, g]):
-                vmin[0, g] = vmin[t, g]
-            if count[0, g] == 0 or vmax[t, g] > vmax[0, g] or np.isnan(vmax[t, g]):
-                vmax[0, g] = vmax[t, g]
-            count[0, g] += c
-            vsum[0, g] += vsum[t, g]
-    return count[0], vsum[0], vmin[0], vmax[0]
+            if acc[0, g, 0] == 0 or acc[t, g, 2] < acc[0, g, 2] or np.isnan(acc[0, g, 2]):
+                acc[0, g, 2] = acc[t, g, 2]
+            if acc[0, g, 0] == 0 or acc[t, g, 3] > acc[0, g, 3] or np.isnan(acc[t, g, 3]):
+                acc[0, g, 3] = acc[t, g, 3]
+            acc[0, g, 0] += acc[t, g, 0]
+            acc[0, g, 1] += acc[t, g, 1]
+    out = acc[0].T.copy()
+    return out[0].astype(np.int64), out[1], out[2], out[3]
 
 
 def _private_chunks(fact) -> int:
