@@ -39,15 +39,18 @@ def groupby_table(draw, max_rows=40):
 
 @contextlib.contextmanager
 def aggregation_path(path: str):
-    """Aggregate by per-thread accumulators (few groups) or by partitions (many groups)."""
+    """Aggregate by per-thread accumulators (few groups) or by partitions (many groups); the
+    partitioned path also numbers spread keys by the hashed partitions, not thread-local tables."""
+    from gpujoin.cpu import kernels
     from gpujoin.cpu.groupby import pgb
 
-    saved = pgb.PRIVATE_SLOTS
-    pgb.PRIVATE_SLOTS = saved if path == "per-thread" else 0
+    saved = pgb.PRIVATE_SLOTS, kernels.LOCAL_TABLE_GROUPS
+    if path != "per-thread":
+        pgb.PRIVATE_SLOTS, kernels.LOCAL_TABLE_GROUPS = 0, 1
     try:
         yield
     finally:
-        pgb.PRIVATE_SLOTS = saved
+        pgb.PRIVATE_SLOTS, kernels.LOCAL_TABLE_GROUPS = saved
 
 
 @pytest.mark.parametrize("path", ["per-thread", "partitioned"])
@@ -146,26 +149,34 @@ def test_n_unique_counts_distinct_non_null_values_as_duckdb(duck):
         gpujoin.group_by(t.append_column("l", pa.array([[1]] * 9)), "k").agg(u=("l", "n_unique"))
 
 
-@pytest.mark.parametrize("span", [1, 7, 1 << 10, 1 << 40])
-def test_factorize_dense_and_hashed_paths_agree(span):
+@pytest.mark.parametrize("path, span", [("dense", 1), ("dense", 7), ("dense", 1 << 10), ("local", 1 << 40),
+                                        ("hashed", 1 << 40)])
+def test_factorize_paths_agree(monkeypatch, path, span):
     """One key column: a span up to its rows takes the direct table (ids in key order), a wider
-    one the hashed partitions; both give one id a distinct key, a first row of each group, and
-    a partition whose groups are disjoint (made on first use for the direct table)."""
-    from gpujoin.cpu.kernels import _factorize_dense, factorize
+    one thread-local tables (ids by first appearance) or, past LOCAL_TABLE_GROUPS, the hashed
+    partitions; each gives one id a distinct key, a first row of each group, and a partition
+    whose groups are disjoint (made on first use where the ids did not come from one)."""
+    from gpujoin.cpu import kernels
+    from gpujoin.cpu.kernels import _factorize_dense, _factorize_local, factorize
 
+    if path == "hashed":
+        monkeypatch.setattr(kernels, "LOCAL_TABLE_GROUPS", 64)
     rng = np.random.default_rng(span % 97)
     n = 50_000
     keys = rng.integers(-5, span - 5, n, dtype=np.int64) if span < (1 << 40) else \
         np.concatenate([[np.iinfo(np.int64).min, np.iinfo(np.int64).max], rng.integers(-span, span, n - 2)])
     f = factorize(keys[None, :])
-    assert (_factorize_dense(keys) is not None) == (span <= n)
+    assert (_factorize_dense(keys) is not None) == (path == "dense")
+    assert path == "dense" or (_factorize_local(keys) is not None) == (path == "local")
     uniq = np.unique(keys)
     assert f.num_groups == uniq.size
     assert np.array_equal(keys[f.first_rows][f.codes], keys)  # each row's group holds its key
     assert np.unique(keys[f.first_rows]).size == f.num_groups  # and no two groups the same key
-    if span <= n:
+    if path == "dense":
         assert np.array_equal(keys[f.first_rows], uniq)  # ids in key order, each group's first row
         assert all(f.first_rows[g] == np.flatnonzero(keys == uniq[g])[0] for g in range(min(50, uniq.size)))
+    if path == "local":  # ids by first appearance
+        assert np.array_equal(f.first_rows, np.sort(np.unique(keys, return_index=True)[1]))
     rows, offsets, part = f.rows, f.offsets, f.part_gid
     assert np.array_equal(np.sort(rows), np.arange(n)) and np.array_equal(part, f.codes[rows])
     owner = np.full(f.num_groups, -1)

@@ -322,13 +322,121 @@ def partition_bits(n: int, rows_per_partition: int = 1 << 13, max_bits: int = 12
     return int(min(max_bits, np.ceil(np.log2(n / rows_per_partition))))
 
 
+@njit(parallel=True, cache=True)
+def _local_tables(keys, nchunks, max_groups, codes, lkeys, lfirst, counts):
+    """Each chunk of rows numbers its keys in its own linear-probing table (grown 4x at half
+    full, cache-sized while the groups are few): ``codes`` gets the chunk-local ids, ``lkeys`` and
+    ``lfirst`` each local group's key and first row.  A chunk that meets more than
+    ``max_groups`` keys stops and sets its count to -1."""
+    n = keys.size
+    step = (n + nchunks - 1) // nchunks
+    for t in prange(nchunks):
+        cap = 256
+        slots = np.full(cap, -1, np.int64)
+        ng = 0
+        for i in range(t * step, min(n, (t + 1) * step)):
+            k = keys[i]
+            s = np.int64(fmix64(np.uint64(k)) & np.uint64(cap - 1))
+            g = slots[s]
+            while g >= 0 and lkeys[t, g] != k:
+                s = (s + 1) & (cap - 1)
+                g = slots[s]
+            if g < 0:
+                if ng == max_groups:
+                    ng = -1
+                    break
+                g = ng
+                lkeys[t, g] = k
+                lfirst[t, g] = i
+                slots[s] = g
+                ng += 1
+                if 2 * ng >= cap:  # grow: rebuild the slots from the groups' keys
+                    cap *= 4
+                    slots = np.full(cap, -1, np.int64)
+                    for q in range(ng):
+                        s2 = np.int64(fmix64(np.uint64(lkeys[t, q])) & np.uint64(cap - 1))
+                        while slots[s2] >= 0:
+                            s2 = (s2 + 1) & (cap - 1)
+                        slots[s2] = q
+            codes[i] = g
+        counts[t] = ng
+
+
+@njit(cache=True)
+def _merge_local_tables(lkeys, lfirst, counts, ids):
+    """The chunks' groups in one table, in chunk order: ``ids[t, l]`` the global id of chunk t's
+    local group l (ids by first appearance in the input); returns the groups' first rows."""
+    total = 0
+    for t in range(counts.size):
+        total += counts[t]
+    cap = 16
+    while cap < 2 * total:
+        cap *= 2
+    slots = np.full(cap, -1, np.int64)
+    gkeys = np.empty(total, np.int64)
+    first = np.empty(total, np.int64)
+    ng = 0
+    for t in range(counts.size):
+        for q in range(counts[t]):
+            k = lkeys[t, q]
+            s = np.int64(fmix64(np.uint64(k)) & np.uint64(cap - 1))
+            g = slots[s]
+            while g >= 0 and gkeys[g] != k:
+                s = (s + 1) & (cap - 1)
+                g = slots[s]
+            if g < 0:
+                g = ng
+                gkeys[g] = k
+                first[g] = lfirst[t, q]
+                slots[s] = g
+                ng += 1
+            ids[t, q] = g
+    return first[:ng]
+
+
+@njit(parallel=True, cache=True)
+def _globalize_local(codes, ids, nchunks):
+    n = codes.size
+    step = (n + nchunks - 1) // nchunks
+    for t in prange(nchunks):
+        for i in range(t * step, min(n, (t + 1) * step)):
+            codes[i] = ids[t, codes[i]]
+
+
+#: factorize's thread-local tables serve one key column of at most this many distinct values a
+#: thread's chunk (their tables stay within a few MiB); more, and the hashed partitions do.
+LOCAL_TABLE_GROUPS = 1 << 17
+
+
+def _factorize_local(keys: np.ndarray) -> Factorization | None:
+    """One int64 key column of few distinct values however spread: every thread numbers its
+    chunk's keys in a small table of its own, the tables are merged in chunk order, and the
+    rows' ids are mapped to the merged ones (DuckDB's thread-local pre-aggregation, without the
+    partitioning that many groups need).  None when a chunk meets more than
+    ``LOCAL_TABLE_GROUPS`` keys (found early: a chunk stops there)."""
+    n = keys.size
+    chunks = int(max(1, min(numba.get_num_threads(), n // MIN_CHUNK)))  # a table a thread, built once
+    codes = np.empty(n, np.int64)
+    lkeys = np.empty((chunks, LOCAL_TABLE_GROUPS), np.int64)
+    lfirst = np.empty((chunks, LOCAL_TABLE_GROUPS), np.int64)
+    counts = np.zeros(chunks, np.int64)
+    _local_tables(keys, chunks, LOCAL_TABLE_GROUPS, codes, lkeys, lfirst, counts)
+    if (counts < 0).any():
+        return None
+    ids = np.empty((chunks, LOCAL_TABLE_GROUPS), np.int64)
+    first = _merge_local_tables(lkeys, lfirst, counts, ids)
+    _globalize_local(codes, ids, chunks)
+    return Factorization(codes, first.size, first)
+
+
 def factorize(keys2d: np.ndarray) -> Factorization:
     """Dense ids for the distinct rows of a (k, n) int64 key matrix: a partitioned hash group-by.
 
     Rows are radix-partitioned on a hash of all k columns, then each partition builds its own
     chained hash table of groups (exact: equal hashes are verified column by column), so
     the work is parallel over partitions and every table fits in cache.  One column whose
-    values span no more than its rows takes a direct table instead (:func:`_factorize_dense`).
+    values span no more than its rows takes a direct table instead (:func:`_factorize_dense`),
+    one of few distinct values a table a thread (:func:`_factorize_local`).
 
     Raises
     ------
@@ -339,10 +447,12 @@ def factorize(keys2d: np.ndarray) -> Factorization:
         raise ValueError(f"factorize expects a (k, n) int64 matrix, got {keys2d.dtype} {keys2d.shape}")
     keys2d = np.ascontiguousarray(keys2d)
     n = keys2d.shape[1]
-    if keys2d.shape[0] == 1:
-        dense = _factorize_dense(keys2d[0])
-        if dense is not None:
-            return dense
+    if keys2d.shape[0] == 1 and n:
+        one = _factorize_dense(keys2d[0])
+        if one is None:
+            one = _factorize_local(keys2d[0])
+        if one is not None:
+            return one
     hashes = hash_rows(keys2d)
     rows, phash, offsets = radix_partition(hashes, partition_bits(n), num_chunks(n),
                                            np.arange(n, dtype=np.int64), hashes.view(np.int64))
