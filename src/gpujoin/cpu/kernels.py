@@ -324,23 +324,23 @@ def partition_bits(n: int, rows_per_partition: int = 1 << 13, max_bits: int = 12
 
 @njit(parallel=True, cache=True)
 def _local_tables(keys, nchunks, max_groups, codes, lkeys, lfirst, counts):
-    """Each chunk of rows numbers its keys in its own linear-probing table (grown 4x at half
-    full, cache-sized while the groups are few): ``codes`` gets the chunk-local ids, ``lkeys`` and
-    ``lfirst`` each local group's key and first row.  A chunk that meets more than
-    ``max_groups`` keys stops and sets its count to -1."""
+    """Each chunk of rows numbers its keys in its own linear-probing table of (key, id) slots
+    (one cache line a probe; grown 4x at half full, cache-sized while the groups are few):
+    ``codes`` gets the chunk-local ids, ``lkeys`` and ``lfirst`` each local group's key and
+    first row.  A chunk that meets more than ``max_groups`` keys stops, its count set to -1."""
     n = keys.size
     step = (n + nchunks - 1) // nchunks
     for t in prange(nchunks):
         cap = 256
-        slots = np.full(cap, -1, np.int64)
+        slots = np.empty((cap, 2), np.int64)
+        slots[:, 1] = -1
         ng = 0
         for i in range(t * step, min(n, (t + 1) * step)):
             k = keys[i]
             s = np.int64(fmix64(np.uint64(k)) & np.uint64(cap - 1))
-            g = slots[s]
-            while g >= 0 and lkeys[t, g] != k:
+            while slots[s, 1] >= 0 and slots[s, 0] != k:
                 s = (s + 1) & (cap - 1)
-                g = slots[s]
+            g = slots[s, 1]
             if g < 0:
                 if ng == max_groups:
                     ng = -1
@@ -348,16 +348,20 @@ def _local_tables(keys, nchunks, max_groups, codes, lkeys, lfirst, counts):
                 g = ng
                 lkeys[t, g] = k
                 lfirst[t, g] = i
-                slots[s] = g
+                slots[s, 0] = k
+                slots[s, 1] = g
                 ng += 1
-                if 2 * ng >= cap:  # grow: rebuild the slots from the groups' keys
+                if 2 * ng >= cap:  # grow: the groups' keys placed again
                     cap *= 4
-                    slots = np.full(cap, -1, np.int64)
+                    slots = np.empty((cap, 2), np.int64)
+                    slots[:, 1] = -1
                     for q in range(ng):
-                        s2 = np.int64(fmix64(np.uint64(lkeys[t, q])) & np.uint64(cap - 1))
-                        while slots[s2] >= 0:
+                        kq = lkeys[t, q]
+                        s2 = np.int64(fmix64(np.uint64(kq)) & np.uint64(cap - 1))
+                        while slots[s2, 1] >= 0:
                             s2 = (s2 + 1) & (cap - 1)
-                        slots[s2] = q
+                        slots[s2, 0] = kq
+                        slots[s2, 1] = q
             codes[i] = g
         counts[t] = ng
 

@@ -296,9 +296,12 @@ class CpuReducer:
         self.fact = fact
         self.num_groups = fact.num_groups
         self.first_rows = fact.first_rows
+        self._reduced: dict = {}  # one pass a column, however many of its aggregates are asked
 
     def sizes(self) -> np.ndarray:
-        return pgb.group_sizes(self.fact)
+        # a column without nulls already counted every row of each group
+        done = next((r[0] for req, r in self._reduced.values() if not req.has_valid), None)
+        return pgb.group_sizes(self.fact) if done is None else done
 
     def n_unique(self, req: _Request) -> np.ndarray:
         """Distinct non-null values per group, int64 (g,): the distinct (group, value) pairs of the
@@ -312,9 +315,10 @@ class CpuReducer:
         return np.bincount(codes[pairs.first_rows], minlength=self.num_groups).astype(np.int64)
 
     def reduce(self, req: _Request):
-        if req.kind == "float":
-            return pgb.reduce_float(req.values, req.valid, req.has_valid, self.fact)
-        return pgb.reduce_int(req.values, req.valid, req.has_valid, self.fact)
+        if id(req) not in self._reduced:
+            f = pgb.reduce_float if req.kind == "float" else pgb.reduce_int
+            self._reduced[id(req)] = (req, f(req.values, req.valid, req.has_valid, self.fact))
+        return self._reduced[id(req)][1]
 
 
 def _aggregate(req: _Request | None, fn: str, reducer) -> pa.Array:
