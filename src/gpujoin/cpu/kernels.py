@@ -326,6 +326,24 @@ def partition_bits(n: int, rows_per_partition: int = 1 << 13, max_bits: int = 12
 _PROBE_ROWS = 1 << 16
 
 
+@njit(inline="always", cache=True)
+def _slot(slots, k):
+    """The slot of key ``k`` in a linear-probing table of (key, id) rows (id -1: empty; its
+    size a power of two): where ``k`` sits, or the empty slot where it would go."""
+    mask = slots.shape[0] - 1
+    s = np.int64(fmix64(np.uint64(k)) & np.uint64(mask))
+    while slots[s, 1] >= 0 and slots[s, 0] != k:
+        s = (s + 1) & mask
+    return s
+
+
+@njit(cache=True)
+def _empty_slots(cap):
+    slots = np.empty((cap, 2), np.int64)
+    slots[:, 1] = -1
+    return slots
+
+
 @njit(parallel=True, cache=True)
 def _local_tables(keys, nchunks, max_groups, codes, lkeys, lfirst, counts):
     """Each chunk of rows numbers its keys in its own linear-probing table of (key, id) slots
@@ -336,9 +354,7 @@ def _local_tables(keys, nchunks, max_groups, codes, lkeys, lfirst, counts):
     n = keys.size
     step = (n + nchunks - 1) // nchunks
     for t in prange(nchunks):
-        cap = 256
-        slots = np.empty((cap, 2), np.int64)
-        slots[:, 1] = -1
+        slots = _empty_slots(256)
         ng = 0
         lo = t * step
         for i in range(lo, min(n, (t + 1) * step)):
@@ -348,9 +364,7 @@ def _local_tables(keys, nchunks, max_groups, codes, lkeys, lfirst, counts):
                     ng = -1  # too many groups: give up now, not once the table is full
                     break
             k = keys[i]
-            s = np.int64(fmix64(np.uint64(k)) & np.uint64(cap - 1))
-            while slots[s, 1] >= 0 and slots[s, 0] != k:
-                s = (s + 1) & (cap - 1)
+            s = _slot(slots, k)
             g = slots[s, 1]
             if g < 0:
                 if ng == max_groups:
@@ -362,16 +376,11 @@ def _local_tables(keys, nchunks, max_groups, codes, lkeys, lfirst, counts):
                 slots[s, 0] = k
                 slots[s, 1] = g
                 ng += 1
-                if 2 * ng >= cap:  # grow: the groups' keys placed again
-                    cap *= 4
-                    slots = np.empty((cap, 2), np.int64)
-                    slots[:, 1] = -1
+                if 2 * ng >= slots.shape[0]:  # grow: the groups' keys placed again
+                    slots = _empty_slots(4 * slots.shape[0])
                     for q in range(ng):
-                        kq = lkeys[t, q]
-                        s2 = np.int64(fmix64(np.uint64(kq)) & np.uint64(cap - 1))
-                        while slots[s2, 1] >= 0:
-                            s2 = (s2 + 1) & (cap - 1)
-                        slots[s2, 0] = kq
+                        s2 = _slot(slots, lkeys[t, q])
+                        slots[s2, 0] = lkeys[t, q]
                         slots[s2, 1] = q
             codes[i] = g
         counts[t] = ng
@@ -387,25 +396,19 @@ def _merge_local_tables(lkeys, lfirst, counts, ids):
     cap = 16
     while cap < 2 * total:
         cap *= 2
-    slots = np.full(cap, -1, np.int64)
-    gkeys = np.empty(total, np.int64)
+    slots = _empty_slots(cap)
     first = np.empty(total, np.int64)
     ng = 0
     for t in range(counts.size):
         for q in range(counts[t]):
             k = lkeys[t, q]
-            s = np.int64(fmix64(np.uint64(k)) & np.uint64(cap - 1))
-            g = slots[s]
-            while g >= 0 and gkeys[g] != k:
-                s = (s + 1) & (cap - 1)
-                g = slots[s]
-            if g < 0:
-                g = ng
-                gkeys[g] = k
-                first[g] = lfirst[t, q]
-                slots[s] = g
+            s = _slot(slots, k)
+            if slots[s, 1] < 0:
+                slots[s, 0] = k
+                slots[s, 1] = ng
+                first[ng] = lfirst[t, q]
                 ng += 1
-            ids[t, q] = g
+            ids[t, q] = slots[s, 1]
     return first[:ng]
 
 
