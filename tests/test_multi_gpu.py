@@ -149,6 +149,37 @@ def test_transfer_only_moves_the_same_bytes_and_joins_nothing():
     assert (st2["h2d_bytes"], st2["p2p_bytes"], st2["rounds"]) == (st["h2d_bytes"], st["p2p_bytes"], st["rounds"])
 
 
+def test_pinned_input_is_read_in_place():
+    """Columns page-locked in place (``pinned_host``) reach the GPUs with no staging copy: the
+    same SUM and rows as pageable input, every pass-1 byte DMA'd straight from them, and the
+    memory unregistered after the block (also when the block raises)."""
+    from gpujoin.dist.hybrid import hybrid_join
+    from gpujoin.outofcore.stream import is_pinned, pinned_host
+    from gpujoin.outofcore.triton import triton_join
+    from gpujoin.plan.placement import plan_placement
+
+    n = 300_000
+    rk, rp, sk, sp = pk_fk_arrays(n)
+    pl = plan_placement([n, n], [16, 16], 8 << 20, gpus=2, chunk_rows=20_000)
+    paged = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, aggregate="sum")
+    assert paged.stats["pass1_direct_bytes"] == 0
+    with pinned_host(rk, rp, sk, sp):
+        assert all(is_pinned(a) for a in (rk, rp, sk, sp))
+        res = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, aggregate="sum")
+        one = triton_join([rk, rp], [sk, sp], "inner", plan_placement([n, n], [16, 16], 8 << 20,
+                          force_out_of_core=True, chunk_rows=20_000), emit_keys=True)
+    assert not any(is_pinned(a) for a in (rk, rp, sk, sp))
+    assert (res.total, res.rows) == (paged.total, paged.rows) == (int(sp.sum()), n)
+    assert res.stats["pass1_direct_bytes"] == sum(a.nbytes for a in (rk, rp, sk, sp))
+    assert np.array_equal(np.sort(one.key), np.sort(sk))
+    assert res.stats["predicted_phases"]["pass1"] <= paged.stats["predicted_phases"]["pass1"]  # no staging term
+    with pytest.raises(RuntimeError), pinned_host(rk):
+        raise RuntimeError("inside")
+    assert not is_pinned(rk)
+    with pytest.raises(ValueError, match="C-contiguous"), pinned_host(rk[::2]):
+        pass
+
+
 def test_hybrid_join_streams_blocks_to_a_sink(on_workers):
     left, right = _tables("uniform")
     want = gpujoin.join(left, right, "k", how="left", device="cpu")

@@ -456,7 +456,7 @@ def cmd_bench_multi_gpu(a):
                               a.runs, a.streams, log=_stderr, zipf=[float(x) for x in _csv_list(a.zipf)],
                               output_ratios=[int(x) for x in _csv_list(a.output_ratio)],
                               r_shares=[float(x) for x in _csv_list(a.r_share)], transfer_only=a.transfer_only,
-                              peers=peers)
+                              peers=peers, inputs=_choices(a.input, ("pageable", "pinned"), "--input"))
     _write_records(records, a.output)
 
 
@@ -686,6 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "disabled (Fig. 8), beside the cost models' transfer predictions")
     bm.add_argument("--peers", default="", help="comma-separated host engines run on the same tables once a "
                     "workload: duckdb, polars, cpu-radix")
+    bm.add_argument("--input", default="pageable", help="comma-separated: pageable (NumPy's memory: the chunks "
+                    "pass through pinned staging buffers), pinned (page-locked in place first, paper 000's setting)")
     bm.add_argument("--band-log2-n", default="24", help="comma-separated log2 of |L| = |R| of the ring's band join")
     bm.add_argument("--band-width", type=int, default=4)
     bm.add_argument("--streams", type=int, default=3, choices=[1, 3])

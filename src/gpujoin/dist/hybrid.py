@@ -153,7 +153,7 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     for g, w in enumerate(workers[1:], 1):  # once a GPU, on its device: each reads its own pool
         with cp.cuda.Device(gpus[g]):
             each.append(w.stats([], 0))
-    for k in ("h2d_bytes", "d2h_bytes", "blocks", "split_partitions"):
+    for k in ("h2d_bytes", "d2h_bytes", "blocks", "split_partitions", "pass1_direct_bytes"):
         stats[k] = sum(e[k] for e in each)
     stats["peak_gpu_bytes"] = max(e["peak_gpu_bytes"] for e in each)
     stats["p2p_bytes"] = sum(w.transfer.p2p for w in workers)

@@ -367,6 +367,8 @@ class TritonJoin:
         self.transfer.phases["pass1"] = time.perf_counter() - t0
         self.transfer.phases["pass1_staging_copy"] = uploader.stage_s
         self.transfer.phases["pass1_staging_wait"] = uploader.wait_s
+        self.direct_bytes = uploader.direct_bytes
+        self.pinned_input = uploader.bytes > 0 and uploader.direct_bytes == uploader.bytes
         return rels
 
     def pass2(self, R: PartitionedRelation, S: PartitionedRelation, mode: str, partitions: list[int] | None = None):
@@ -391,7 +393,13 @@ class TritonJoin:
                 "split_partitions": self.split_partitions, "streams": self.streams.count,
                 "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
                 "phases": dict(self.transfer.phases),
-                "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes, link_rates())}
+                "pass1_direct_bytes": getattr(self, "direct_bytes", 0),
+                "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes,
+                                               {**link_rates(), **self.input_rates()})}
+
+    def input_rates(self) -> dict:
+        """Page-locked input crosses with no staging copy: pass 1 is bound by PCIe alone."""
+        return {"host_in": float("inf")} if getattr(self, "pinned_input", False) else {}
 
     def run(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str) -> JoinResult:
         out_bytes = self.open_sink(build_cols, probe_cols, mode)
