@@ -94,7 +94,7 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
   fi
   if [[ $stage == bench-dist ]]; then
     mpi -n ${RANKS:-2} python3 -m gpujoin.cli bench dist --rows ${ROWS:-1e6,1e7,1e8} --device cuda \
-      --placement ${PLACEMENT:-host} --shuffle ${SHUFFLE:-one-level,two-level} --runs ${RUNS:-3} \
+      --placement ${PLACEMENT:-host} --shuffle ${SHUFFLE:-one-level,two-level} --compression ${COMPRESSION:-none} --runs ${RUNS:-3} \
       -o "$OUT/bench_dist.jsonl" 2>&1 | tail -20
   fi
 fi
