@@ -152,6 +152,24 @@ def test_placement_predicts_the_streaming_path_from_its_bytes():
     assert in_core.spill_bytes == 0 and in_core.predict()["pass2"] < 1e-3
 
 
+def test_placement_pass1_bound_by_both_directions_of_the_links():
+    """Page-locked input (no staging copy) with a spill: pass 1 sends the spill out while the
+    input comes in, bounded by the links' measured two-way rate; two H100s at 2^31 x 2^31 int32
+    tuples under 16 GB a GPU (transfer-only pass 1: 0.87 s on one, 0.48 s on two)."""
+    from gpujoin.plan.placement import plan_placement
+
+    n = 1 << 31
+    rates = {"pcie": 52.6e9, "host_in": float("inf"), "duplex_1": 70e9, "duplex_all": 112e9}
+    one = plan_placement([n, n], [8, 8], 16 << 30, force_out_of_core=True)
+    two = plan_placement([n, n], [8, 8], 16 << 30, force_out_of_core=True, gpus=2)
+    p1, p2 = one.predict(0, rates)["pass1"], two.predict(0, rates)["pass1"]
+    assert p1 == pytest.approx((one.input_bytes + one.spill_bytes) / 70e9)
+    assert p2 == pytest.approx((two.input_bytes + two.spill_bytes) / 112e9)
+    assert 0.87 * 0.9 < p1 < 0.87 * 1.1 and 0.48 * 0.8 < p2 < 0.48 * 1.1
+    plain = {k: v for k, v in rates.items() if not k.startswith("duplex")}  # not measured: one way only
+    assert one.predict(0, plain)["pass1"] == pytest.approx(one.input_bytes / 52.6e9)
+
+
 def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
     """A cross join, and a many-to-many join of all-equal keys, of 3,000 x 3,000 rows (9M output
     rows) under a 1 MB host: MemoryError naming the rows, before anything of that size exists."""

@@ -180,6 +180,18 @@ def test_pinned_input_is_read_in_place():
         pass
 
 
+def test_measure_links_has_every_rate_the_placement_model_reads():
+    """The link probe's keys (small buffers): each GPU's one-way rate, the staging copy alone and
+    beside the DMA, both directions at once, and the peer link where there are two GPUs."""
+    from gpujoin.plan.calibrate import measure_links
+
+    gpus = list(range(min(GPUS, 2)))
+    links = measure_links(gpus, nbytes=8 << 20, reps=2)
+    keys = ["h2d_gpu0_GBps", "h2d_all_GBps", "host_in_1_GBps", "host_in_dma_1_GBps", "host_in_dma_all_GBps",
+            "duplex_1_GBps", "duplex_all_GBps"] + (["p2p_GBps", "p2p_bidirectional_GBps"] if GPUS >= 2 else [])
+    assert all(links[k] > 0 for k in keys), links
+
+
 def test_hybrid_join_streams_blocks_to_a_sink(on_workers):
     left, right = _tables("uniform")
     want = gpujoin.join(left, right, "k", how="left", device="cpu")

@@ -166,6 +166,9 @@ def _rates(base: dict | None, d: int, pinned_input: bool = False) -> dict | None
            links["host_in_dma_1_GBps" if d == 1 else "host_in_dma_all_GBps"] * 1e9}
     if "p2p_GBps" in links:
         out["p2p"] = links["p2p_GBps"] * 1e9
+    for k in ("duplex_1", "duplex_all"):
+        if f"{k}_GBps" in links:
+            out[k] = links[f"{k}_GBps"] * 1e9
     return out
 
 

@@ -92,8 +92,10 @@ def cache_bandwidth(buf, props: dict) -> dict:
 
 def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict:
     """GB/s (decimal) of pinned host-to-device copies on each GPU alone and on every GPU at once
-    (are the PCIe links independent?), and of device-to-device copies between the first two
-    GPUs (the peer link), one way and both ways at once."""
+    (are the PCIe links independent?); the host's staging copy (pageable into pinned) alone and
+    beside the GPUs' DMA reads; both directions of the link at once (``duplex``: host-to-device
+    plus device-to-host bytes a second, one GPU and every GPU together); and device-to-device
+    copies between the first two GPUs (the peer link), one way and both ways at once."""
     import cupy as cp
 
     from ..cuda.runtime import event_time
@@ -140,7 +142,28 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
 
     for ids, name in (([gpus[0]], "host_in_dma_1_GBps"), (gpus, "host_in_dma_all_GBps")):
         out[name] = len(ids) * reps * nbytes / max(on_each(ids, under_dma)) / 1e9
-    src = pins = None  # noqa: F841 (freed before the joins run)
+    src = None  # noqa: F841 (freed before the joins run)
+    # both directions of each link at once (pass 1 sends the spill out while chunks come in):
+    # host-to-device and device-to-host on two streams, one GPU alone and every GPU at once
+    back = {}  # each GPU's device-to-host stream
+
+    def duplex(i):
+        g = ids[i]
+        with cp.cuda.Device(g):
+            t = time.perf_counter()
+            for _ in range(reps):
+                h2d(g)
+                cp.cuda.runtime.memcpyAsync(pins[i].ctypes.data, bufs[g][1].data.ptr, nbytes, 2, back[g].ptr)
+            streams[g].synchronize()
+            back[g].synchronize()
+            return time.perf_counter() - t
+
+    for g in gpus:
+        with cp.cuda.Device(g):
+            back[g] = cp.cuda.Stream(non_blocking=True)
+    for ids, name in (([gpus[0]], "duplex_1_GBps"), (gpus, "duplex_all_GBps")):
+        out[name] = 2 * len(ids) * reps * nbytes / max(on_each(ids, duplex)) / 1e9
+    pins = None  # noqa: F841
     if len(gpus) > 1:
         a, b = gpus[:2]
         out["peer_access"] = enable_peer_access([a, b])[a, b]
@@ -182,6 +205,9 @@ def link_rates() -> dict:
         out["p2p"] = links["p2p_GBps"] * 1e9
     if "host_in_dma_1_GBps" in links:
         out["host_in"] = links["host_in_dma_1_GBps"] * 1e9
+    for k in ("duplex_1", "duplex_all"):
+        if f"{k}_GBps" in links:
+            out[k] = links[f"{k}_GBps"] * 1e9
     return out
 
 

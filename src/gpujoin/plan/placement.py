@@ -81,12 +81,20 @@ class Placement:
         (bytes/s) overrides this module's: ``pcie`` (one GPU's link), ``host_in`` (the staging
         copy with every GPU's thread copying at once, each GPU's DMA reading pinned memory
         meanwhile: ``measure_links``' host_in_dma; the copy's rate alone predicted 35-49% too
-        little on two H200s, whose DMA reads halved it), ``host_out``, ``p2p``, ``gpu_join``
-        (inf: the transfer-only time)."""
+        little on two H200s, whose DMA reads halved it; inf for page-locked input, read in
+        place), ``host_out``, ``p2p``, ``gpu_join`` (inf: the transfer-only time), and
+        ``duplex_1`` / ``duplex_all`` (both directions of the links at once, bytes each way
+        summed, one GPU / every GPU together: ``measure_links``' duplex), which bound pass 1
+        when its spill leaves while the chunks come in (two H100s, pinned input: pass 1 moved
+        70 GB/s both ways on one GPU, 56 a GPU on two, against 52.6 GB/s one way); without
+        them that term is left out."""
         r = {"pcie": PCIE_BPS, "host_in": HOST_IN_BPS, "host_out": HOST_OUT_BPS, "p2p": P2P_BPS,
              "gpu_join": GPU_JOIN_BPS, **(rates or {})}
         d = self.gpus  # each GPU its own link; the host's copies and memory are shared
         pass1 = self.input_bytes / min(d * r["pcie"], r["host_in"])
+        duplex = r.get("duplex_1" if d == 1 else "duplex_all")
+        if duplex:  # the spill goes out over the same links while the input comes in
+            pass1 = max(pass1, (self.input_bytes + self.spill_bytes) / duplex)
         # a partition's cached pieces are spread over the GPUs: (d - 1)/d of them cross a peer link
         p2p = (self.input_bytes - self.spill_bytes) * (d - 1) / d / (d * r["p2p"])
         pass2 = self.spill_bytes / (d * r["pcie"]) + p2p + self.input_bytes / (d * r["gpu_join"])
