@@ -93,9 +93,12 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
     mpi -n ${RANKS:-2} python3 scripts/profile_dist_shuffle.py $PROFILE 2>&1 | tail -12
   fi
   if [[ $stage == bench-dist ]]; then
-    mpi -n ${RANKS:-2} python3 -m gpujoin.cli bench dist --rows ${ROWS:-1e6,1e7,1e8} --device cuda \
-      --placement ${PLACEMENT:-host} --shuffle ${SHUFFLE:-one-level,two-level} --compression ${COMPRESSION:-none} --runs ${RUNS:-3} \
-      -o "$OUT/bench_dist.jsonl" 2>&1 | tail -20
+    # the log goes to $OUT as it comes and mpirun is stopped in time (on 2026-11-25 two calls on two
+    # H100s printed nothing before the call's limit: the pipe's tail never saw mpirun end)
+    timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli bench dist \
+      --rows ${ROWS:-1e6,1e7,1e8} --device cuda --placement ${PLACEMENT:-host} \
+      --shuffle ${SHUFFLE:-one-level,two-level} --compression ${COMPRESSION:-none} --runs ${RUNS:-3} \
+      -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | tail -20
   fi
 fi
 if [[ $stage == nvcomp ]]; then

@@ -3,10 +3,11 @@ int32 tuples in page-locked host memory on 1 GPU and on every GPU, then on every
 GPUs' pass 2 taken one at a time (a lock around each worker's pass 2): if that is as fast a
 GPU, the GPUs' joins do not run side by side (a host-side lock: the GIL, the driver's).
 
-    python3 scripts/profile_hybrid.py [log2_n=28] [inner=phj-tr] [runs=3] [sides|cprofile|warm]
+    python3 scripts/profile_hybrid.py [log2_n=28] [inner=phj-tr] [runs=3] [sides|cprofile|warm|async|nopeer]
 
 (cprofile: the host's own time in one GPU's pass 2 of 16 partitions; warm: the GPUs' pools
-never emptied between or inside runs.)
+never emptied between or inside runs; async: cudaMallocAsync pools; nopeer: peer access off.)
+nsys: profile with ``-t cuda`` only (with osrt its importer failed on the H100 pair).
 """
 
 import sys
@@ -104,6 +105,28 @@ def warm_pools():
     run(g, "warm pools")
 
 
+def async_pools():
+    """As sides(), each GPU allocating from CUDA's stream-ordered pool (cudaMallocAsync: no
+    device-wide synchronization in cudaFree, no driver lock shared with the other GPU's thread);
+    memory_limit is not enforced by that pool."""
+    g = device_count()
+    for d in range(g):
+        with cp.cuda.Device(d):
+            cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+    run(1, "async pools")
+    run(g, "async pools")
+
+
+def no_peers():
+    """As sides(), peer access left off: the other GPU's cached pieces come through host memory
+    (slower), but no allocation is mapped into the other GPU's address space."""
+    import gpujoin.dist.hybrid as hybrid
+
+    hybrid.enable_peer_access = lambda gpus: None
+    g = device_count()
+    run(g, "no peer access")
+
+
 mode = sys.argv[4] if len(sys.argv) > 4 else "sides"
 with pinned_host(rk, rp, sk, sp):
-    {"cprofile": host_time, "warm": warm_pools, "sides": sides}[mode]()
+    {"cprofile": host_time, "warm": warm_pools, "sides": sides, "async": async_pools, "nopeer": no_peers}[mode]()
