@@ -262,3 +262,19 @@ def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
             raise cp.cuda.memory.OutOfMemoryError("out of memory")
     assert pool.limit == 7
 
+
+
+def test_pinned_host_checks_its_arrays_before_any_gpu_work():
+    """gpujoin.pinned_host: a strided view or a non-array is refused by name; on a machine
+    without a usable GPU, a clear RuntimeError (nothing is registered)."""
+    a = np.arange(10, dtype=np.int64)
+    with pytest.raises(ValueError, match="argument 1 .* not C-contiguous"):
+        with gpujoin.pinned_host(a, a[::2]):
+            pass
+    with pytest.raises(ValueError, match="argument 0 is a list"):
+        with gpujoin.pinned_host([1, 2]):
+            pass
+    if not gpujoin.backend.cuda_available():
+        with pytest.raises(RuntimeError, match="no usable GPU"):
+            with gpujoin.pinned_host(a):
+                pass

@@ -173,6 +173,13 @@ def test_pinned_input_is_read_in_place():
     assert res.stats["pass1_direct_bytes"] == sum(a.nbytes for a in (rk, rp, sk, sp))
     assert np.array_equal(np.sort(one.key), np.sort(sk))
     assert res.stats["predicted_phases"]["pass1"] <= paged.stats["predicted_phases"]["pass1"]  # no staging term
+    left = gpujoin.Table({"k": rk, "v": rp})  # NumPy-backed: the join reads these very buffers
+    right = gpujoin.Table({"k": sk, "w": sp})
+    want, _ = execute_join(left, right, "k", device="cuda", memory_limit="8MiB")
+    with gpujoin.pinned_host(rk, rp, sk, sp):
+        got, stats = execute_join(left, right, "k", device="cuda", memory_limit="8MiB")
+    assert stats.params["placement"] == "out-of-core" and stats.params["pass1_direct_bytes"] > 0
+    assert_tables_equal(got, want)
     with pytest.raises(RuntimeError), pinned_host(rk):
         raise RuntimeError("inside")
     assert not is_pinned(rk)
