@@ -221,6 +221,17 @@ def test_alltoallv_sends_big_messages_in_rounds(monkeypatch):
     np.testing.assert_array_equal(comm.alltoallv(x, np.array([5]), np.array([5])), x)
 
 
+def test_nccl_messages_past_the_cap_go_in_pieces_cut_alike():
+    """Messages longer than MAX_NCCL_MESSAGE go to NCCL as several, each end cutting one message
+    of n bytes into the same pieces in the same order; shorter ones and empty ones unchanged."""
+    from gpujoin.dist.comm import pieces
+
+    got = pieces([(1, 1000, 25), (0, 0, 0), (1, 5000, 10)], cap=10)
+    assert got == [(1, 1000, 10), (1, 1010, 10), (1, 1020, 5), (0, 0, 0), (1, 5000, 10)]
+    two_gib = pieces([(1, 0, 1 << 31)])
+    assert [n for *_, n in two_gib] == [1 << 30] * 2 and two_gib[1][1] == 1 << 30
+
+
 def test_device_layout_places_every_row_once_with_aligned_bodies():
     from gpujoin.dist.comm import ALIGN_ROWS, DeviceLayout, cut
 
