@@ -132,8 +132,9 @@ if [[ $stage == bench-ooc ]]; then
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-120GB}
   gj bench out-of-core --log2-n ${LOG2N_TABLE:-27,28} --memory-limit ${LIMITS:-16GB} --mode ${MODES:-sum,table} \
     --runs ${RUNS:-2} -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
+  # INPUT=pageable,pinned: the same joins with the columns page-locked in place (no staging copy)
   gj bench out-of-core --log2-n ${LOG2N_SUM:-30} --memory-limit ${LIMITS:-16GB} --mode sum \
-    --runs ${RUNS:-2} --baselines "${BASELINES:-}" -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
+    --runs ${RUNS:-2} --baselines "${BASELINES:-}" --input ${INPUT:-pageable} -o "$OUT/bench_ooc.jsonl" 2>&1 | tail -20
 fi
 if [[ $stage == bench-mem ]]; then
   # every in-core join's peak GPU memory against its inputs and output (issue 14 item 5)

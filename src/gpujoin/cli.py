@@ -428,7 +428,8 @@ def cmd_bench_out_of_core(a):
     records = bench_out_of_core([int(x) for x in _csv_list(a.log2_n)], limits, modes, a.runs, fracs,
                                 [int(x) for x in _csv_list(a.streams)], a.seed,
                                 log=_stderr,
-                                item_bytes=a.item_bytes, baselines=baselines)
+                                item_bytes=a.item_bytes, baselines=baselines,
+                                inputs=_choices(a.input, ("pageable", "pinned"), "--input"))
     _write_records(records, a.output)
 
 
@@ -647,6 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--streams", default="3", help="comma-separated: 3 (overlapped) and/or 1")
     bo.add_argument("--baselines", default="", help="comma-separated, SUM mode: npj-perfect, npj-linear (R's table "
                     "in GPU memory, S streamed), cpu-radix, duckdb, polars")
+    bo.add_argument("--input", default="pageable", help="comma-separated: pageable (staged through pinned "
+                    "buffers), pinned (page-locked in place first: no staging copy)")
     bo.add_argument("--runs", type=int, default=3)
     bo.add_argument("--seed", type=int, default=42)
     bo.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")

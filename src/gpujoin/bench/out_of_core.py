@@ -11,6 +11,7 @@ table has |S| rows, both known by construction; the table's payloads are checked
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -176,15 +177,19 @@ def bench_baselines(names: list[str], log2_n: int, rk, rp, sk, sp, limit: str | 
 
 def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: list[str], runs: int = 3,
                       cache_fractions: list[float | None] | None = None, streams: list[int] | None = None,
-                      seed: int = 42, log=print, item_bytes: int = 8, baselines: list[str] = ()) -> list[dict]:
-    """Time the Triton join over the sweeps; one record a (size, limit, cache, streams, mode),
-    then each of ``baselines`` (BASELINES) a (size, limit) in SUM mode.
+                      seed: int = 42, log=print, item_bytes: int = 8, baselines: list[str] = (),
+                      inputs: list[str] = ("pageable",)) -> list[dict]:
+    """Time the Triton join over the sweeps; one record a (input, size, limit, cache, streams,
+    mode), then each of ``baselines`` (BASELINES) a (size, limit) in SUM mode.  ``inputs``:
+    "pageable" (NumPy's memory, staged through pinned buffers) and/or "pinned" (the same
+    columns page-locked in place by ``outofcore.stream.pinned_host``: no staging copy).
 
     Modes: ``sum`` and ``table`` call the array-level join (outofcore.triton.triton_join);
     ``arrow`` calls ``gpujoin.join`` on two Arrow tables and gets an Arrow table back."""
     import cupy as cp
 
     from ..outofcore.budget import gpu_budget, gpu_memory_cap, parse_bytes
+    from ..outofcore.stream import pinned_host
     from ..outofcore.triton import triton_join
 
     ceiling = pcie_bandwidth()
@@ -201,67 +206,75 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
         if set(modes) & {"table", "arrow"}:  # R's payload by key, to check materialized rows
             want_r = np.empty(n, rp.dtype)
             want_r[rk] = rp
-        for limit in limits:
-            budget = parse_bytes(limit) if limit else None
-            for frac in cache_fractions or [None]:
-                for ns in streams or [3]:
-                    for mode in modes:
-                        times, stats = [], None
-                        for r in range(runs + 1):
-                            if mode == "arrow":
-                                t0 = time.perf_counter()
-                                out, st = _arrow_join(rk, rp, sk, sp, budget)
-                                dt = time.perf_counter() - t0
-                                ok = out.num_rows == n and int(np.asarray(out["s"]).sum(dtype=np.int64)) == want_sum \
-                                    and bool(np.array_equal(np.asarray(out["r"]), want_r[np.asarray(out["k"])]))
-                                if not ok:
-                                    raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode arrow")
-                                if r:
-                                    times.append(dt)
-                                    stats = {**st.params, "phases": dict(st.phases), "algorithm": st.algorithm}
-                                    stats.setdefault("spill_bytes", 0)
-                                del out
-                                continue
-                            with gpu_memory_cap(budget):
-                                b = gpu_budget(budget)
-                                pl = plan_placement([n, n], [2 * item_bytes] * 2, b,
-                                                    cache_bytes=None if frac is None else int(frac * (b // 2)))
-                                t0 = time.perf_counter()
-                                res = triton_join([rk, rp], [sk, sp], "inner", pl, emit_keys=mode == "table",
-                                                  aggregate="sum" if mode == "sum" else None, streams=ns)
-                                dt = time.perf_counter() - t0
-                            if mode == "sum":
-                                ok = res.total == want_sum and res.rows == n
-                            else:
-                                ok = res.rows == n and bool(np.array_equal(res.build[0][0], want_r[res.key])) \
-                                    and int(res.probe[0][0].sum()) == want_sum
-                            if not ok:
-                                raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode {mode}")
-                            if r:  # the first run warms up the kernels and the pinned pool
-                                times.append(dt)
-                                stats = res.stats
-                            del res
-                        med = float(np.median(times))
-                        inp = 4 * n * item_bytes
-                        f = stats["spill_bytes"] / inp
-                        floor = (stats["h2d_bytes"]) / (ceiling["h2d_pinned_GBps"] * 1e9)
-                        rec = {**base, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * item_bytes,
-                                                    "memory_limit": limit, "cache_fraction": frac, "mode": mode},
-                               "algorithm": stats.get("algorithm") or ("triton" if pl.bits else "phj-tr"),
-                               "streams": ns, "runs": len(times), "median_s": med,
-                               "min_s": min(times), "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9,
-                               "pcie_floor_s": floor, "spilled_fraction": f, "correct": True,
-                               **{k: stats.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
-                                                            "h2d_bytes", "d2h_bytes", "peak_gpu_bytes")},
-                               "phases_s": stats["phases"]}
-                        log(f"2^{log2_n} limit={limit} cache={frac} streams={ns} {mode}: {med * 1e3:.0f} ms, "
-                            f"{rec['throughput_g_per_s']:.2f} G tuples/s (PCIe floor {floor * 1e3:.0f} ms), "
-                            f"{stats.get('placement')} bits={stats.get('pass1_bits')} spill={f:.2f} "
-                            f"phases={ {k: round(v * 1e3) for k, v in stats['phases'].items()} }")
-                        records.append(rec)
-                        cp.get_default_memory_pool().free_all_blocks()
-            gpu_side = [b for b in baselines if b.startswith("npj-")]
-            records += bench_baselines(gpu_side, log2_n, rk, rp, sk, sp, limit, runs, base, want_sum, log)
+        for input_kind in inputs:
+            with contextlib.ExitStack() as pin:  # page-locked for these runs only
+                if input_kind == "pinned":
+                    t0 = time.perf_counter()
+                    pin.enter_context(pinned_host(rk, rp, sk, sp))
+                    log(f"page-locked the inputs ({4 * n * item_bytes / 1e9:.1f} GB) "
+                        f"in {time.perf_counter() - t0:.2f} s")
+                for limit in limits:
+                    budget = parse_bytes(limit) if limit else None
+                    for frac in cache_fractions or [None]:
+                        for ns in streams or [3]:
+                            for mode in modes:
+                                times, stats = [], None
+                                for r in range(runs + 1):
+                                    if mode == "arrow":
+                                        t0 = time.perf_counter()
+                                        out, st = _arrow_join(rk, rp, sk, sp, budget)
+                                        dt = time.perf_counter() - t0
+                                        ok = out.num_rows == n and int(np.asarray(out["s"]).sum(dtype=np.int64)) == want_sum \
+                                            and bool(np.array_equal(np.asarray(out["r"]), want_r[np.asarray(out["k"])]))
+                                        if not ok:
+                                            raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode arrow")
+                                        if r:
+                                            times.append(dt)
+                                            stats = {**st.params, "phases": dict(st.phases), "algorithm": st.algorithm}
+                                            stats.setdefault("spill_bytes", 0)
+                                        del out
+                                        continue
+                                    with gpu_memory_cap(budget):
+                                        b = gpu_budget(budget)
+                                        pl = plan_placement([n, n], [2 * item_bytes] * 2, b,
+                                                            cache_bytes=None if frac is None else int(frac * (b // 2)))
+                                        t0 = time.perf_counter()
+                                        res = triton_join([rk, rp], [sk, sp], "inner", pl, emit_keys=mode == "table",
+                                                          aggregate="sum" if mode == "sum" else None, streams=ns)
+                                        dt = time.perf_counter() - t0
+                                    if mode == "sum":
+                                        ok = res.total == want_sum and res.rows == n
+                                    else:
+                                        ok = res.rows == n and bool(np.array_equal(res.build[0][0], want_r[res.key])) \
+                                            and int(res.probe[0][0].sum()) == want_sum
+                                    if not ok:
+                                        raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode {mode}")
+                                    if r:  # the first run warms up the kernels and the pinned pool
+                                        times.append(dt)
+                                        stats = res.stats
+                                    del res
+                                med = float(np.median(times))
+                                inp = 4 * n * item_bytes
+                                f = stats["spill_bytes"] / inp
+                                floor = (stats["h2d_bytes"]) / (ceiling["h2d_pinned_GBps"] * 1e9)
+                                rec = {**base, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * item_bytes,
+                                                            "memory_limit": limit, "cache_fraction": frac, "mode": mode,
+                                                            "input": input_kind},
+                                       "algorithm": stats.get("algorithm") or ("triton" if pl.bits else "phj-tr"),
+                                       "streams": ns, "runs": len(times), "median_s": med,
+                                       "min_s": min(times), "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9,
+                                       "pcie_floor_s": floor, "spilled_fraction": f, "correct": True,
+                                       **{k: stats.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
+                                                                    "h2d_bytes", "d2h_bytes", "peak_gpu_bytes")},
+                                       "phases_s": stats["phases"]}
+                                log(f"2^{log2_n} limit={limit} cache={frac} streams={ns} {mode}: {med * 1e3:.0f} ms, "
+                                    f"{rec['throughput_g_per_s']:.2f} G tuples/s (PCIe floor {floor * 1e3:.0f} ms), "
+                                    f"{stats.get('placement')} bits={stats.get('pass1_bits')} spill={f:.2f} "
+                                    f"phases={ {k: round(v * 1e3) for k, v in stats['phases'].items()} }")
+                                records.append(rec)
+                                cp.get_default_memory_pool().free_all_blocks()
+                    gpu_side = [b for b in baselines if b.startswith("npj-")]
+                    records += bench_baselines(gpu_side, log2_n, rk, rp, sk, sp, limit, runs, base, want_sum, log)
         # the CPU baselines once a size (no GPU budget applies), one run: each takes seconds
         records += bench_baselines([b for b in baselines if not b.startswith("npj-")], log2_n, rk, rp, sk, sp,
                                    None, 1, base, want_sum, log)
