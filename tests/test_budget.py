@@ -278,3 +278,12 @@ def test_pinned_host_checks_its_arrays_before_any_gpu_work():
         with pytest.raises(RuntimeError, match="no usable GPU"):
             with gpujoin.pinned_host(a):
                 pass
+
+
+def test_page_ranges_cover_whole_pages_once():
+    """pinned_host registers whole pages, each once: spans sharing or touching a page merge."""
+    from gpujoin.outofcore.stream import page_ranges
+
+    assert page_ranges([(4096 + 10, 100), (4096 + 200, 50)], 4096) == [(4096, 8192)]  # one page, two arrays
+    assert page_ranges([(0, 4096), (4096, 1)], 4096) == [(0, 8192)]  # touching
+    assert page_ranges([(3 * 4096, 5000), (0, 10), (20000, 0)], 4096) == [(0, 4096), (12288, 20480)]

@@ -180,6 +180,10 @@ def test_pinned_input_is_read_in_place():
         got, stats = execute_join(left, right, "k", device="cuda", memory_limit="8MiB")
     assert stats.params["placement"] == "out-of-core" and stats.params["pass1_direct_bytes"] > 0
     assert_tables_equal(got, want)
+    rows = np.zeros((2, 100), np.int64)  # two arrays on one page: registered once, as one range
+    with pinned_host(rows[0], rows[1]):
+        assert is_pinned(rows[0]) and is_pinned(rows[1])
+    assert not is_pinned(rows[1])
     with pytest.raises(RuntimeError), pinned_host(rk):
         raise RuntimeError("inside")
     assert not is_pinned(rk)

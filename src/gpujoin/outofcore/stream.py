@@ -17,8 +17,9 @@ the multi-GPU joins of paper 000 move their data through them.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import collections
+import contextlib
+import mmap
 import os
 import sys
 import threading
@@ -333,14 +334,26 @@ def pinned_host(*arrays: np.ndarray):
 
     done = []
     try:
-        for a in arrays:
-            if a.nbytes and not is_pinned(a):
-                cp.cuda.runtime.hostRegister(a.ctypes.data, a.nbytes, 1)  # 1: portable
-                done.append(a)
+        for lo, hi in page_ranges([(a.ctypes.data, a.nbytes) for a in arrays if a.nbytes and not is_pinned(a)]):
+            cp.cuda.runtime.hostRegister(lo, hi - lo, 1)  # 1: portable, every GPU's DMA may read it
+            done.append(lo)
         yield arrays
     finally:
-        for a in done:
-            cp.cuda.runtime.hostUnregister(a.ctypes.data)
+        for lo in done:
+            cp.cuda.runtime.hostUnregister(lo)
+
+
+def page_ranges(spans: list[tuple[int, int]], page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
+    """The whole pages under ``spans`` ((address, bytes)), overlapping or touching ones merged,
+    in address order: CUDA pins whole pages, and refuses to register a page twice (two small
+    arrays, or two rows of one array, may share one)."""
+    out: list[list[int]] = []
+    for lo, hi in sorted((a // page * page, -(-(a + n) // page) * page) for a, n in spans if n):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
 
 
 def h2d_async(dst, src: np.ndarray, stream) -> None:
