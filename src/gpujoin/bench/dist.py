@@ -133,6 +133,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     gpu = placement == "gpu"
     if gpu and (workload != "random" or device != "cuda"):
         raise ValueError("--placement gpu runs the random workload with --device cuda")
+    if comm.rank == 0:  # each step announced first: a step that stops shows in the log (two H100s, 2026-11-25)
+        log(f"{comm.size} ranks: timing the {'NCCL' if gpu else 'MPI'} all-to-all ceiling")
     ceiling = comm.measure_alltoall_GBps(4 << 30, 5, device=True) if gpu else comm.measure_alltoall_GBps()
     if comm.rank == 0:
         log(f"{comm.size} ranks on {comm.nodes} host(s); {'NCCL' if gpu else 'MPI'} all-to-all {ceiling:.2f} GB/s "
@@ -145,6 +147,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
             if gpu:
                 import cupy as cp
 
+                if comm.rank == 0:
+                    log(f"{rows:,} rows a rank: the one-GPU join of the whole job on rank 0")
                 one_gpu = single_gpu_join_s(rows, comm, runs)
             build, probe, hits = random_slice(rows, comm.rank, comm.size, xp=cp if gpu else np)
             keys = dict(on="k")
