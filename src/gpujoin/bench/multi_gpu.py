@@ -62,15 +62,14 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
     ``inputs``: "pageable" and/or "pinned", the latter the four columns page-locked in place
     (``outofcore.stream.pinned_host``, paper 000's pinned inputs): the chunks' DMA reads them
     with no staging copy."""
-    import contextlib
+    import itertools
 
     import cupy as cp
 
     from ..outofcore.budget import parse_bytes
-    from ..outofcore.stream import pinned_host
     from ..plan.placement import plan_placement
     from ..plan.streaming import stream_join
-    from .out_of_core import bench_baselines, make_relations
+    from .out_of_core import bench_baselines, input_memory, make_relations
 
     records = []
     budget = parse_bytes(limit)
@@ -101,53 +100,49 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
         if k > 1:
             rk, sk = rk % (nr // k), sk % (nr // k)  # |R|/k keys, k R rows each
         want = k * int(sp.sum(dtype=np.int64))
-        for pinned_input in [m == "pinned" for m in inputs]:
-            label = f"2^{log2_n}" + (f" |R|:|S| = {nr:,}:{ns:,}" if nr != ns else "") + (" pinned" if pinned_input else "")
-            with contextlib.ExitStack() as pin:  # unpinned however the runs end
-                if pinned_input:
-                    t0 = time.perf_counter()
-                    pin.enter_context(pinned_host(rk, rp, sk, sp))
-                    log(f"  page-locked the inputs ({(rk.nbytes + rp.nbytes + sk.nbytes + sp.nbytes) / 1e9:.1f} GB) "
-                        f"in {time.perf_counter() - t0:.2f} s")
-                shape = {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8, "memory_limit": limit, "mode": "sum",
-                         "zipf": z, "output_ratio": k, "input": "pinned" if pinned_input else "pageable",
-                         **({} if nr == ns else {"r_rows": nr, "s_rows": ns, "r_share": share})}
-                for d in gpu_counts:
+        for input_kind in inputs:
+            pinned_input = input_kind == "pinned"
+            label = (f"2^{log2_n}" + (f" |R|:|S| = {nr:,}:{ns:,}" if nr != ns else "")
+                     + (" pinned" if pinned_input else ""))
+            shape = {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8, "memory_limit": limit, "mode": "sum",
+                     "zipf": z, "output_ratio": k, "input": input_kind,
+                     **({} if nr == ns else {"r_rows": nr, "s_rows": ns, "r_share": share})}
+            with input_memory(input_kind, [rk, rp, sk, sp], log):
+                for d, algo in itertools.product(gpu_counts, inner):
                     ids = list(range(d))
-                    for algo in inner:
-                        pl = plan_placement([nr, ns], [8, 8], budget, gpus=d, force_out_of_core=True)
-                        times, stats = timed(ids, algo, pl, rk, rp, sk, sp, k * ns, want, label)
-                        med = float(np.median(times))
-                        name = "gsm" if algo == "gsm" else "hybrid" if d > 1 else "triton"
-                        rates = _rates(base, d, pinned_input)
-                        rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": name, "inner": algo, "gpus": d,
-                               "workload": shape, "streams": streams, "runs": len(times), "median_s": med,
-                               "min_s": min(times), "max_s": max(times), "throughput_g_per_s": (nr + ns) / med / 1e9,
-                               "correct": True,
-                               **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
-                                                            "d2h_bytes", "p2p_bytes", "split_partitions")},
-                               "phases_s": stats["phases"], "predicted_s": stats.get("predicted_phases"),
-                               "predicted_calibrated_s": None if algo == "gsm" else pl.predict(0, rates),
-                               "per_gpu": stats.get("per_gpu")}
-                        ph = " ".join(f"{k}={v:.2f}" for k, v in stats["phases"].items())
-                        pr = " ".join(f"{k}={v:.2f}" for k, v in (rec["predicted_calibrated_s"] or {}).items())
-                        loads = [g["pair_bytes"] for g in stats.get("per_gpu") or [] if "pair_bytes" in g]
-                        if loads:
-                            log(f"  per-GPU pair bytes (max/mean) {max(loads) / (sum(loads) / len(loads)):.3f}")
-                        log(f"{label} z={z} out={k}x x{d} {algo}: {med:.2f} s ({(nr + ns) / med / 1e9:.2f} G t/s) measured "
-                            f"{ph}; predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
-                            f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
-                        if transfer_only and algo != "gsm":
-                            t_times, t_stats = timed(ids, algo, pl, rk, rp, sk, sp, 0, 0, label, transfer_only=True)
-                            t_med = float(np.median(t_times))
-                            predicted = pl.predict(0, {**(rates or {}), "gpu_join": float("inf")})
-                            rec.update({"transfer_only_s": t_med, "transfer_only_phases_s": t_stats["phases"],
-                                        "predicted_transfer_s": predicted})
-                            err = sum(predicted.values()) / t_med - 1
-                            log(f"  transfer only: {t_med:.2f} s ({' '.join(f'{k}={v:.2f}' for k, v in t_stats['phases'].items())}); "
-                                f"predicted {sum(predicted.values()):.2f} s ({err:+.0%}); the join's share "
-                                f"{1 - t_med / med:.0%}")
-                        records.append(rec)
+                    pl = plan_placement([nr, ns], [8, 8], budget, gpus=d, force_out_of_core=True)
+                    times, stats = timed(ids, algo, pl, rk, rp, sk, sp, k * ns, want, label)
+                    med = float(np.median(times))
+                    name = "gsm" if algo == "gsm" else "hybrid" if d > 1 else "triton"
+                    rates = _rates(base, d, pinned_input)
+                    rec = {**(base or {}), "benchmark": "multi-gpu", "algorithm": name, "inner": algo, "gpus": d,
+                           "workload": shape, "streams": streams, "runs": len(times), "median_s": med,
+                           "min_s": min(times), "max_s": max(times), "throughput_g_per_s": (nr + ns) / med / 1e9,
+                           "correct": True,
+                           **{k: stats.get(k) for k in ("pass1_bits", "cache_bytes", "spill_bytes", "h2d_bytes",
+                                                        "d2h_bytes", "p2p_bytes", "split_partitions")},
+                           "phases_s": stats["phases"], "predicted_s": stats.get("predicted_phases"),
+                           "predicted_calibrated_s": None if algo == "gsm" else pl.predict(0, rates),
+                           "per_gpu": stats.get("per_gpu")}
+                    ph = " ".join(f"{k}={v:.2f}" for k, v in stats["phases"].items())
+                    pr = " ".join(f"{k}={v:.2f}" for k, v in (rec["predicted_calibrated_s"] or {}).items())
+                    loads = [g["pair_bytes"] for g in stats.get("per_gpu") or [] if "pair_bytes" in g]
+                    if loads:
+                        log(f"  per-GPU pair bytes (max/mean) {max(loads) / (sum(loads) / len(loads)):.3f}")
+                    log(f"{label} z={z} out={k}x x{d} {algo}: {med:.2f} s ({(nr + ns) / med / 1e9:.2f} G t/s) measured "
+                        f"{ph}; predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
+                        f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
+                    if transfer_only and algo != "gsm":
+                        t_times, t_stats = timed(ids, algo, pl, rk, rp, sk, sp, 0, 0, label, transfer_only=True)
+                        t_med = float(np.median(t_times))
+                        predicted = pl.predict(0, {**(rates or {}), "gpu_join": float("inf")})
+                        rec.update({"transfer_only_s": t_med, "transfer_only_phases_s": t_stats["phases"],
+                                    "predicted_transfer_s": predicted})
+                        err = sum(predicted.values()) / t_med - 1
+                        phases = " ".join(f"{k}={v:.2f}" for k, v in t_stats["phases"].items())
+                        log(f"  transfer only: {t_med:.2f} s ({phases}); predicted {sum(predicted.values()):.2f} s "
+                            f"({err:+.0%}); the join's share {1 - t_med / med:.0%}")
+                    records.append(rec)
         if peers and not z and k == 1:  # the host engines once a workload (no GPU budget applies)
             records += bench_baselines(list(peers), log2_n, rk, rp, sk, sp, None, 1,
                                        {**(base or {}), "benchmark": "multi-gpu"}, int(sp.sum(dtype=np.int64)), log)

@@ -175,6 +175,65 @@ def bench_baselines(names: list[str], log2_n: int, rk, rp, sk, sp, limit: str | 
     return records
 
 
+@contextlib.contextmanager
+def input_memory(kind: str, arrays: list[np.ndarray], log=print):
+    """A bench's input columns as its runs see them inside the block: "pageable" as made, or
+    "pinned": page-locked in place (``outofcore.stream.pinned_host``: no staging copy)."""
+    if kind != "pinned":
+        yield
+        return
+    from ..outofcore.stream import pinned_host
+
+    t0 = time.perf_counter()
+    with pinned_host(*arrays):
+        log(f"  page-locked the inputs ({sum(a.nbytes for a in arrays) / 1e9:.1f} GB) in "
+            f"{time.perf_counter() - t0:.2f} s")
+        yield
+
+
+def _timed_runs(mode: str, runs: int, rel: tuple, budget: int | None, frac: float | None, streams: int,
+                item_bytes: int, want_sum: int, want_r: np.ndarray | None, label: str):
+    """``runs`` timed joins of ``rel`` (rk, rp, sk, sp) in ``mode`` after one warm-up, each
+    checked; returns (times, stats of the last, placement or None for "arrow")."""
+    from ..outofcore.budget import gpu_budget, gpu_memory_cap
+    from ..outofcore.triton import triton_join
+
+    rk, rp, sk, sp = rel
+    n = rk.size
+    times, stats, pl = [], None, None
+    for r in range(runs + 1):  # the first run warms up the kernels and the pinned pool
+        if mode == "arrow":
+            t0 = time.perf_counter()
+            out, st = _arrow_join(rk, rp, sk, sp, budget)
+            dt = time.perf_counter() - t0
+            ok = out.num_rows == n and int(np.asarray(out["s"]).sum(dtype=np.int64)) == want_sum \
+                and bool(np.array_equal(np.asarray(out["r"]), want_r[np.asarray(out["k"])]))
+            run_stats = {**st.params, "phases": dict(st.phases), "algorithm": st.algorithm}
+            run_stats.setdefault("spill_bytes", 0)
+        else:
+            with gpu_memory_cap(budget):
+                b = gpu_budget(budget)
+                pl = plan_placement([n, n], [2 * item_bytes] * 2, b,
+                                    cache_bytes=None if frac is None else int(frac * (b // 2)))
+                t0 = time.perf_counter()
+                out = triton_join([rk, rp], [sk, sp], "inner", pl, emit_keys=mode == "table",
+                                  aggregate="sum" if mode == "sum" else None, streams=streams)
+                dt = time.perf_counter() - t0
+            if mode == "sum":
+                ok = out.total == want_sum and out.rows == n
+            else:
+                ok = out.rows == n and bool(np.array_equal(out.build[0][0], want_r[out.key])) \
+                    and int(out.probe[0][0].sum()) == want_sum
+            run_stats = out.stats
+        if not ok:
+            raise AssertionError(f"wrong result at {label}, mode {mode}")
+        if r:
+            times.append(dt)
+            stats = run_stats
+        del out
+    return times, stats, pl
+
+
 def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: list[str], runs: int = 3,
                       cache_fractions: list[float | None] | None = None, streams: list[int] | None = None,
                       seed: int = 42, log=print, item_bytes: int = 8, baselines: list[str] = (),
@@ -186,11 +245,11 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
 
     Modes: ``sum`` and ``table`` call the array-level join (outofcore.triton.triton_join);
     ``arrow`` calls ``gpujoin.join`` on two Arrow tables and gets an Arrow table back."""
+    import itertools
+
     import cupy as cp
 
-    from ..outofcore.budget import gpu_budget, gpu_memory_cap, parse_bytes
-    from ..outofcore.stream import pinned_host
-    from ..outofcore.triton import triton_join
+    from ..outofcore.budget import parse_bytes
 
     ceiling = pcie_bandwidth()
     log(f"PCIe: pinned H2D {ceiling['h2d_pinned_GBps']:.1f} GB/s, D2H {ceiling['d2h_pinned_GBps']:.1f} GB/s, "
@@ -198,8 +257,10 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
     records = []
     base = {"benchmark": "out-of-core", "engine": "gpujoin", "device": device_name("cuda"), "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), **ceiling}
+    sweep = list(itertools.product(limits, cache_fractions or [None], streams or [3], modes))
     for log2_n in log2_sizes:
-        rk, rp, sk, sp = make_relations(log2_n, seed, item_bytes)
+        rel = make_relations(log2_n, seed, item_bytes)
+        rk, rp, sk, sp = rel
         n = rk.size
         want_sum = int(sp.sum(dtype=np.int64))
         want_r = None
@@ -207,78 +268,37 @@ def bench_out_of_core(log2_sizes: list[int], limits: list[str | None], modes: li
             want_r = np.empty(n, rp.dtype)
             want_r[rk] = rp
         for input_kind in inputs:
-            with contextlib.ExitStack() as pin:  # page-locked for these runs only
-                if input_kind == "pinned":
-                    t0 = time.perf_counter()
-                    pin.enter_context(pinned_host(rk, rp, sk, sp))
-                    log(f"page-locked the inputs ({4 * n * item_bytes / 1e9:.1f} GB) "
-                        f"in {time.perf_counter() - t0:.2f} s")
-                for limit in limits:
+            with input_memory(input_kind, list(rel), log):
+                for limit, frac, ns, mode in sweep:
                     budget = parse_bytes(limit) if limit else None
-                    for frac in cache_fractions or [None]:
-                        for ns in streams or [3]:
-                            for mode in modes:
-                                times, stats = [], None
-                                for r in range(runs + 1):
-                                    if mode == "arrow":
-                                        t0 = time.perf_counter()
-                                        out, st = _arrow_join(rk, rp, sk, sp, budget)
-                                        dt = time.perf_counter() - t0
-                                        ok = out.num_rows == n and int(np.asarray(out["s"]).sum(dtype=np.int64)) == want_sum \
-                                            and bool(np.array_equal(np.asarray(out["r"]), want_r[np.asarray(out["k"])]))
-                                        if not ok:
-                                            raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode arrow")
-                                        if r:
-                                            times.append(dt)
-                                            stats = {**st.params, "phases": dict(st.phases), "algorithm": st.algorithm}
-                                            stats.setdefault("spill_bytes", 0)
-                                        del out
-                                        continue
-                                    with gpu_memory_cap(budget):
-                                        b = gpu_budget(budget)
-                                        pl = plan_placement([n, n], [2 * item_bytes] * 2, b,
-                                                            cache_bytes=None if frac is None else int(frac * (b // 2)))
-                                        t0 = time.perf_counter()
-                                        res = triton_join([rk, rp], [sk, sp], "inner", pl, emit_keys=mode == "table",
-                                                          aggregate="sum" if mode == "sum" else None, streams=ns)
-                                        dt = time.perf_counter() - t0
-                                    if mode == "sum":
-                                        ok = res.total == want_sum and res.rows == n
-                                    else:
-                                        ok = res.rows == n and bool(np.array_equal(res.build[0][0], want_r[res.key])) \
-                                            and int(res.probe[0][0].sum()) == want_sum
-                                    if not ok:
-                                        raise AssertionError(f"wrong result at 2^{log2_n}, limit {limit}, mode {mode}")
-                                    if r:  # the first run warms up the kernels and the pinned pool
-                                        times.append(dt)
-                                        stats = res.stats
-                                    del res
-                                med = float(np.median(times))
-                                inp = 4 * n * item_bytes
-                                f = stats["spill_bytes"] / inp
-                                floor = (stats["h2d_bytes"]) / (ceiling["h2d_pinned_GBps"] * 1e9)
-                                rec = {**base, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * item_bytes,
-                                                            "memory_limit": limit, "cache_fraction": frac, "mode": mode,
-                                                            "input": input_kind},
-                                       "algorithm": stats.get("algorithm") or ("triton" if pl.bits else "phj-tr"),
-                                       "streams": ns, "runs": len(times), "median_s": med,
-                                       "min_s": min(times), "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9,
-                                       "pcie_floor_s": floor, "spilled_fraction": f, "correct": True,
-                                       **{k: stats.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
-                                                                    "h2d_bytes", "d2h_bytes", "peak_gpu_bytes")},
-                                       "phases_s": stats["phases"]}
-                                log(f"2^{log2_n} limit={limit} cache={frac} streams={ns} {mode}: {med * 1e3:.0f} ms, "
-                                    f"{rec['throughput_g_per_s']:.2f} G tuples/s (PCIe floor {floor * 1e3:.0f} ms), "
-                                    f"{stats.get('placement')} bits={stats.get('pass1_bits')} spill={f:.2f} "
-                                    f"phases={ {k: round(v * 1e3) for k, v in stats['phases'].items()} }")
-                                records.append(rec)
-                                cp.get_default_memory_pool().free_all_blocks()
-                    gpu_side = [b for b in baselines if b.startswith("npj-")]
+                    times, stats, pl = _timed_runs(mode, runs, rel, budget, frac, ns, item_bytes, want_sum, want_r,
+                                                   f"2^{log2_n}, limit {limit}")
+                    med = float(np.median(times))
+                    f = stats["spill_bytes"] / (4 * n * item_bytes)
+                    floor = (stats["h2d_bytes"]) / (ceiling["h2d_pinned_GBps"] * 1e9)
+                    rec = {**base, "workload": {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 2 * item_bytes,
+                                                "memory_limit": limit, "cache_fraction": frac, "mode": mode,
+                                                "input": input_kind},
+                           "algorithm": stats.get("algorithm") or ("triton" if pl.bits else "phj-tr"),
+                           "streams": ns, "runs": len(times), "median_s": med,
+                           "min_s": min(times), "max_s": max(times), "throughput_g_per_s": 2 * n / med / 1e9,
+                           "pcie_floor_s": floor, "spilled_fraction": f, "correct": True,
+                           **{k: stats.get(k) for k in ("placement", "pass1_bits", "cache_bytes", "spill_bytes",
+                                                        "h2d_bytes", "d2h_bytes", "peak_gpu_bytes")},
+                           "phases_s": stats["phases"]}
+                    log(f"2^{log2_n} limit={limit} cache={frac} streams={ns} {mode}: {med * 1e3:.0f} ms, "
+                        f"{rec['throughput_g_per_s']:.2f} G tuples/s (PCIe floor {floor * 1e3:.0f} ms), "
+                        f"{stats.get('placement')} bits={stats.get('pass1_bits')} spill={f:.2f} "
+                        f"phases={ {k: round(v * 1e3) for k, v in stats['phases'].items()} }")
+                    records.append(rec)
+                    cp.get_default_memory_pool().free_all_blocks()
+                gpu_side = [b for b in baselines if b.startswith("npj-")]
+                for limit in limits if gpu_side else []:
                     records += bench_baselines(gpu_side, log2_n, rk, rp, sk, sp, limit, runs, base, want_sum, log)
         # the CPU baselines once a size (no GPU budget applies), one run: each takes seconds
         records += bench_baselines([b for b in baselines if not b.startswith("npj-")], log2_n, rk, rp, sk, sp,
                                    None, 1, base, want_sum, log)
-        del rk, rp, sk, sp, want_r
+        del rk, rp, sk, sp, rel, want_r
     return records
 
 
