@@ -216,6 +216,8 @@ class TritonJoin:
         self.transfer = TransferStats()
         self.blocks = 0
         self.split_partitions = 0
+        self.direct_bytes = 0  # pass 1's bytes DMA'd straight from page-locked input
+        self.pinned_input = False  # all of them were: pass 1 had no staging copy
 
     # ---------------------------------------------------------------- pass 2 building blocks
     def _run(self, R: Rel, S: Rel, mode: str):
@@ -393,13 +395,11 @@ class TritonJoin:
                 "split_partitions": self.split_partitions, "streams": self.streams.count,
                 "peak_gpu_bytes": int(cp.get_default_memory_pool().total_bytes()),
                 "phases": dict(self.transfer.phases),
-                "pass1_direct_bytes": getattr(self, "direct_bytes", 0),
+                "pass1_direct_bytes": self.direct_bytes,
                 "predicted_phases": pl.predict(0 if self.aggregate or self.consumer else out_bytes,
-                                               {**link_rates(), **self.input_rates()})}
-
-    def input_rates(self) -> dict:
-        """Page-locked input crosses with no staging copy: pass 1 is bound by PCIe alone."""
-        return {"host_in": float("inf")} if getattr(self, "pinned_input", False) else {}
+                                               # page-locked input: no staging copy in pass 1
+                                               {**link_rates(), **({"host_in": float("inf")} if self.pinned_input
+                                                                   else {})})}
 
     def run(self, build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode: str) -> JoinResult:
         out_bytes = self.open_sink(build_cols, probe_cols, mode)
