@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|tests-dist|bench-dist|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|pass2-locks|tests-dist|bench-dist|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -70,9 +70,13 @@ if [[ $stage == two-gpu ]]; then
   # one call on two GPUs: the multi-GPU tests changed since their last device run (page-locked
   # input, the duplex link probe), the 2^31 hybrid join pageable and pinned beside the models,
   # then which lock keeps the GPUs' pass 2s of small pairs from running side by side
-  timeout 200 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
+  timeout 130 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
     tests/test_multi_gpu.py -k "pinned or measure_links or transfer_only or hybrid_core" 2>&1 | tail -8
-  LOG2N=31 BAND= RUNS=2 INPUT=pageable,pinned TRANSFER=1 timeout 300 bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -24
+  LOG2N=31 BAND=${BAND-24} RUNS=2 INPUT=pageable,pinned TRANSFER=1 timeout ${MULTI_TIMEOUT:-400} bash "$0" bench-multi 2>&1 \
+    | grep -v "^NVIDIA" | tail -30
+fi
+if [[ $stage == pass2-locks ]]; then
+  # which lock keeps the GPUs' pass 2s of small pairs from running side by side
   for m in async nopeer; do timeout 60 python3 scripts/profile_hybrid.py 28 phj-tr 2 $m 2>&1 | tail -4; done
 fi
 if [[ $stage == bench-multi ]]; then
@@ -88,7 +92,7 @@ fi
 if [[ $stage == tests-dist || $stage == bench-dist ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
   # NCCL variables passed to the ranks; then 4 ranks on 2 GPUs played as 2 hosts of 2
-  mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PATH -x NCCL_NVLS_ENABLE \
+  mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
           -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   if [[ $stage == tests-dist ]]; then
