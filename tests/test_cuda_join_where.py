@@ -31,10 +31,14 @@ def _pred(a, op, b):
 
 @pytest.fixture(params=[False, True], ids=["one-block", "small-blocks"])
 def blocks(request, monkeypatch):
+    """Small blocks also fill page-locked pair segments of 150 (several segments, a table chunk
+    each: the pairs are read where they lie)."""
     if request.param:
         import gpujoin.plan.join_where as jw
+        from gpujoin.outofcore.stream import PairColumns
 
         monkeypatch.setattr(jw, "GPU_BLOCK_PAIRS", (97, 97))
+        monkeypatch.setattr(PairColumns, "SEGMENT_PAIRS", 150)
 
 
 @pytest.mark.parametrize("op", OPS)

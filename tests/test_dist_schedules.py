@@ -121,9 +121,10 @@ def test_gsm_pieces_find_every_pair_once(r, s, parts, band, limit):
     """GSM's join pieces (key-snapped merge-path cuts, band halos, heavy pieces halved until they
     fit ``limit`` bytes): every pair within the band lies in exactly one piece's rectangle."""
     from gpujoin.dist.gsm import _pieces
+    from gpujoin.dist.merge_path import join_ranges
 
     rk, sk = np.sort(np.array(r, np.int64)), np.sort(np.array(s, np.int64))
-    pieces = _pieces(rk, sk, parts, band, limit, 16, 16) if rk.size else []
+    pieces = _pieces(join_ranges(rk, sk, parts, band), limit, 16, 16) if rk.size else []
     seen = {}
     for r0, r1, s0, s1 in pieces:
         for i in range(r0, r1):

@@ -143,9 +143,12 @@ def test_transfer_only_moves_the_same_bytes_and_joins_nothing():
     a = np.random.default_rng(1).integers(0, 5_000, 3_000)
     lo = np.random.default_rng(2).integers(0, 5_000, 2_500)
     args = ([a, a], [lo, lo + 50], [">=", "<="], None, WORKERS)
-    li, ri, st = ring_join(*args, r_chunk_rows=700, s_chunk_rows=450)
-    li2, ri2, st2 = ring_join(*args, r_chunk_rows=700, s_chunk_rows=450, transfer_only=True)
-    assert li.size > 0 and li2.size == ri2.size == 0
+    pairs, st = ring_join(*args, r_chunk_rows=700, s_chunk_rows=450)
+    none, st2 = ring_join(*args, r_chunk_rows=700, s_chunk_rows=450, transfer_only=True)
+    with pairs:
+        li, ri = pairs.arrays()
+    assert li.size == ri.size == len(set(zip(li.tolist(), ri.tolist()))) > 0 and len(none) == 0
+    assert (a[li] >= lo[ri]).all() and (a[li] <= lo[ri] + 50).all()
     assert (st2["h2d_bytes"], st2["p2p_bytes"], st2["rounds"]) == (st["h2d_bytes"], st["p2p_bytes"], st["rounds"])
 
 
@@ -275,9 +278,14 @@ PREDICATES = {
 @pytest.mark.parametrize("streams", [1, 3])
 def test_ring_join_where_matches_cpu_engine(monkeypatch, case, chunks, streams):
     """The ring over two workers: one R chunk and one S chunk each, or R in 5 chunks (groups of
-    2 and a last of 1) and S in 6 (stages of 2), so every ring round runs."""
+    2 and a last of 1) and S in 6 (stages of 2), so every ring round runs; then with the pairs
+    in page-locked segments of 97 (many segments, a table chunk each)."""
     import gpujoin.dist.nested_loop as nested_loop
     import gpujoin.plan.join_where as jw
+    from gpujoin.outofcore.stream import PairColumns
+
+    if chunks:
+        monkeypatch.setattr(PairColumns, "SEGMENT_PAIRS", 97)
 
     real = nested_loop.ring_join
     r_rows, s_rows = chunks or (None, None)
@@ -326,7 +334,8 @@ def _brute_band(rk, sk, w):
 @pytest.mark.parametrize("band", [0, 3])
 def test_gsm_join_matches_brute_force(case, band):
     """Sorted runs of 1,000 rows (so 5 and 4 merge rounds), pieces of at most a few KiB (heavy
-    keys halved), on two workers; each pair exactly once, with the keys of R."""
+    keys halved), on two workers; each pair exactly once, with the keys of R; the sorted copies
+    page-locked (the default here) or pageable (the SUM), the input left as it was."""
     from gpujoin.dist.gsm import gsm_join
 
     rng = np.random.default_rng(13)
@@ -344,16 +353,22 @@ def test_gsm_join_matches_brute_force(case, band):
         sk = rng.choice(rk, n_s)
     rk, sk = rk.astype(np.int64), sk.astype(np.int64)
     rrow, srow = np.arange(n_r, dtype=np.int64), np.arange(n_s, dtype=np.int64)
+    before = rk.copy(), sk.copy()
     res = gsm_join([rk, rrow], [sk, srow], 1 << 20, WORKERS, band=band, emit_keys=True, run_rows=1_000,
                    block_pairs=1 << 16)
-    assert res.stats["build_merge_rounds"] == 5 and res.stats["probe_merge_rounds"] == 5
+    assert res.stats["build_merge_rounds"] == 5 and res.stats["probe_merge_rounds"] == 5 and res.stats["pinned"]
+    assert np.array_equal(rk, before[0]) and np.array_equal(sk, before[1])
     got = np.stack([res.build[0][0], res.probe[0][0]], axis=1)
     got = got[np.lexsort((got[:, 1], got[:, 0]))]
     want = _brute_band(rk, sk, band)
     assert got.shape == want.shape and np.array_equal(got, want)
     assert np.array_equal(res.key, rk[res.build[0][0]])
-    total = gsm_join([rk, rrow], [sk, srow], 1 << 20, WORKERS, band=band, aggregate="sum", run_rows=1_000)
-    assert total.rows == want.shape[0] and total.total == int(want[:, 1].sum())
+    total = gsm_join([rk, rrow], [sk, srow], 1 << 20, WORKERS, band=band, aggregate="sum", run_rows=1_000, pin=False)
+    assert total.rows == want.shape[0] and total.total == int(want[:, 1].sum()) and not total.stats["pinned"]
+    moved = gsm_join([rk, rrow], [sk, srow], 1 << 20, WORKERS, band=band, aggregate="sum", run_rows=1_000,
+                     transfer_only=True)
+    assert moved.rows == 0 and moved.stats["build_runs"] == 23 and moved.stats["probe_runs"] == 17
+    assert moved.stats["h2d_bytes"] >= 16 * (n_r + n_s) * 3  # runs, at least one merge round, the join
 
 
 def test_gsm_through_join(on_workers):

@@ -54,3 +54,23 @@ def test_planner_transfer_model_for_a_placed_join():
     assert pred["hybrid"] < pred["gsm"] < pred["nl"]
     one = transfer_model(rows, widths, plan_placement(rows, widths, 16 * 10**9), 1)[1]
     assert one["hybrid"] > pred["hybrid"]  # two links
+
+
+def test_pageable_input_bounds_the_first_read_by_the_staging_copy():
+    """Links.host_in (pageable input): nl's host reads go at the lesser of the links and the
+    staging copy; GSM's run generation at the lesser of its duplex pass and the copy; pinned
+    input (None) is the paper's Eqs. as they are."""
+    import dataclasses
+
+    r, s, m, n, d = 4e9, 8e9, 4, 8, 2
+    fast = mc.Links(h2d=50e9, duplex=90e9, p2p=300e9, host_links=d)
+    slow = dataclasses.replace(fast, host_in=30e9)
+    nl = mc.transfer_bytes("nl", r, s, m, n, d)
+    assert mc.transfer_seconds("nl", r, s, m, n, d, slow) == pytest.approx(nl["host"] / 30e9 + nl["p2p"] / (d * 300e9))
+    extra = (r + s) / 30e9 - 2 * (r + s) / (d * 90e9)
+    assert extra > 0 and mc.transfer_seconds("gsm", r, s, m, n, d, slow) == pytest.approx(
+        mc.transfer_seconds("gsm", r, s, m, n, d, fast) + extra)
+    # a staging copy faster than the links changes nothing
+    quick = dataclasses.replace(fast, host_in=1e12)
+    for algo in ("nl", "gsm", "hybrid"):
+        assert mc.transfer_seconds(algo, r, s, m, n, d, quick) == mc.transfer_seconds(algo, r, s, m, n, d, fast)

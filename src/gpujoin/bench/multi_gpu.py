@@ -132,10 +132,17 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                     log(f"{label} z={z} out={k}x x{d} {algo}: {med:.2f} s ({(nr + ns) / med / 1e9:.2f} G t/s) measured "
                         f"{ph}; predicted {pr or '-'}; spill {stats.get('spill_bytes', 0) / 1e9:.1f} GB "
                         f"p2p {stats.get('p2p_bytes', 0) / 1e9:.1f} GB")
-                    if transfer_only and algo != "gsm":
+                    if transfer_only:
                         t_times, t_stats = timed(ids, algo, pl, rk, rp, sk, sp, 0, 0, label, transfer_only=True)
                         t_med = float(np.median(t_times))
-                        predicted = pl.predict(0, {**(rates or {}), "gpu_join": float("inf")})
+                        if algo == "gsm":  # Eqs. 4-5 over the runs it made
+                            from ..plan.multi_gpu_cost import transfer_seconds
+
+                            predicted = {"gsm": transfer_seconds("gsm", 8.0 * nr, 8.0 * ns, t_stats["build_runs"],
+                                                                 t_stats["probe_runs"], d,
+                                                                 _links(base, d, pinned_input))}
+                        else:
+                            predicted = pl.predict(0, {**(rates or {}), "gpu_join": float("inf")})
                         rec.update({"transfer_only_s": t_med, "transfer_only_phases_s": t_stats["phases"],
                                     "predicted_transfer_s": predicted})
                         err = sum(predicted.values()) / t_med - 1
@@ -167,26 +174,57 @@ def _rates(base: dict | None, d: int, pinned_input: bool = False) -> dict | None
     return out
 
 
-def _ring_transfer(left, right, ids: list[int], runs: int, links: dict | None) -> dict:
+def _links(base: dict | None, d: int, pinned_input: bool = False):
+    """Paper 000's ``Links`` of ``d`` GPUs from the rates measured in this run (the H200 host's
+    defaults without them): one GPU's share of every GPU's host and duplex rates together, and
+    the host's staging copy beside the DMA for pageable input."""
+    import dataclasses
+
+    from ..plan.multi_gpu_cost import H200_HOST, Links
+
+    links = (base or {}).get("links")
+    if not links:  # the staging copy ran at 20-27 GB/s inside pass 1 on two H200s
+        return H200_HOST if pinned_input else dataclasses.replace(H200_HOST, host_in=25e9)
+    one = d == 1
+    h2d = (links["h2d_gpu0_GBps"] if one else links["h2d_all_GBps"] / d) * 1e9
+    duplex = links.get("duplex_1_GBps" if one else "duplex_all_GBps")
+    host_in = None if pinned_input else links["host_in_dma_1_GBps" if one else "host_in_dma_all_GBps"] * 1e9
+    return Links(h2d=h2d, duplex=(duplex / (1 if one else d)) * 1e9 if duplex else 2 * h2d,
+                 p2p=links.get("p2p_GBps", 396.0) * 1e9, host_links=d, host_in=host_in)
+
+
+def _ring_transfer(left, right, ids: list[int], runs: int, base: dict | None) -> dict:
     """The ring of join_where's band join with no block joined (paper 000 Fig. 8), median of
-    ``runs``, beside Eqs. 1-3 with the links measured in this run."""
+    ``runs``, beside Eqs. 1-3 with the links measured in this run (its columns are pageable)."""
     from ..dist.nested_loop import ring_join
-    from ..plan.multi_gpu_cost import H200_HOST, Links, transfer_seconds
+    from ..plan.multi_gpu_cost import transfer_seconds
 
     a = left.column("a").to_numpy().astype(np.int64)
     lo, hi = (right.column(c).to_numpy().astype(np.int64) for c in ("lo", "hi"))
     times = []
     for r in range(runs + 1):
         t0 = time.perf_counter()
-        _, _, st = ring_join([a, a], [lo, hi], [">=", "<="], None, ids, transfer_only=True)
+        _, st = ring_join([a, a], [lo, hi], [">=", "<="], None, ids, transfer_only=True)
         if r:
             times.append(time.perf_counter() - t0)
-    h2d = links["h2d_gpu0_GBps"] * 1e9 if links else H200_HOST.h2d
-    lk = Links(h2d=h2d, duplex=2 * h2d, p2p=links.get("p2p_GBps", 396.0) * 1e9 if links else H200_HOST.p2p,
-               host_links=len(ids))
-    predicted = transfer_seconds("nl", 16 * a.size, 16 * lo.size, st["r_chunks"], st["s_chunks"], len(ids), lk)
+    predicted = transfer_seconds("nl", 16 * a.size, 16 * lo.size, st["r_chunks"], st["s_chunks"], len(ids),
+                                 _links(base, len(ids)))
     return {"transfer_only_s": float(np.median(times)), "predicted_transfer_s": predicted,
             "transfer_only_ring_s": st["ring_s"]}
+
+
+def _fresh_write_s(table) -> tuple[float, int]:
+    """(seconds, bytes): the host's copy of ``table``'s fixed-width values into fresh memory with
+    every copy thread, the floor of any result of that size built in host memory (its pages
+    are faulted in as they are written)."""
+    from ..outofcore.stream import parallel_copy
+
+    bufs = [np.frombuffer(c.buffers()[1], np.uint8)[c.offset * c.type.byte_width:(c.offset + len(c)) * c.type.byte_width]
+            for col in table.columns for c in col.chunks]
+    t0 = time.perf_counter()
+    for b in bufs:
+        parallel_copy(np.empty_like(b), b)
+    return time.perf_counter() - t0, sum(b.nbytes for b in bufs)
 
 
 def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: int, log=print,
@@ -209,6 +247,8 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
                 dt = time.perf_counter() - t0
                 if out.num_rows != want:
                     raise AssertionError(f"ring on {d} GPUs gave {out.num_rows:,} rows at 2^{log2_n}, want {want:,}")
+                if r == runs:
+                    floor = _fresh_write_s(out)
                 del out
                 if r:
                     times.append(dt)
@@ -220,12 +260,14 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
                    "median_s": med, "min_s": min(times), "max_s": max(times), "match_s": float(np.median(match)),
                    "throughput_g_per_s": (2 << log2_n) / med / 1e9,
                    "output_rows": want, "correct": True, "phases_s": dict(stats.phases),
+                   "output_bytes": floor[1], "fresh_write_s": floor[0],
                    **{k: stats.params.get(k) for k in ("rounds", "h2d_bytes", "p2p_bytes", "candidates")},
                    "per_gpu": stats.params.get("per_gpu")}
             log(f"band 2^{log2_n} w={width} x{d}: {med:.2f} s, match (ring) {rec['match_s']:.3f} s, "
-                f"{want:,} rows")
+                f"{want:,} rows; its {floor[1] / 1e9:.1f} GB written into fresh host memory alone "
+                f"{floor[0]:.3f} s")
             if transfer_only:
-                rec.update(_ring_transfer(left, right, list(range(d)), runs, (base or {}).get("links")))
+                rec.update(_ring_transfer(left, right, list(range(d)), runs, base))
                 log(f"  transfer only: {rec['transfer_only_s']:.3f} s (ring {rec['transfer_only_ring_s']:.3f} s); "
                     f"predicted (Eqs. 1-3) {rec['predicted_transfer_s']:.3f} s")
             records.append(rec)

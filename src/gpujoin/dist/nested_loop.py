@@ -86,8 +86,9 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
 
     Returns
     -------
-    (left_idx, right_idx, stats): int64 host arrays of the matching pairs (unspecified order);
-    stats with the rounds, bytes from the host and over peer links, each GPU's pairs and times.
+    (pairs, stats): the matching pairs (``outofcore.stream.Pairs``: int64 row numbers in
+    page-locked segments, unspecified order; the caller closes it once read); stats with the
+    rounds, bytes from the host and over peer links, each GPU's pairs and times.
 
     Raises
     ------
@@ -100,15 +101,14 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     import cupy as cp
 
     from ..outofcore.budget import gpu_memory_cap
-    from ..outofcore.stream import Downloader, PairColumns, Streams, Uploader, concatenate, d2d_async, record
+    from ..outofcore.stream import Downloader, PairColumns, Pairs, Streams, Uploader, d2d_async, record
     from ..theta import band_join, nested_loop_join
     from .devices import enable_peer_access, on_each
 
     n_l, n_r = (int(c[0].size) if c else 0 for c in (lcols, rcols))
     d = len(gpus)
-    empty = np.empty(0, np.int64)
     if n_l == 0 or n_r == 0:
-        return empty, empty, {"gpus": list(gpus), "r_chunks": 0, "s_chunks": 0, "rounds": 0, "streams": streams,
+        return Pairs(), {"gpus": list(gpus), "r_chunks": 0, "s_chunks": 0, "rounds": 0, "streams": streams,
                               "h2d_bytes": 0, "p2p_bytes": 0, "ring_s": 0.0, "per_gpu": []}
     rch = _chunks(n_l, r_chunk_rows or -(-n_l // d))
     sch = _chunks(n_r, s_chunk_rows or -(-n_r // d))
@@ -180,14 +180,20 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                     barrier.wait()  # every copy out of the round-t chunks is done
                 found[g] = out.finish()
             except BaseException:
+                out.close()
                 barrier.abort()
                 raise
 
     t0 = time.perf_counter()
-    on_each(gpus, work)
+    try:
+        on_each(gpus, work)
+    except BaseException:
+        for f in found:
+            if f is not None:
+                f.close()
+        raise
     elapsed = time.perf_counter() - t0
-    lidx, ridx = (concatenate([f[i] for f in found], np.int64) for i in (0, 1))
     stats = {"gpus": list(gpus), "r_chunks": len(rch), "s_chunks": len(sch), "rounds": len(rounds),
              "streams": streams, "h2d_bytes": sum(p["h2d_bytes"] for p in per_gpu),
              "p2p_bytes": sum(p["p2p_bytes"] for p in per_gpu), "ring_s": elapsed, "per_gpu": per_gpu}
-    return lidx, ridx, stats
+    return Pairs.merge(found), stats

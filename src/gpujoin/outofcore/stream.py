@@ -144,38 +144,91 @@ class HostColumn:
         return self.values[:self.n], (None if self.valid is None else self.valid[:self.n])
 
 
+class Pairs:
+    """Matching pairs of row numbers in host memory: ``segments``, a list of (left, right) int64
+    (k,) arrays, which may lie in page-locked arenas that :meth:`close` hands back for reuse
+    (read no segment after it).  A context manager that closes on exit."""
+
+    def __init__(self, segments: list | None = None, arenas: list | None = None):
+        self.segments = segments or []
+        self._arenas = arenas or []
+
+    def __len__(self) -> int:
+        return sum(int(a.size) for a, _ in self.segments)
+
+    @classmethod
+    def merge(cls, parts: list["Pairs"]) -> "Pairs":
+        """One Pairs owning the segments and arenas of ``parts`` (in order)."""
+        return cls([s for p in parts for s in p.segments], [a for p in parts for a in p._arenas])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs as two contiguous int64 arrays (copies, in segment order)."""
+        return (concatenate([a for a, _ in self.segments], np.int64),
+                concatenate([b for _, b in self.segments], np.int64))
+
+    def close(self) -> None:
+        for arena in self._arenas:
+            arena.close()
+        self._arenas, self.segments = [], []
+
+    def __enter__(self) -> "Pairs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class PairColumns:
-    """Pairs of row numbers (int64 device arrays, a block at a time) into two growing host
-    columns through a :class:`Downloader`'s pinned slots, each block's copies overlapping the
-    next block's work; the columns grow by what the caller bounds, checked against host memory
-    first.  The θ-joins on the GPU (one GPU, and each GPU of the ring) collect their pairs here:
-    per-block ``cp.asnumpy`` into lists and a concatenation were 7x slower (issue 15)."""
+    """Pairs of row numbers (int64 device arrays, a block at a time) DMA'd straight into
+    page-locked host segments (:class:`HostArena`, kept registered between calls), each block's
+    copy on the copy-out stream overlapping the next block's work; a segment is added when one
+    fills, after checking host memory.  The θ-joins on the GPU (one GPU, and each GPU of the
+    ring) collect their pairs here.  Per-block ``cp.asnumpy`` into lists and a concatenation were
+    7x slower; copies out of pinned slots into fresh pageable columns bounded the ring's match
+    phase on the host's page faults, and slowed as GPUs were added (0.20 s on one H200, 0.28 on
+    two, 2^24 x 2^24 rows, 151M pairs; issue 15)."""
+
+    #: Pairs a segment holds (512 MiB of the two columns): the arenas are reused whole, so that
+    #: segments of one size serve every call.
+    SEGMENT_PAIRS = 1 << 25
 
     def __init__(self, downloader: Downloader, what: str):
         self.dl, self.what = downloader, what
-        self.left, self.right = HostColumn(np.int64, 0), HostColumn(np.int64, 0)
+        self._segs: list[list] = []  # [arena, left, right, filled]
 
     def add(self, a, b, bound: int) -> None:
         """Append block (``a``, ``b``) (device int64 (k,), written on the Downloader's compute
-        stream); ``bound``: how many pairs may still come, to size the columns' growth."""
+        stream); ``bound``: how many pairs may come, to size a new segment."""
         from .budget import check_host
 
-        k, n = int(a.size), self.left.n
-        if n + k > self.left.values.size:
-            self.dl.flush()  # the columns are about to move: pending copies land first
-            want = max(k, min(bound, 1 << 28))
-            check_host(16 * want, f"{self.what}'s next {want:,} pairs (already {n:,})",
+        k = int(a.size)
+        if not k:
+            return
+        seg = self._segs[-1] if self._segs else None
+        if seg is None or seg[3] + k > seg[1].size:
+            want = max(k, min(max(bound, 1), self.SEGMENT_PAIRS))
+            done = sum(s[3] for s in self._segs)
+            check_host(16 * want, f"{self.what}'s next {want:,} pairs (already {done:,})",
                        "add a condition that narrows the pairs")
-            self.left.reserve(want)
-            self.right.reserve(want)
-        self.dl.get([a, b], [self.left.values[n:n + k], self.right.values[n:n + k]], wait=False)
-        self.left.n += k
-        self.right.n += k
+            arena = HostArena(16 * want + 512)
+            seg = [arena, arena.take(want, np.int64), arena.take(want, np.int64), 0]
+            self._segs.append(seg)
+        n = seg[3]
+        self.dl.get_pinned([a, b], [seg[1][n:n + k], seg[2][n:n + k]])
+        seg[3] += k
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """The pairs' left and right row numbers (int64 (n,) each), once every copy has landed."""
+    def finish(self) -> Pairs:
+        """The pairs, once every copy has landed (the caller closes them)."""
         self.dl.flush()
-        return self.left.finish()[0], self.right.finish()[0]
+        segs, self._segs = self._segs, []
+        return Pairs([(l[:n], r[:n]) for _, l, r, n in segs], [s[0] for s in segs])
+
+    def close(self) -> None:
+        """Hand the segments back unread (on an error)."""
+        self.dl.flush()
+        for s in self._segs:
+            s[0].close()
+        self._segs = []
 
 
 class HostArena:
@@ -194,14 +247,20 @@ class HostArena:
     def __init__(self, nbytes: int):
         self._buf = None
         with HostArena._lock:
-            for i, buf in enumerate(HostArena._cache):  # the smallest cached buffer that is large enough
-                if buf.nbytes >= nbytes + 256:
-                    self._buf = HostArena._cache.pop(i)
-                    break
+            # the smallest cached buffer that is large enough, and not twice as large: a pair
+            # segment of 512 MiB must not take the Triton join's 27 GB spill arena
+            fits = [i for i, b in enumerate(HostArena._cache) if nbytes + 256 <= b.nbytes <= 2 * (nbytes + 256)]
+            if fits:
+                self._buf = HostArena._cache.pop(min(fits, key=lambda i: HostArena._cache[i].nbytes))
+            else:  # smaller kept buffers are unpinned before more memory is pinned
+                small = [b for b in HostArena._cache if b.nbytes < nbytes + 256]
+                HostArena._cache[:] = [b for b in HostArena._cache if b.nbytes >= nbytes + 256]
         if self._buf is None:
-            release_host_memory()  # smaller kept buffers: unpinned before more memory is pinned
             import cupy as cp
 
+            for b in small:
+                cp.cuda.runtime.hostUnregister(b.ctypes.data)
+            cp.get_default_pinned_memory_pool().free_all_blocks()  # the staging pool's free blocks too
             self._buf = np.empty(max(1, nbytes) + 256, np.uint8)
             cp.cuda.runtime.hostRegister(self._buf.ctypes.data, self._buf.nbytes, 1)  # portable: any GPU
         self._base = (-self._buf.ctypes.data) % 256
@@ -395,6 +454,7 @@ class Downloader:
         self._pending: list = []
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpujoin-download")
         self._device = cp.cuda.Device().id
+        self._direct = Keepalive()  # device arrays of DMAs straight into page-locked memory
         self.bytes = 0
 
     def _copy_out(self, event, slot, dst, keep) -> None:
@@ -431,8 +491,21 @@ class Downloader:
             self.flush()
         return outs
 
+    def get_pinned(self, arrays: list, outs: list[np.ndarray]) -> None:
+        """DMA ``arrays`` (CuPy, written by work on the compute stream) straight into page-locked
+        host arrays ``outs`` on the copy-out stream, no slot between: complete after
+        :meth:`flush`."""
+        stream = self.streams.copy_out
+        stream.wait_event(record(self.streams.compute))
+        for a, out in zip(arrays, outs):
+            download_async(out, a, stream)
+        self._direct.release_done()
+        self._direct.hold(record(stream), list(arrays))
+        self.bytes += sum(a.nbytes for a in arrays)
+
     def flush(self) -> None:
         """Wait until every enqueued copy has reached its host array (and raise its error)."""
+        self._direct.drain()
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()

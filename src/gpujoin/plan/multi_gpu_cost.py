@@ -32,12 +32,15 @@ ALGORITHMS = ("nl", "gsm", "hybrid")
 class Links:
     """Bandwidths of one machine, bytes a second: ``h2d`` one way between host and one GPU,
     ``duplex`` both ways at once (the paper measured 12 and 22 GB/s on PCIe 3), ``p2p`` one way
-    between two GPUs; ``host_links`` how many GPUs reach the host at ``h2d`` at once."""
+    between two GPUs; ``host_links`` how many GPUs reach the host at ``h2d`` at once;
+    ``host_in`` the host's copy of pageable input into pinned staging buffers, all GPUs
+    together (None: the inputs are page-locked, as paper 000's are, and the DMA reads them)."""
 
     h2d: float
     duplex: float
     p2p: float
     host_links: int = 1
+    host_in: float | None = None
 
 
 #: An H200 host (ANCHORS.md, docs/BENCHMARKS.md): pinned PCIe 5 55.3 GB/s each way, both ways at
@@ -75,10 +78,20 @@ def transfer_seconds(algorithm: str, r: float, s: float, m: int, n: int, gpus: i
                      p2p: bool = True) -> float:
     """Seconds of ``transfer_bytes`` over ``links`` (paper 000 Eqs. 3, 5, 7): duplex bytes at the
     duplex rate (a read and a write overlap: half the bytes each way), one-way bytes at ``h2d``,
-    both over min(gpus, host_links) host links; peer bytes over the D links of the ring at once."""
+    both over min(gpus, host_links) host links; peer bytes over the D links of the ring at once.
+
+    Pageable input (``links.host_in``): the first read of each input byte is bounded by the
+    host's staging copy as well, not by the links alone (a term the paper, with pinned inputs,
+    has no need of): ``nl``'s host reads are all of the input, GSM's run generation reads it
+    once while writing the runs back."""
     b = transfer_bytes(algorithm, r, s, m, n, gpus, p2p)
     links_used = max(1, min(gpus, links.host_links))
-    host = b["host"] / (links.h2d * links_used) + b["duplex"] / (links.duplex * links_used)
+    one_way, both = links.h2d * links_used, links.duplex * links_used
+    if links.host_in and algorithm == "nl":
+        one_way = min(one_way, links.host_in)
+    host = b["host"] / one_way + b["duplex"] / both
+    if links.host_in and algorithm == "gsm":  # run generation: max(read through staging, read + write)
+        host += max(0.0, (r + s) / links.host_in - 2 * (r + s) / both)
     peer = b["p2p"] / (links.p2p * gpus) if b["p2p"] else 0.0  # Eq. 3: D links in parallel
     return host + peer
 

@@ -66,7 +66,7 @@ def stream_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
                 gpus: list[int] | None, *, algorithm: str, memory_limit: int | None = None, **kw):
     """Run the placed join: ``gsm_join`` for ``algorithm="gsm"`` (inner joins), else
     ``hybrid_join`` on several GPUs, else ``triton_join`` on ``gpus[0]`` (or the current GPU).
-    ``kw``: emit_keys, aggregate, streams, consumer, transfer_only (not for "gsm")."""
+    ``kw``: emit_keys, aggregate, streams, consumer, transfer_only."""
     import cupy as cp
 
     if algorithm == "gsm":
@@ -88,14 +88,11 @@ def _gsm(build_cols, probe_cols, mode, placement, gpus, memory_limit, emit_keys=
     """The global sort-merge join (inner joins only: its output is the matching pairs)."""
     from ..dist.gsm import gsm_join
 
-    if transfer_only:  # its merge-path cuts and join pieces follow the sorted keys: no join, no plan
-        raise ValueError("transfer_only is not available for algorithm='gsm'")
-
     if mode != "inner":
         raise ValueError(f"algorithm='gsm' answers inner joins (paper 000 §3.2), not this {mode} join; use "
                          f"algorithm='hybrid' or 'auto'")
     res = gsm_join(build_cols, probe_cols, placement.budget, gpus, emit_keys=emit_keys, aggregate=aggregate,
-                   streams=streams, memory_limit=memory_limit)
+                   streams=streams, memory_limit=memory_limit, transfer_only=transfer_only)
     if consumer is not None:  # the pairs are computed whole, then handed over
         consumer(res.rows, res.key, res.build, res.probe)
         res.key, res.build, res.probe = None, [], []
