@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|pass2-locks|tests-dist|bench-dist|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -74,6 +74,14 @@ if [[ $stage == two-gpu ]]; then
     tests/test_multi_gpu.py -k "pinned or measure_links or transfer_only or hybrid_core" 2>&1 | tail -8
   LOG2N=31 BAND=${BAND-24} RUNS=2 INPUT=pageable,pinned TRANSFER=1 timeout ${MULTI_TIMEOUT:-400} bash "$0" bench-multi 2>&1 \
     | grep -v "^NVIDIA" | tail -30
+fi
+if [[ $stage == ring-gsm ]]; then
+  # the θ-joins' pairs in page-locked segments and GSM's page-locked sorted copies: their tests,
+  # then GSM (transfer-only beside Eqs. 4-5) and the ring's band join on 1 and 2 GPUs
+  timeout 200 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
+    tests/test_multi_gpu.py tests/test_cuda_join_where.py -k "ring or gsm or pinned or transfer or gpu_" 2>&1 | tail -8
+  LOG2N=${LOG2N:-29} INNER=gsm BAND=${BAND-24} RUNS=${RUNS:-1} INPUT=pageable,pinned TRANSFER=1 \
+    timeout ${MULTI_TIMEOUT:-330} bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA\|^workload\|^log2" | tail -30
 fi
 if [[ $stage == pass2-locks ]]; then
   # which lock keeps the GPUs' pass 2s of small pairs from running side by side
