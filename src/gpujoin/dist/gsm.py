@@ -137,7 +137,10 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
         a, b = src[0][lo:mid], src[0][mid:hi]
         total = hi - lo
         parts = max(len(gpus), -(-total // piece_rows))
-        cuts = [split(a, b, total * p // parts) for p in range(parts + 1)]
+        if transfer_only:  # unsorted runs have no merge path: even cuts of both, the same bytes
+            cuts = [(a.size * p // parts, b.size * p // parts) for p in range(parts + 1)]
+        else:
+            cuts = [split(a, b, total * p // parts) for p in range(parts + 1)]
         tasks += [(lo, mid, cuts[p], cuts[p + 1]) for p in range(parts) if cuts[p] != cuts[p + 1]]
         merged.append((lo, hi))
     if len(runs) % 2:
