@@ -116,15 +116,17 @@ def test_multi_gpu_placement():
 
 @settings(max_examples=60, deadline=None)
 @given(r=st.lists(st.integers(-50, 50), max_size=120), s=st.lists(st.integers(-50, 50), max_size=120),
-       parts=st.integers(1, 5), band=st.integers(0, 4), limit=st.integers(16, 2000))
-def test_gsm_pieces_find_every_pair_once(r, s, parts, band, limit):
+       parts=st.integers(1, 5), band=st.integers(0, 4), limit=st.integers(16, 2000), narrow=st.booleans())
+def test_gsm_pieces_find_every_pair_once(r, s, parts, band, limit, narrow):
     """GSM's join pieces (key-snapped merge-path cuts, band halos, heavy pieces halved until they
-    fit ``limit`` bytes): every pair within the band lies in exactly one piece's rectangle."""
+    fit ``limit`` bytes, an S half's R rows narrowed to those its keys can match or not): every
+    pair within the band lies in exactly one piece's rectangle."""
     from gpujoin.dist.gsm import _pieces
     from gpujoin.dist.merge_path import join_ranges
 
     rk, sk = np.sort(np.array(r, np.int64)), np.sort(np.array(s, np.int64))
-    pieces = _pieces(join_ranges(rk, sk, parts, band), limit, 16, 16) if rk.size else []
+    keys = (rk, sk, band) if narrow else None
+    pieces = _pieces(join_ranges(rk, sk, parts, band), limit, 16, 16, keys) if rk.size else []
     seen = {}
     for r0, r1, s0, s1 in pieces:
         for i in range(r0, r1):
@@ -133,6 +135,9 @@ def test_gsm_pieces_find_every_pair_once(r, s, parts, band, limit):
                     seen[i, j] = seen.get((i, j), 0) + 1
     want = {(i, j) for i in range(rk.size) for j in range(sk.size) if abs(int(rk[i]) - int(sk[j])) <= band}
     assert set(seen) == want and all(c == 1 for c in seen.values())
+    if narrow and rk.size:  # narrowed pieces read no more R rows than plain halves
+        plain = _pieces(join_ranges(rk, sk, parts, band), limit, 16, 16)
+        assert sum(p[1] - p[0] for p in pieces) <= sum(p[1] - p[0] for p in plain)
 
 
 @settings(max_examples=60, deadline=None)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -143,10 +144,12 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
             cuts = [split(a, b, total * p // parts) for p in range(parts + 1)]
         tasks += [(lo, mid, cuts[p], cuts[p + 1]) for p in range(parts) if cuts[p] != cuts[p + 1]]
         merged.append((lo, hi))
-    if len(runs) % 2:
+    odd = None
+    if len(runs) % 2:  # the last run is copied by the host while the GPUs merge the others
         lo, hi = runs[-1]
-        for s, d in zip(src, dst):
-            parallel_copy(d[lo:hi], s[lo:hi])
+        pool = ThreadPoolExecutor(1)
+        odd = pool.submit(lambda: [parallel_copy(d[lo:hi], s[lo:hi]) for s, d in zip(src, dst)])
+        pool.shutdown(wait=False)  # the copy runs on; odd.result() waits for it
         merged.append((lo, hi))
 
     def one(w, task):
@@ -160,7 +163,11 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
             return
         w.download(_merge_on_gpu(a, b), [d[at:at + (i1 - i0) + (j1 - j0)] for d in dst], pinned)
 
-    _on_gpus(gpus, tasks, one, slot_bytes, streams, workers, memory_limit)
+    try:
+        _on_gpus(gpus, tasks, one, slot_bytes, streams, workers, memory_limit)
+    finally:
+        if odd is not None:
+            odd.result()  # its error, if any, raised here
     return merged
 
 
@@ -210,9 +217,10 @@ def _band_bounds(xp, keys, band: int):
     return lo, hi
 
 
-def _pieces(todo: list, limit: int, width_r: int, width_s: int):
+def _pieces(todo: list, limit: int, width_r: int, width_s: int, keys: tuple | None = None):
     """Pieces (r0, r1, s0, s1) (join_ranges'), each halved (S first, then R) until its rows fit
-    ``limit`` bytes."""
+    ``limit`` bytes.  ``keys`` (sorted R keys, sorted S keys, band): an S half keeps only the R
+    rows its keys can match (two binary searches), so R is not read once per half."""
     out = []
     while todo:
         r0, r1, s0, s1 = todo.pop()
@@ -220,11 +228,23 @@ def _pieces(todo: list, limit: int, width_r: int, width_s: int):
             out.append((r0, r1, s0, s1))
         elif s1 - s0 > 1 and (s1 - s0) * width_s >= (r1 - r0) * width_r or r1 - r0 <= 1:
             m = (s0 + s1) // 2  # any S subset finds its matches in the piece's R range
-            todo += [(r0, r1, s0, m), (r0, r1, m, s1)]
+            todo += [(*_matching(keys, r0, r1, a, b), a, b) for a, b in ((s0, m), (m, s1))]
         else:
             m = (r0 + r1) // 2
             todo += [(r0, m, s0, s1), (m, r1, s0, s1)]
     return out[::-1]
+
+
+def _matching(keys: tuple | None, r0: int, r1: int, s0: int, s1: int) -> tuple[int, int]:
+    """The R rows of [r0, r1) that S rows [s0, s1) can match (all of them without ``keys``)."""
+    if keys is None or s1 <= s0:
+        return r0, r1
+    rk, sk, band = keys
+    info = np.iinfo(rk.dtype)
+    first, last = max(int(sk[s0]) - band, info.min), min(int(sk[s1 - 1]) + band, info.max)
+    part = rk[r0:r1]
+    lo = r0 + int(np.searchsorted(part, rk.dtype.type(first), side="left"))
+    return lo, max(lo, r0 + int(np.searchsorted(part, rk.dtype.type(last), side="right")))
 
 
 def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget: int, gpus: list[int], *,
@@ -302,10 +322,13 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
                         transfer_only)
         t1 = time.perf_counter()
         n_r, n_s = R[0].size, S[0].size
-        # transfer-only: the keys are not sorted, so the pieces are even cuts of both (each row read once)
-        todo = ([(n_r * p // d, n_r * (p + 1) // d, n_s * p // d, n_s * (p + 1) // d) for p in range(d)]
-                if transfer_only else join_ranges(R[0], S[0], d, band))
-        pieces = _pieces(todo, budget // 4, wr, ws)
+        # enough pieces that each fits a quarter of the budget (a multiple of the GPUs, so that
+        # they share them evenly), halved further only where one key is heavy; transfer-only:
+        # the keys are not sorted, so the pieces are even cuts of both (each row read once)
+        parts = d * max(1, -(-(n_r * wr + n_s * ws) // (d * max(1, budget // 4))))
+        todo = ([(n_r * p // parts, n_r * (p + 1) // parts, n_s * p // parts, n_s * (p + 1) // parts)
+                 for p in range(parts)] if transfer_only else join_ranges(R[0], S[0], parts, band))
+        pieces = _pieces(todo, budget // 4, wr, ws, None if transfer_only else (R[0], S[0], band))
         outs = [None] * d
         lock = threading.Lock()
         totals = [0] * d

@@ -11,7 +11,8 @@ paper (§3.4: transfers dominate out of core).  Sizes are in bytes, bandwidths i
   links working at once the peer term counts 1/D of that (Eq. 3).
 - ``gsm`` (global sort-merge, §3.2): run generation reads and writes both tables (2(|R| + |S|)
   at the duplex rate), log2 M and log2 N merge rounds each read and write them again, and the
-  final merge join reads them once (Eqs. 4-5).
+  final merge join reads them once (Eqs. 4-5).  Rounds of pairwise merges: ⌈log2 M⌉ where M is
+  not a power of two (the paper's are).
 - ``hybrid`` (radix partition, then per-partition sort-merge, §3.3): the partition pass reads
   and writes both tables (duplex), the join reads them once (Eqs. 6-7).
 
@@ -69,7 +70,7 @@ def transfer_bytes(algorithm: str, r: float, s: float, m: int, n: int, gpus: int
             return {"host": r + m * s, "duplex": 0.0, "p2p": 0.0}  # Eq. 1
         return {"host": r + (m / d) * s, "duplex": 0.0, "p2p": m * s * (d - 1) / d}  # Eq. 2
     if algorithm == "gsm":
-        merge = r * math.log2(m) + s * math.log2(n)
+        merge = r * math.ceil(math.log2(m)) + s * math.ceil(math.log2(n))  # pairwise rounds
         return {"host": r + s, "duplex": 2 * (r + s) + 2 * merge, "p2p": 0.0}  # Eq. 4
     return {"host": r + s, "duplex": 2 * (r + s), "p2p": 0.0}  # Eq. 6
 
