@@ -29,6 +29,7 @@ Keys are int32 or int64; any fixed-width carried columns.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -137,7 +138,7 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
         (lo, mid), (_, hi) = runs[i], runs[i + 1]
         a, b = src[0][lo:mid], src[0][mid:hi]
         total = hi - lo
-        parts = max(len(gpus), -(-total // piece_rows))
+        parts = len(gpus) * -(-total // (piece_rows * len(gpus)))  # as many pieces for every GPU
         if transfer_only:  # unsorted runs have no merge path: even cuts of both, the same bytes
             cuts = [(a.size * p // parts, b.size * p // parts) for p in range(parts + 1)]
         else:
@@ -190,7 +191,13 @@ def global_sort(cols: list[np.ndarray], run_rows: int, gpus, workers, slot_bytes
     t0 = time.perf_counter()
     pinned = arenas is not None
     bufs = [_host_copy_of(cols, arenas)]
-    runs = sort_runs(cols, bufs[0], run_rows, gpus, workers, slot_bytes, streams, memory_limit, pinned, transfer_only)
+    # a power of two of runs, at least one a GPU: every merge round pairs them all (no odd run
+    # copied by the host) and the GPUs get as many runs each (5 runs on two H200s: 3 and 2)
+    n = cols[0].size
+    count = 1 << max(0, math.ceil(math.log2(max(len(gpus), -(-n // run_rows), 1))))
+    runs = sort_runs(cols, bufs[0], max(1, -(-n // count)), gpus, workers, slot_bytes, streams, memory_limit, pinned,
+                     transfer_only)
+    stats[f"{label}_runs"] = len(runs)
     t1 = time.perf_counter()
     rounds = 0
     if len(runs) > 1:
@@ -202,7 +209,6 @@ def global_sort(cols: list[np.ndarray], run_rows: int, gpus, workers, slot_bytes
     stats[f"{label}_sort_s"] = t1 - t0
     stats[f"{label}_merge_s"] = time.perf_counter() - t1
     stats[f"{label}_merge_rounds"] = rounds
-    stats[f"{label}_runs"] = -(-cols[0].size // run_rows)
     return bufs[rounds % 2]
 
 
