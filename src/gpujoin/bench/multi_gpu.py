@@ -210,7 +210,8 @@ def _ring_transfer(left, right, ids: list[int], runs: int, base: dict | None) ->
     predicted = transfer_seconds("nl", 16 * a.size, 16 * lo.size, st["r_chunks"], st["s_chunks"], len(ids),
                                  _links(base, len(ids)))
     return {"transfer_only_s": float(np.median(times)), "predicted_transfer_s": predicted,
-            "transfer_only_ring_s": st["ring_s"]}
+            "transfer_only_ring_s": st["ring_s"],
+            "transfer_only_fixed_s": max((g.get("started_s", 0) + g["setup_s"] for g in st["per_gpu"]), default=0.0)}
 
 
 def _fresh_write_s(table) -> tuple[float, int]:
@@ -268,7 +269,8 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
                 f"{floor[0]:.3f} s")
             if transfer_only:
                 rec.update(_ring_transfer(left, right, list(range(d)), runs, base))
-                log(f"  transfer only: {rec['transfer_only_s']:.3f} s (ring {rec['transfer_only_ring_s']:.3f} s); "
+                log(f"  transfer only: {rec['transfer_only_s']:.3f} s (ring {rec['transfer_only_ring_s']:.3f} s, of "
+                    f"which threads and buffers before any copy {rec['transfer_only_fixed_s']:.3f} s); "
                     f"predicted (Eqs. 1-3) {rec['predicted_transfer_s']:.3f} s")
             records.append(rec)
     return records

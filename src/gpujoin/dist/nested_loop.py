@@ -119,14 +119,18 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     barrier = threading.Barrier(d)
     found: list = [None] * d
     per_gpu = [{"device": gpus[g], "steps": 0, "candidates": 0, "pairs": 0, "h2d_bytes": 0, "p2p_bytes": 0,
-                "join_s": 0.0} for g in range(d)]
+                "join_s": 0.0, "setup_s": 0.0} for g in range(d)]
     width = 8 * len(lcols)
 
     def work(g):
+        t_in = time.perf_counter()
         st = Streams(streams)
         out = PairColumns(Downloader(st), f"join_where on GPU {gpus[g]}")
         up = Uploader(st, Uploader.slot_size(max(rch[0][1] - rch[0][0], sch[0][1] - sch[0][0]) * 8, 1))
         me = per_gpu[g]
+        # the thread's start and its streams and buffers, before any byte moves (a fixed cost
+        # a call that the transfer model does not count)
+        me["started_s"], me["setup_s"] = t_in - t_call, time.perf_counter() - t_in
         loaded_r = [None, None]  # (chunk index, device columns)
 
         def upload(cols, lo, hi):
@@ -179,12 +183,13 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                     st.synchronize()
                     barrier.wait()  # every copy out of the round-t chunks is done
                 found[g] = out.finish()
+                me["thread_s"] = time.perf_counter() - t_in
             except BaseException:
                 out.close()
                 barrier.abort()
                 raise
 
-    t0 = time.perf_counter()
+    t_call = t0 = time.perf_counter()
     try:
         on_each(gpus, work)
     except BaseException:
