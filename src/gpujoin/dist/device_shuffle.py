@@ -336,9 +336,8 @@ def _link_stream():
 
     key = ("links", cp.cuda.Device().id)
     if key not in _streams:
-        # CUDA clamps a priority past its range to the greatest one (-5 on Hopper); CuPy has no
-        # cudaDeviceGetStreamPriorityRange to ask it (the call failed on two H200s)
-        _streams[key] = cp.cuda.Stream(non_blocking=True, priority=-(1 << 20))
+        _, highest = cp.cuda.runtime.deviceGetStreamPriorityRange()  # (least, greatest): greatest is lowest
+        _streams[key] = cp.cuda.Stream(non_blocking=True, priority=highest)
     return _streams[key]
 
 
