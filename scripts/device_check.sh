@@ -101,8 +101,8 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
   # NCCL variables passed to the ranks; then 4 ranks on 2 GPUs played as 2 hosts of 2
   mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
-          -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY -x GPUJOIN_NCCL_PRIORITY "$@"; }
-  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB} GPUJOIN_NCCL_PRIORITY=${GPUJOIN_NCCL_PRIORITY:-0}
+          -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   if [[ $stage == tests-dist ]]; then
     timeout 200 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
       tests/test_dist_device.py 2>&1 | tail -15

@@ -16,8 +16,6 @@ rows radix-partitioned by destination rank, the partitions exchanged over NCCL.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .comm import Communicator
@@ -296,11 +294,6 @@ def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, thei
     layouts = [DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us]) for us in of]
     outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
     side = _side_streams(2)
-    # GPUJOIN_NCCL_PRIORITY=1: NCCL's groups on the GPU's highest-priority stream, so that the
-    # blocks of a partition launched before them do not hold every SM while the links idle
-    links = _link_stream() if os.environ.get("GPUJOIN_NCCL_PRIORITY") == "1" else main
-    if links is not main:
-        links.wait_event(main.record())
     ready, parts = main.record(), []
     for q, (i, lo, hi) in enumerate(units):
         s = side[q % 2]
@@ -311,14 +304,13 @@ def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, thei
         parts.append((p, ready, s))
     for q, (i, _, _) in enumerate(units):
         p, done, s = parts[q]
-        links.wait_event(done)
+        main.wait_event(done)
         sends, recvs, (src, dst, rows) = layouts[i].unit(of[i].index(q))
-        with links:
-            comm.post_device(p, outs[i], sends, recvs)
+        comm.post_device(p, outs[i], sends, recvs)
         with s:
             for c, o in zip(p, outs[i]):
                 o[dst:dst + rows] = c[src:src + rows]
-    for s in side + ([links] if links is not main else []):
+    for s in side:
         main.wait_event(s.record())
     # the partitioned copies were allocated on the side streams: they go back to the memory pool
     # (for those streams' next allocations) only once the NCCL groups have read them
@@ -327,18 +319,6 @@ def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, thei
 
 
 _streams: dict = {}
-
-
-def _link_stream():
-    """The current GPU's highest-priority stream, for NCCL's groups (kept across calls, as
-    :func:`_side_streams`)."""
-    import cupy as cp
-
-    key = ("links", cp.cuda.Device().id)
-    if key not in _streams:
-        _, highest = cp.cuda.runtime.deviceGetStreamPriorityRange()  # (least, greatest): greatest is lowest
-        _streams[key] = cp.cuda.Stream(non_blocking=True, priority=highest)
-    return _streams[key]
 
 
 def _side_streams(k: int) -> list:
