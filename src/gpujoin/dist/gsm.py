@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..outofcore.stream import Downloader, HostArena, HostColumn, Streams, Uploader, concatenate, parallel_copy
+from ..outofcore.stream import (Downloader, HostArena, HostColumn, Streams, Uploader, concatenate, parallel_copy,
+                                record)
 from .devices import on_each
 from .merge_path import join_ranges, split
 
@@ -57,8 +58,10 @@ class _Worker:
         self.d2h = 0
 
     def upload(self, cols: list[np.ndarray], lo: int, hi: int) -> list:
+        """Rows [lo, hi) of ``cols`` to the GPU on the copy-in stream; the compute stream's next
+        kernels wait for them (the host does not)."""
         out = self.up.rows_to_device(cols, lo, hi)
-        self.st.copy_in.synchronize()
+        self.st.compute.wait_event(record(self.st.copy_in))
         self.h2d += sum((hi - lo) * c.itemsize for c in cols)
         return out
 
@@ -72,18 +75,25 @@ class _Worker:
         self.d2h += sum(a.nbytes for a in arrays)
 
 
-def _on_gpus(gpus, tasks, fn, slot_bytes: int, streams: int, workers: list, memory_limit: int | None = None):
-    """Run ``fn(worker, task)`` for every task, task i on GPU i mod D (one thread a GPU, its
-    pool held to ``memory_limit``)."""
+def _on_gpus(gpus, tasks, fetch, work, slot_bytes: int, streams: int, workers: list,
+             memory_limit: int | None = None):
+    """For every task, ``data = fetch(worker, task)`` (its uploads) then ``work(worker, task,
+    data)``, task i on GPU i mod D (one thread a GPU, its pool held to ``memory_limit``).  Task
+    i + 1's fetch is enqueued before task i's work: its copy-in waits only for the kernels
+    before task i's, and runs beside them (paper 000 §3.2.4's copy-in and compute streams)."""
     from ..outofcore.budget import gpu_memory_cap
 
     def run(g):
         if workers[g] is None:
             workers[g] = _Worker(streams, slot_bytes)
         w = workers[g]
+        mine = tasks[g::len(gpus)]
         with gpu_memory_cap(memory_limit), w.st.compute:
-            for t in tasks[g::len(gpus)]:
-                fn(w, t)
+            data = fetch(w, mine[0]) if mine else None
+            for i, t in enumerate(mine):
+                nxt = fetch(w, mine[i + 1]) if i + 1 < len(mine) else None
+                work(w, t, data)
+                data = nxt
             w.down.flush()
             w.st.synchronize()
     on_each(gpus, run)
@@ -98,16 +108,15 @@ def sort_runs(src: list[np.ndarray], dst: list[np.ndarray], run_rows: int, gpus,
     n = src[0].size
     runs = [(a, min(n, a + run_rows)) for a in range(0, n, run_rows)]
 
-    def one(w, run):
+    def work(w, run, dev):
         lo, hi = run
-        dev = w.upload(src, lo, hi)
         if not transfer_only:
             base, bits = _sort_key_range(dev[0])
             dev = radix_sort(dev[0], dev[1:], base, bits)
             dev = [dev[0], *dev[1]]
         w.download(dev, [c[lo:hi] for c in dst], pinned)
 
-    _on_gpus(gpus, runs, one, slot_bytes, streams, workers, memory_limit)
+    _on_gpus(gpus, runs, lambda w, run: w.upload(src, *run), work, slot_bytes, streams, workers, memory_limit)
     return runs
 
 
@@ -153,10 +162,13 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
         pool.shutdown(wait=False)  # the copy runs on; odd.result() waits for it
         merged.append((lo, hi))
 
-    def one(w, task):
+    def fetch(w, task):
         lo, mid, (i0, j0), (i1, j1) = task
-        a = w.upload(src, lo + i0, lo + i1)
-        b = w.upload(src, mid + j0, mid + j1)
+        return w.upload(src, lo + i0, lo + i1), w.upload(src, mid + j0, mid + j1)
+
+    def work(w, task, ab):
+        lo, mid, (i0, j0), (i1, j1) = task
+        a, b = ab
         at = lo + i0 + j0
         if transfer_only:
             w.download(a, [d[at:at + i1 - i0] for d in dst], pinned)
@@ -165,7 +177,7 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
         w.download(_merge_on_gpu(a, b), [d[at:at + (i1 - i0) + (j1 - j0)] for d in dst], pinned)
 
     try:
-        _on_gpus(gpus, tasks, one, slot_bytes, streams, workers, memory_limit)
+        _on_gpus(gpus, tasks, fetch, work, slot_bytes, streams, workers, memory_limit)
     finally:
         if odd is not None:
             odd.result()  # its error, if any, raised here
@@ -203,8 +215,9 @@ def global_sort(cols: list[np.ndarray], run_rows: int, gpus, workers, slot_bytes
     if len(runs) > 1:
         bufs.append(_host_copy_of(cols, arenas))
     while len(runs) > 1:
-        runs = merge_round(bufs[rounds % 2], bufs[(rounds + 1) % 2], runs, run_rows, gpus, workers, slot_bytes,
-                           streams, memory_limit, pinned, transfer_only)
+        # pieces of half a run: more of them a GPU keep its copy-in and copy-out busy at once
+        runs = merge_round(bufs[rounds % 2], bufs[(rounds + 1) % 2], runs, max(1, run_rows // 2), gpus, workers,
+                           slot_bytes, streams, memory_limit, pinned, transfer_only)
         rounds += 1
     stats[f"{label}_sort_s"] = t1 - t0
     stats[f"{label}_merge_s"] = time.perf_counter() - t1
@@ -268,7 +281,8 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
     band : pairs with |r - s| <= band (0: the equi-join)
     emit_keys, aggregate : as ``triton_join`` (``aggregate="sum"``: the sum of the first probe
         column over the pairs, no rows kept)
-    run_rows : rows of a sorted run and of a merge or join piece (default from ``budget``)
+    run_rows : rows of a sorted run at most (default from ``budget``; a power of two of runs is
+        made, at least one a GPU), merge pieces of half that
     block_pairs : pairs expanded at once on a GPU (the output buffer)
     memory_limit : each GPU's cap on CuPy's pool (bytes), None for none
     pin : the sorted copies in page-locked memory (default: when they take at most half the
@@ -331,22 +345,25 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
         # enough pieces that each fits a quarter of the budget (a multiple of the GPUs, so that
         # they share them evenly), halved further only where one key is heavy; transfer-only:
         # the keys are not sorted, so the pieces are even cuts of both (each row read once)
-        parts = d * max(1, -(-(n_r * wr + n_s * ws) // (d * max(1, budget // 4))))
+        limit = max(1, budget // 6)  # the next piece's inputs arrive beside this one's pairs
+        parts = d * max(1, -(-(n_r * wr + n_s * ws) // (d * limit)))
         todo = ([(n_r * p // parts, n_r * (p + 1) // parts, n_s * p // parts, n_s * (p + 1) // parts)
                  for p in range(parts)] if transfer_only else join_ranges(R[0], S[0], parts, band))
-        pieces = _pieces(todo, budget // 4, wr, ws, None if transfer_only else (R[0], S[0], band))
+        pieces = _pieces(todo, limit, wr, ws, None if transfer_only else (R[0], S[0], band))
         outs = [None] * d
         lock = threading.Lock()
         totals = [0] * d
         rows = [0] * d
 
-        def one(w, piece):
+        def fetch(w, piece):
+            r0, r1, s0, s1 = piece
+            return w.upload(R, r0, r1), w.upload(S, s0, s1)
+
+        def work(w, piece, data):
             from ..theta.nlj import interval_pairs
 
             g = workers.index(w)
-            r0, r1, s0, s1 = piece
-            rc = w.upload(R, r0, r1)
-            sc = w.upload(S, s0, s1)
+            rc, sc = data
             if transfer_only:
                 return
             lo_v, hi_v = _band_bounds(cp, sc[0], band)
@@ -375,7 +392,7 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
         guess = max(probe_cols[0].size, 1) // d
         if aggregate is None and not transfer_only:
             outs[:] = [[HostColumn(t, guess) for t in dtypes] for _ in range(d)]
-        _on_gpus(gpus, pieces, one, slot, streams, workers, memory_limit)
+        _on_gpus(gpus, pieces, fetch, work, slot, streams, workers, memory_limit)
         t2 = time.perf_counter()
         key = None
         cols = []
