@@ -50,3 +50,10 @@ def test_pairs_merge_read_and_close():
         assert li.tolist() == [0, 1, 2] and ri.tolist() == [5, 6, 7]
     assert Arena.closed == 2 and both.segments == [] and len(both) == 0
     assert [x.size for x in Pairs().arrays()] == [0, 0]
+
+
+def test_release_host_memory_is_public_and_safe_without_a_gpu():
+    import gpujoin
+
+    assert "release_host_memory" in gpujoin.__all__
+    assert gpujoin.release_host_memory() is None

@@ -16,7 +16,7 @@ from .plan.groupby import GroupBy, group_by
 from .expr import col
 from .plan.join import JoinStats, join
 from .plan.join_where import join_where
-from .outofcore.stream import pinned_host
+from .outofcore.stream import pinned_host, release_host_memory
 from .table import Table
 
 __version__ = "0.1.0"
@@ -51,6 +51,6 @@ def read_parquet(path, columns: list[str] | None = None) -> pa.Table:
 
 __all__ = [
     "Table", "join", "join_where", "col", "group_by", "GroupBy", "JoinStats", "explain", "Plan", "read_parquet", "algorithms", "devices",
-    "pinned_host",
+    "pinned_host", "release_host_memory",
     "GpujoinError", "ColumnNotFoundError", "SchemaError", "ComputeError", "InvalidOperationError",
 ]
