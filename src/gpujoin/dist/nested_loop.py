@@ -109,7 +109,7 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     d = len(gpus)
     if n_l == 0 or n_r == 0:
         return Pairs(), {"gpus": list(gpus), "r_chunks": 0, "s_chunks": 0, "rounds": 0, "streams": streams,
-                              "h2d_bytes": 0, "p2p_bytes": 0, "ring_s": 0.0, "per_gpu": []}
+                         "h2d_bytes": 0, "p2p_bytes": 0, "ring_s": 0.0, "per_gpu": []}
     rch = _chunks(n_l, r_chunk_rows or -(-n_l // d))
     sch = _chunks(n_r, s_chunk_rows or -(-n_r // d))
     rounds = ring_schedule(len(rch), len(sch), d)
@@ -128,8 +128,8 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
         out = PairColumns(Downloader(st), f"join_where on GPU {gpus[g]}")
         up = Uploader(st, Uploader.slot_size(max(rch[0][1] - rch[0][0], sch[0][1] - sch[0][0]) * 8, 1))
         me = per_gpu[g]
-        # the thread's start and its streams and buffers, before any byte moves (a fixed cost
-        # a call that the transfer model does not count)
+        # the thread's start and its streams and buffers, before any byte moves: a fixed cost of
+        # each call, which the transfer model does not count
         me["started_s"], me["setup_s"] = t_in - t_call, time.perf_counter() - t_in
         loaded_r = [None, None]  # (chunk index, device columns)
 
