@@ -74,3 +74,22 @@ def test_pageable_input_bounds_the_first_read_by_the_staging_copy():
     quick = dataclasses.replace(fast, host_in=1e12)
     for algo in ("nl", "gsm", "hybrid"):
         assert mc.transfer_seconds(algo, r, s, m, n, d, quick) == mc.transfer_seconds(algo, r, s, m, n, d, fast)
+
+
+def test_planner_model_takes_the_measured_duplex_rate(monkeypatch):
+    """transfer_model: with `gpujoin calibrate`'s duplex probes cached, both directions at once
+    go at the measured rate (one GPU's, or each GPU's share of all at once), not twice one way."""
+    import gpujoin.plan.calibrate as cal
+    from gpujoin.plan.placement import plan_placement
+    from gpujoin.plan.streaming import transfer_model
+
+    rows, widths = [1 << 30, 1 << 30], [8, 8]
+    pl = plan_placement(rows, widths, 16 * 10**9, gpus=2)
+    monkeypatch.setattr(cal, "link_rates", lambda: {"pcie": 55e9, "p2p": 390e9})
+    twice = transfer_model(rows, widths, pl, 2)[1]
+    monkeypatch.setattr(cal, "link_rates", lambda: {"pcie": 55e9, "p2p": 390e9, "duplex_1": 100e9, "duplex_all": 150e9})
+    measured = transfer_model(rows, widths, pl, 2)[1]
+    r = s = (1 << 30) * 8
+    # hybrid: 2(|R| + |S|) both ways over two links, at 75 GB/s each instead of 110
+    assert measured["hybrid"] - twice["hybrid"] == pytest.approx(2 * (r + s) / 150e9 - 2 * (r + s) / 220e9)
+    assert measured["nl"] == twice["nl"]  # one way only

@@ -48,11 +48,17 @@ def transfer_model(rows: list[int], widths: list[int], placement: Placement, gpu
     from .multi_gpu_cost import H200_HOST, choose
 
     rates = link_rates()  # this host's measured links when `gpujoin calibrate` ran here
+    d = max(1, gpus)
     links = replace(H200_HOST, **({"h2d": rates["pcie"], "duplex": 2 * rates["pcie"]} if "pcie" in rates else {}),
                     **({"p2p": rates["p2p"]} if "p2p" in rates else {}))
+    # both directions at once as measured (one GPU's link, or its share of every GPU's at once:
+    # 101.7 and 154.4 / 2 GB/s on two H200s, not twice the one-way 55.3)
+    duplex = rates.get("duplex_1") if d == 1 else rates.get("duplex_all", 0.0) / d or None
+    if duplex:
+        links = replace(links, duplex=duplex)
     r, s = (n * w for n, w in zip(rows, widths))
     m, n = (max(1, -(-k // max(1, placement.chunk_rows))) for k in rows)
-    best, pred = choose(r, s, m, n, max(1, gpus), links)
+    best, pred = choose(r, s, m, n, d, links)
     return best, pred
 
 
