@@ -195,20 +195,23 @@ def _links(base: dict | None, d: int, pinned_input: bool = False):
 
 def _ring_transfer(left, right, ids: list[int], runs: int, base: dict | None) -> dict:
     """The ring of join_where's band join with no block joined (paper 000 Fig. 8), median of
-    ``runs``, beside Eqs. 1-3 with the links measured in this run (its columns are pageable)."""
+    ``runs``, beside Eqs. 1-3 with the links measured in this run; its columns page-locked, as
+    join_where's compared columns are."""
     from ..dist.nested_loop import ring_join
+    from ..outofcore.stream import pinned_host
     from ..plan.multi_gpu_cost import transfer_seconds
 
     a = left.column("a").to_numpy().astype(np.int64)
     lo, hi = (right.column(c).to_numpy().astype(np.int64) for c in ("lo", "hi"))
     times = []
-    for r in range(runs + 1):
-        t0 = time.perf_counter()
-        _, st = ring_join([a, a], [lo, hi], [">=", "<="], None, ids, transfer_only=True)
-        if r:
-            times.append(time.perf_counter() - t0)
+    with pinned_host(a, lo, hi):
+        for r in range(runs + 1):
+            t0 = time.perf_counter()
+            _, st = ring_join([a, a], [lo, hi], [">=", "<="], None, ids, transfer_only=True)
+            if r:
+                times.append(time.perf_counter() - t0)
     predicted = transfer_seconds("nl", 16 * a.size, 16 * lo.size, st["r_chunks"], st["s_chunks"], len(ids),
-                                 _links(base, len(ids)))
+                                 _links(base, len(ids), pinned_input=True))
     return {"transfer_only_s": float(np.median(times)), "predicted_transfer_s": predicted,
             "transfer_only_ring_s": st["ring_s"],
             "transfer_only_fixed_s": max((g.get("started_s", 0) + g["setup_s"] for g in st["per_gpu"]), default=0.0)}

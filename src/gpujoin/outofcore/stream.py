@@ -85,13 +85,14 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray, min_piece: int = 1 << 22) ->
                                              casting="no"), range(pieces)))
 
 
-def parallel_astype(src: np.ndarray, dtype) -> np.ndarray:
-    """``src.astype(dtype)`` (a safe cast, e.g. int32 to int64) with the work spread over threads;
-    ``src`` itself when it already has ``dtype``."""
+def parallel_astype(src: np.ndarray, dtype, out: np.ndarray | None = None) -> np.ndarray:
+    """``src.astype(dtype)`` (a safe cast, e.g. int32 to int64) with the work spread over threads,
+    into ``out`` when given (e.g. page-locked memory), else ``src`` itself when it already has
+    ``dtype``."""
     dtype = np.dtype(dtype)
-    if src.dtype == dtype:
+    if out is None and src.dtype == dtype:
         return src
-    out = np.empty(src.shape, dtype)
+    out = np.empty(src.shape, dtype) if out is None else out
     n = src.size
     pieces = max(1, min(COPY_THREADS, (n * dtype.itemsize) >> 22))
     bounds = np.linspace(0, n, pieces + 1).astype(np.int64)
