@@ -8,9 +8,13 @@ stream, so that the three overlap (paper 000 §3.2.4).  ``Streams(1)`` puts all 
 stream, the baseline paper 000 measures against.
 
 What is reusable here: :class:`Streams`, :func:`pinned_empty` (CuPy's pinned pool, which keeps
-freed buffers for the next call), :class:`Uploader` (double-buffered staging of host chunks),
-:func:`download_async` and :class:`Keepalive` (device buffers stay alive until the copies that
-read them are done).  The Triton join (``outofcore/triton.py``), the out-of-core group-by and
+freed buffers for the next call), :class:`Uploader` (double-buffered staging of host chunks, or
+DMA in place from page-locked ones), :class:`Downloader` (through pinned slots, or
+``get_pinned`` straight into page-locked host arrays), :class:`HostArena` (page-locked host
+memory kept registered between calls: the spill, GSM's sorted copies, join_where's compared
+columns), :class:`PairColumns` / :class:`Pairs` (a GPU's matching pairs in page-locked segments,
+read in place), :func:`download_async` and :class:`Keepalive` (device buffers stay alive until
+the copies that read them are done).  The Triton join (``outofcore/triton.py``), the out-of-core group-by and
 the multi-GPU joins of paper 000 move their data through them.
 """
 
