@@ -295,11 +295,11 @@ class HostArena:
 
 def release_host_memory() -> None:
     """Unregister and free the page-locked host buffers kept for reuse (``gpujoin.release_host_memory``):
-    the out-of-core joins' spill, the θ-joins' pair segments, GSM's sorted copies, and the free
-    blocks of CuPy's pinned pool (the staging buffers).  They stay page-locked between calls so
-    that the next join does not fault and pin them again (pinning fresh memory ran at about 6 GB/s
-    on the H200 host); call this to hand them back to the operating system.  Nothing to do where
-    CuPy was never loaded."""
+    the out-of-core joins' spill, the θ-joins' compared columns and pair segments, GSM's sorted
+    copies, and the free blocks of CuPy's pinned pool (the staging buffers).  They stay
+    page-locked between calls so that the next join does not fault and pin them again (pinning
+    fresh memory ran at about 6 GB/s on the H200 host); call this to hand them back to the
+    operating system.  Nothing to do where CuPy was never loaded."""
     if "cupy" not in sys.modules:
         return
     import cupy as cp
