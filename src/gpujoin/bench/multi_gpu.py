@@ -163,7 +163,7 @@ def _rates(base: dict | None, d: int, pinned_input: bool = False) -> dict | None
     links = (base or {}).get("links")
     if not links:
         return {"host_in": float("inf")} if pinned_input else None
-    out = {"pcie": links["h2d_gpu0_GBps"] * 1e9,
+    out = {"pcie": links["h2d_gpu0_GBps"] * 1e9, "pcie_all": links["h2d_all_GBps"] * 1e9,
            "host_in": float("inf") if pinned_input else
            links["host_in_dma_1_GBps" if d == 1 else "host_in_dma_all_GBps"] * 1e9}
     if "p2p_GBps" in links:
@@ -176,21 +176,14 @@ def _rates(base: dict | None, d: int, pinned_input: bool = False) -> dict | None
 
 def _links(base: dict | None, d: int, pinned_input: bool = False):
     """Paper 000's ``Links`` of ``d`` GPUs from the rates measured in this run (the H200 host's
-    defaults without them): one GPU's share of every GPU's host and duplex rates together, and
-    the host's staging copy beside the DMA for pageable input."""
+    defaults without them), with the host's staging copy beside the DMA for pageable input."""
     import dataclasses
 
-    from ..plan.multi_gpu_cost import H200_HOST, Links
+    from ..plan.multi_gpu_cost import H200_HOST, measured_links
 
-    links = (base or {}).get("links")
-    if not links:  # the staging copy ran at 20-27 GB/s inside pass 1 on two H200s
+    if not (base or {}).get("links"):  # the staging copy ran at 20-27 GB/s inside pass 1 on two H200s
         return H200_HOST if pinned_input else dataclasses.replace(H200_HOST, host_in=25e9)
-    one = d == 1
-    h2d = (links["h2d_gpu0_GBps"] if one else links["h2d_all_GBps"] / d) * 1e9
-    duplex = links.get("duplex_1_GBps" if one else "duplex_all_GBps")
-    host_in = None if pinned_input else links["host_in_dma_1_GBps" if one else "host_in_dma_all_GBps"] * 1e9
-    return Links(h2d=h2d, duplex=(duplex / (1 if one else d)) * 1e9 if duplex else 2 * h2d,
-                 p2p=links.get("p2p_GBps", 396.0) * 1e9, host_links=d, host_in=host_in)
+    return measured_links(_rates(base, d, pinned_input), d)
 
 
 def _ring_transfer(left, right, ids: list[int], runs: int, base: dict | None) -> dict:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -154,12 +153,10 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
             cuts = [split(a, b, total * p // parts) for p in range(parts + 1)]
         tasks += [(lo, mid, cuts[p], cuts[p + 1]) for p in range(parts) if cuts[p] != cuts[p + 1]]
         merged.append((lo, hi))
-    odd = None
-    if len(runs) % 2:  # the last run is copied by the host while the GPUs merge the others
+    if len(runs) % 2:  # rare: global_sort makes a power of two of runs unless the rows are few
         lo, hi = runs[-1]
-        pool = ThreadPoolExecutor(1)
-        odd = pool.submit(lambda: [parallel_copy(d[lo:hi], s[lo:hi]) for s, d in zip(src, dst)])
-        pool.shutdown(wait=False)  # the copy runs on; odd.result() waits for it
+        for s, d in zip(src, dst):
+            parallel_copy(d[lo:hi], s[lo:hi])
         merged.append((lo, hi))
 
     def fetch(w, task):
@@ -176,11 +173,7 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
             return
         w.download(_merge_on_gpu(a, b), [d[at:at + (i1 - i0) + (j1 - j0)] for d in dst], pinned)
 
-    try:
-        _on_gpus(gpus, tasks, fetch, work, slot_bytes, streams, workers, memory_limit)
-    finally:
-        if odd is not None:
-            odd.result()  # its error, if any, raised here
+    _on_gpus(gpus, tasks, fetch, work, slot_bytes, streams, workers, memory_limit)
     return merged
 
 

@@ -183,7 +183,6 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                     st.synchronize()
                     barrier.wait()  # every copy out of the round-t chunks is done
                 found[g] = out.finish()
-                me["thread_s"] = time.perf_counter() - t_in
             except BaseException:
                 out.close()
                 barrier.abort()

@@ -250,7 +250,7 @@ class HostArena:
     _lock = threading.Lock()  # the GPUs of a multi-GPU join open arenas from their own threads
 
     def __init__(self, nbytes: int):
-        self._buf = None
+        self._buf, small = None, []
         with HostArena._lock:
             # the smallest cached buffer that is large enough, and not twice as large: a pair
             # segment of 512 MiB must not take the Triton join's 27 GB spill arena

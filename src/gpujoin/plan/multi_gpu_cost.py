@@ -24,7 +24,7 @@ up (``host_links=D``); the paper's single tree is ``host_links=1``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ALGORITHMS = ("nl", "gsm", "hybrid")
 
@@ -48,6 +48,28 @@ class Links:
 #: once about twice that (the copy-out and copy-in streams overlapped at full rate), a device-to-
 #: peer copy over NVLink 396 GB/s; each GPU on a link of its own.
 H200_HOST = Links(h2d=55.3e9, duplex=110e9, p2p=396e9, host_links=8)
+
+
+def measured_links(rates: dict, gpus: int) -> Links:
+    """``Links`` of ``gpus`` GPUs from measured rates (bytes a second, as
+    ``calibrate.link_rates`` and the benchmarks give them), the H200 host's where one is absent:
+    ``pcie`` one GPU's host-to-device rate (``pcie_all`` every GPU's at once, shared out among
+    several), ``p2p``, ``duplex_1`` / ``duplex_all`` both directions of one link / of every GPU's
+    at once (shared out; twice the one-way rate without them), ``host_in`` the staging copy of
+    pageable input, all GPUs together (absent or inf: the input is page-locked)."""
+    d = max(1, gpus)
+    links = H200_HOST
+    pcie = rates["pcie_all"] / d if d > 1 and "pcie_all" in rates else rates.get("pcie")
+    if pcie:
+        links = replace(links, h2d=pcie, duplex=2 * pcie)
+    if "p2p" in rates:
+        links = replace(links, p2p=rates["p2p"])
+    duplex = rates.get("duplex_1") if d == 1 else rates.get("duplex_all", 0.0) / d or None
+    if duplex:
+        links = replace(links, duplex=duplex)
+    if rates.get("host_in") and math.isfinite(rates["host_in"]):
+        links = replace(links, host_in=rates["host_in"])
+    return links
 
 
 def transfer_bytes(algorithm: str, r: float, s: float, m: int, n: int, gpus: int, p2p: bool = True) -> dict:

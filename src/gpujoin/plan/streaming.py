@@ -42,20 +42,12 @@ def transfer_model(rows: list[int], widths: list[int], placement: Placement, gpu
     """Paper 000's choice among its equi-join algorithms from their transfer models (Eqs. 4-7:
     ``gsm`` sorts runs and merges them in log2(chunks) rounds, ``hybrid`` partitions once), and
     every prediction in seconds (``nl``, Eqs. 1-3, joins any θ: ``join_where``'s ring)."""
-    from dataclasses import replace
-
     from .calibrate import link_rates
-    from .multi_gpu_cost import H200_HOST, choose
+    from .multi_gpu_cost import choose, measured_links
 
-    rates = link_rates()  # this host's measured links when `gpujoin calibrate` ran here
+    # this host's links when `gpujoin calibrate` ran here; the inputs taken as page-locked
     d = max(1, gpus)
-    links = replace(H200_HOST, **({"h2d": rates["pcie"], "duplex": 2 * rates["pcie"]} if "pcie" in rates else {}),
-                    **({"p2p": rates["p2p"]} if "p2p" in rates else {}))
-    # both directions at once as measured (one GPU's link, or its share of every GPU's at once:
-    # 101.7 and 154.4 / 2 GB/s on two H200s, not twice the one-way 55.3)
-    duplex = rates.get("duplex_1") if d == 1 else rates.get("duplex_all", 0.0) / d or None
-    if duplex:
-        links = replace(links, duplex=duplex)
+    links = measured_links({k: v for k, v in link_rates().items() if k != "host_in"}, d)
     r, s = (n * w for n, w in zip(rows, widths))
     m, n = (max(1, -(-k // max(1, placement.chunk_rows))) for k in rows)
     best, pred = choose(r, s, m, n, d, links)
