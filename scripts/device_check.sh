@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|shuffle-timeline|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -97,7 +97,7 @@ if [[ $stage == bench-multi ]]; then
     --r-share ${RSHARE:-0.5} ${TRANSFER:+--transfer-only} --peers "${PEERS:-}" --input ${INPUT:-pageable} \
     -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
 fi
-if [[ $stage == tests-dist || $stage == bench-dist ]]; then
+if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
   # NCCL variables passed to the ranks; then 4 ranks on 2 GPUs played as 2 hosts of 2
   mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
@@ -112,6 +112,12 @@ if [[ $stage == tests-dist || $stage == bench-dist ]]; then
     timeout 200 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_hypothesis_check.py '' cuda 50" 2>&1 | tail -4
   elif [[ -n ${PROFILE:-} ]]; then
     mpi -n ${RANKS:-2} python3 scripts/profile_dist_shuffle.py $PROFILE 2>&1 | tail -12
+  fi
+  if [[ $stage == shuffle-timeline ]]; then
+    # when the pipelined shuffle's partitions and NCCL groups run, kernel by kernel (CUPTI, each rank)
+    for c in ${CHUNKS:-25 40}; do
+      timeout 150 bash -c "$(declare -f mpi); mpi -n 2 python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c" 2>&1 | head -${LINES_MAX:-120}
+    done
   fi
   if [[ $stage == bench-dist ]]; then
     # the log goes to $OUT as it comes and mpirun is stopped in time (on 2026-11-25 two calls on two

@@ -37,6 +37,41 @@ def test_gpu_hashes_and_destinations_equal_the_hosts(dtype):
             np.testing.assert_array_equal(cp.asnumpy(d), destinations(host, parts))
 
 
+@pytest.mark.parametrize("parts,n,k,skew", [(2, 10_000, 1, False), (3, 50_000, 4, True), (7, 4096 * 5 + 17, 3, False),
+                                           (256, 100_000, 2, True), (300, 20_000, 2, False), (2, 0, 1, False),
+                                           (5, 1, 2, False)])
+def test_chunks_are_partitioned_by_destination_in_row_order(parts, n, k, skew):
+    """The shuffle's partition of each chunk (shuffle.cu's one-launch scatter up to 256 ranks,
+    the radix partition beyond): rows to every other rank in the chunk's send buffer at their
+    send start, rows to this rank straight into the receive buffer, both in input order."""
+    rng = np.random.default_rng(n + parts)
+    dest = rng.integers(0, parts, n).astype(np.int32)
+    if skew:  # most rows to one rank, runs of one destination
+        dest[: n // 2] = parts - 1
+    cols = [rng.integers(-2**62, 2**62, n), rng.integers(0, 255, n).astype(np.uint8), rng.random(n).astype(np.float32),
+            rng.integers(0, 9, n).astype(np.int16)]
+    me = parts // 2
+    plan = device_shuffle._Chunks([cp.asarray(c) for c in cols], cp.asarray(dest), parts, k)
+    counts = cp.asnumpy(plan.counts)
+    assert counts.shape == (k, parts)
+    for c, (lo, hi) in enumerate(plan.bounds):
+        np.testing.assert_array_equal(counts[c], np.bincount(dest[lo:hi], minlength=parts))
+    assert plan.bounds[0][0] == 0 and plan.bounds[-1][1] == n
+    starts = np.cumsum(counts, axis=1) - counts
+    own_at = 3 + np.concatenate([[0], np.cumsum(counts[:, me])[:-1]])  # a gap before the own rows
+    out = [cp.zeros(3 + int(counts[:, me].sum()), c.dtype) for c in cols]
+    plan.prepare(out, list(starts), [int(x) for x in own_at], [int(x) for x in counts[:, me]], me)
+    for c, (lo, hi) in enumerate(plan.bounds):
+        part = plan.place(c, out)
+        order = np.argsort(dest[lo:hi], kind="stable")
+        peers = dest[lo:hi][order] != me
+        for col, got in zip(cols, part):
+            np.testing.assert_array_equal(cp.asnumpy(got)[peers], col[lo:hi][order][peers])
+    cp.cuda.Device().synchronize()
+    for col, o in zip(cols, out):
+        np.testing.assert_array_equal(cp.asnumpy(o)[3:], col[dest == me])
+
+
 def test_one_rank_job_of_device_tables_equals_the_join():
     comm = Communicator.single()
     rng = np.random.default_rng(2)

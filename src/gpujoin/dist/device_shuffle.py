@@ -16,6 +16,8 @@ rows radix-partitioned by destination rank, the partitions exchanged over NCCL.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .comm import Communicator
@@ -170,19 +172,17 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
         cols_of.append((vnames, [t.columns[n] for n in t.column_names] +
                         [t.validity[n] if n in t.validity else cp.ones(t.num_rows, cp.uint8) for n in vnames]))
     row = [sum(c.dtype.itemsize for c in cols) for _, cols in cols_of]
-    # every rank cuts each table into the same number of chunks (its largest slice's)
-    chunks = [max(1, -(-max(e[i][1] for e in every) // chunk_rows)) for i in range(len(tables))]
-    units = [(i, t.num_rows * c // k, t.num_rows * (c + 1) // k)
-             for i, (t, k) in enumerate(zip(tables, chunks)) for c in range(k)]
-    # each chunk's partition histogram (shared-memory counts a tile: what the scatter needs, read
-    # once; atomics on P global counters would serialize) gives its rows to each rank
-    hists = [_histogram([c[lo:hi] for c in cols_of[i][1]], dests[i][lo:hi], P) for i, lo, hi in units]
-    cnt = cp.asnumpy(cp.stack([h[1] for h in hists])).astype(np.int64).reshape(len(units), P)
+    # every rank cuts each table into the same number of chunks (its largest slice's), each
+    # chunk's rows to every rank counted before any moves
+    plans = [_Chunks(cols, d, P, max(1, -(-max(e[i][1] for e in every) // chunk_rows)))
+             for i, ((_, cols), d) in enumerate(zip(cols_of, dests))]
+    units = [(i, c) for i, p in enumerate(plans) for c in range(len(p.bounds))]
+    cnt = cp.asnumpy(cp.concatenate([p.counts for p in plans])).astype(np.int64).reshape(len(units), P)
     starts = np.cumsum(cnt, axis=1) - cnt
     got = comm.comm.alltoall([(starts[:, j].tolist(), cnt[:, j].tolist()) for j in range(P)])
     their_starts = np.array([g[0] for g in got], np.int64).reshape(P, len(units)).T
     their_cnt = np.array([g[1] for g in got], np.int64).reshape(P, len(units)).T
-    of = [[u for u, (i, _, _) in enumerate(units) if i == t] for t in range(len(tables))]
+    of = [[u for u, (i, _) in enumerate(units) if i == t] for t in range(len(tables))]
     received = [int(their_cnt[us].sum()) for us in of]
     _agree_fits(sum(t.num_rows * r for t, r in zip(tables, row)) + sum(n * r for n, r in zip(received, row)),
                 comm, "its partitioned copies and the rows it receives")
@@ -199,8 +199,7 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
         got_cols = [comm.alltoallv_device(_partition(cols, d, P), cnt[us].sum(axis=0), their_cnt[us].sum(axis=0))
                     for (_, cols), d, us in zip(cols_of, dests, of)]
     else:
-        got_cols = _pipelined(units, of, cols_of, dests, [h[0] for h in hists], cnt, starts, their_starts,
-                              their_cnt, comm)
+        got_cols = _pipelined(plans, of, cols_of, cnt, starts, their_starts, their_cnt, comm)
     out = []
     for t, (vnames, _), g in zip(tables, cols_of, got_cols):
         k = len(t.column_names)
@@ -282,10 +281,13 @@ def _exchange_compressed(cols: list, names: list[str], dest, sc: np.ndarray, rc:
     return outs
 
 
-def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, their_cnt, comm: Communicator) -> list:
-    """The chunks' partitions, launched at once on two streams but one after another (each
-    needs all of HBM), and their NCCL groups on the current stream, each after its partition;
-    returns each table's received columns."""
+def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, their_cnt, comm: Communicator) -> list:
+    """Each table's chunks (``plans``: :class:`_Chunks`; ``of[i]``: table i's units, in order)
+    partitioned on two side streams, taking turns, and each chunk's NCCL group on the current
+    stream once its partition is done, posted right after the next chunk's partition is
+    launched (posted after all of them, the groups had waited for the host to launch every
+    partition: 5 ms at 2^28 rows a rank in chunks of 2^25 on two H200s); returns each table's
+    received columns."""
     import cupy as cp
 
     from .comm import DeviceLayout
@@ -293,29 +295,135 @@ def _pipelined(units, of, cols_of, dests, hists, cnt, starts, their_starts, thei
     main = cp.cuda.get_current_stream()
     layouts = [DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us]) for us in of]
     outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
+    for p, lay, out, us in zip(plans, layouts, outs, of):
+        p.prepare(out, [starts[u] for u in us], [lay.unit(k)[2][1] for k in range(len(us))],
+                  [cnt[u][comm.rank] for u in us], comm.rank)
     side = _side_streams(2)
-    ready, parts = main.record(), []
-    for q, (i, lo, hi) in enumerate(units):
-        s = side[q % 2]
-        s.wait_event(ready)
-        with s:
-            p = _partition([c[lo:hi] for c in cols_of[i][1]], dests[i][lo:hi], comm.size, hists[q])
-        ready = s.record()
-        parts.append((p, ready, s))
-    for q, (i, _, _) in enumerate(units):
-        p, done, s = parts[q]
-        main.wait_event(done)
-        sends, recvs, (src, dst, rows) = layouts[i].unit(of[i].index(q))
-        comm.post_device(p, outs[i], sends, recvs)
-        with s:
-            for c, o in zip(p, outs[i]):
-                o[dst:dst + rows] = c[src:src + rows]
+    ready = main.record()
+    todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
+    posted = []
+    for q in range(len(todo) + 1):
+        if q < len(todo):
+            i, k = todo[q]
+            s = side[q % 2]
+            s.wait_event(ready)
+            with s:
+                posted.append((plans[i].place(k, outs[i]), s.record()))
+        if q:
+            i, k = todo[q - 1]
+            part, done = posted[q - 1]
+            main.wait_event(done)
+            sends, recvs, _ = layouts[i].unit(k)
+            comm.post_device(part, outs[i], sends, recvs)
     for s in side:
         main.wait_event(s.record())
     # the partitioned copies were allocated on the side streams: they go back to the memory pool
     # (for those streams' next allocations) only once the NCCL groups have read them
     main.synchronize()
     return outs
+
+
+#: Most ranks that one launch partitions a chunk for (shuffle.cu: dest_scatter); beyond, the
+#: radix partition's passes and a self-copy.
+DEST_MAX_PARTS = 256
+DEST_TILE = 4096  # shuffle.cu's DS_TILE
+#: dest_scatter's persistent grid, in blocks an SM (GPUJOIN_SHUFFLE_BLOCKS_PER_SM)
+DEST_BLOCKS_PER_SM = int(os.environ.get("GPUJOIN_SHUFFLE_BLOCKS_PER_SM", "4"))
+
+
+class _Chunks:
+    """One table's rows (``cols``, CuPy (n,) each) cut into ``k`` chunks of whole tiles, and
+    every chunk's rows to each of ``parts`` ranks counted (``counts``: int64 CuPy (k, parts));
+    :meth:`place` partitions chunk c by destination (``dest``: int32 (n,)).
+
+    Up to DEST_MAX_PARTS ranks, one histogram launch over the table and one scatter a chunk
+    and column width (shuffle.cu), this rank's rows written straight into the receive buffer;
+    more ranks, gpujoin's radix partition (passes of 8 bits) of each chunk and a self-copy."""
+
+    def __init__(self, cols: list, dest, parts: int, k: int):
+        import cupy as cp
+
+        from ..cuda.runtime import kernel
+
+        n = int(dest.size)
+        step = -(-(-(-n // k)) // DEST_TILE) * DEST_TILE
+        self.bounds = [(min(n, c * step), min(n, (c + 1) * step)) for c in range(k)]
+        self.cols, self.dest, self.parts = cols, dest.astype(cp.int32, copy=False), parts
+        self.direct = parts <= DEST_MAX_PARTS
+        if not self.direct:
+            self.hists = [_histogram([c[lo:hi] for c in cols], self.dest[lo:hi], parts) for lo, hi in self.bounds]
+            self.counts = cp.stack([h[1] for h in self.hists])
+            return
+        per = step // DEST_TILE
+        counts = cp.zeros((k * per, parts), cp.int32)
+        if n:
+            kernel("shuffle.cu", "dest_histogram")((-(-n // DEST_TILE),), (256,),
+                                                   (self.dest, np.int64(n), np.int32(parts), counts))
+        a = counts.reshape(k, per, parts)
+        self.counts = a.sum(axis=1, dtype=cp.int64)
+        # per chunk and destination, each tile's first row among the chunk's rows for it
+        self.scan = cp.ascontiguousarray((cp.cumsum(a, axis=1, dtype=cp.int64) - a).transpose(0, 2, 1))
+        self.per = per
+
+    def prepare(self, out: list, send_starts: list, own_rows: list, own_counts: list, me: int) -> None:
+        """Before :meth:`place`: the receive buffer ``out`` (a CuPy array a column), each
+        chunk's send starts (int64 (parts,): where its rows to each rank start in its send
+        buffer), where its own rows go in ``out`` and how many they are; the scatter's
+        addresses copied to the GPU in one go (a copy a launch would wait on the stream's
+        earlier partitions)."""
+        import cupy as cp
+
+        from ..cuda.primitives import _width_groups
+
+        self.me, self.own, self.own_counts = me, own_rows, own_counts
+        if not self.direct:
+            self.send_starts = send_starts
+            return
+        n = int(self.dest.size)
+        self.buf = [cp.empty(n, c.dtype) for c in self.cols]  # chunk c's send buffer: rows [lo, hi)
+        base = np.array(send_starts, np.int64).reshape(len(self.bounds), self.parts)
+        base[:, me] = own_rows
+        lo = np.array([b[0] for b in self.bounds], np.uint64)[:, None]
+        self.groups = []
+        for width, idx in _width_groups(self.cols).items():
+            addr = lambda arrays, shift: (np.array([a.data.ptr for a in arrays], np.uint64)[None, :]  # noqa: E731
+                                          + shift * np.uint64(width))
+            zero = np.zeros_like(lo)
+            ptrs = np.concatenate([addr([self.cols[i] for i in idx], lo), addr([self.buf[i] for i in idx], lo),
+                                   addr([out[i] for i in idx], zero)], axis=1)
+            self.groups.append((width, len(idx), ptrs))
+        flat = np.concatenate([base.view(np.uint64).ravel()] + [g[2].ravel() for g in self.groups])
+        self.dev = cp.asarray(flat)
+
+    def place(self, c: int, out: list) -> list:
+        """Launch chunk c's partition on the current stream: this rank's rows into ``out`` (at
+        their place), the others' into the chunk's send buffer, returned (a CuPy array a column,
+        rows to rank 0 first, laid out by the send starts given to :meth:`prepare`)."""
+        import cupy as cp
+
+        from ..cuda.primitives import word_type
+        from ..cuda.runtime import device_properties, kernel
+
+        lo, hi = self.bounds[c]
+        if not self.direct:
+            part = _partition([x[lo:hi] for x in self.cols], self.dest[lo:hi], self.parts, self.hists[c][0])
+            src, dst, rows = int(self.send_starts[c][self.me]), int(self.own[c]), int(self.own_counts[c])
+            for x, o in zip(part, out):
+                o[dst:dst + rows] = x[src:src + rows]
+            return part
+        n = hi - lo
+        if n:
+            k, P = len(self.bounds), self.parts
+            grid = min(-(-n // DEST_TILE), device_properties(cp.cuda.Device().id)["sms"] * DEST_BLOCKS_PER_SM)
+            at = k * P  # the addresses follow the bases, group by group: (k, 3 * ncols) each
+            for width, m, ptrs in self.groups:
+                row = self.dev[at + c * 3 * m: at + (c + 1) * 3 * m]
+                kernel("shuffle.cu", f"dest_scatter<{word_type(np.dtype(f'u{width}'))}>")(
+                    (grid,), (256,), (self.dest[lo:hi], np.int64(n), np.int32(P), np.int32(self.me),
+                                      self.dev[c * P:(c + 1) * P].view(cp.int64), self.scan[c], np.int32(self.per),
+                                      row[:m], row[m:2 * m], row[2 * m:], np.int32(m)))
+                at += k * 3 * m
+        return [b[lo:hi] for b in self.buf]
 
 
 _streams: dict = {}

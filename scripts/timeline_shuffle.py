@@ -1,0 +1,47 @@
+"""Under mpirun: one pipelined device shuffle of two tables (2^LOG2N rows a rank, int64 key +
+int64 payload each, chunks of 2^LOG2C rows) after a warm-up, its kernels and copies recorded by
+CUPTI (PyTorch's profiler, which sees CuPy's and NCCL's kernels): when each ran on which stream
+(ms from the first), so that one sees whether the chunks' partitions and NCCL groups overlap."""
+import json
+import os
+import sys
+import tempfile
+
+import cupy as cp
+import torch.profiler as tp
+
+from gpujoin.bench.dist import random_slice
+from gpujoin.dist import Communicator
+from gpujoin.dist import device_shuffle as ds
+from gpujoin.dist.shuffle import SEED_FIRST
+
+comm = Communicator.from_mpi()
+n = 1 << int(sys.argv[1])
+chunk = 1 << int(sys.argv[2]) if len(sys.argv) > 2 else ds.CHUNK_ROWS
+build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
+dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
+for _ in range(2):
+    ds.exchange_many([build, probe], dests, comm, chunk_rows=chunk)
+comm.barrier()
+cp.cuda.Device().synchronize()
+with tp.profile(activities=[tp.ProfilerActivity.CUDA]) as prof:
+    ds.exchange_many([build, probe], dests, comm, chunk_rows=chunk)
+    cp.cuda.Device().synchronize()
+path = os.path.join(tempfile.gettempdir(), f"shuffle_trace_{comm.rank}.json")
+prof.export_chrome_trace(path)
+events = [e for e in json.load(open(path))["traceEvents"]
+          if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+events.sort(key=lambda e: e["ts"])
+t0 = events[0]["ts"] if events else 0
+end = max((e["ts"] + e["dur"] for e in events), default=0)
+lines = [f"rank {comm.rank}, chunks of 2^{chunk.bit_length() - 1} rows: {(end - t0) / 1e3:.2f} ms first kernel to last"]
+busy: dict = {}
+for e in events:
+    name = e["name"][:40]
+    busy[name] = busy.get(name, 0.0) + e["dur"] / 1e3
+    if e["dur"] >= 30:
+        lines.append(f"  {(e['ts'] - t0) / 1e3:7.3f} +{e['dur'] / 1e3:6.3f}  s{e['args'].get('stream', '?'):<3} {name}")
+lines.append("  device time by name (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(busy.items(), key=lambda x: -x[1])[:8]))
+got = comm.allgather("\n".join(lines))
+if comm.rank == 0:
+    print("\n".join(got), flush=True)
