@@ -350,9 +350,9 @@ class _Chunks:
         self.bounds = [(min(n, c * step), min(n, (c + 1) * step)) for c in range(k)]
         self.cols, self.dest, self.parts = cols, dest.astype(cp.int32, copy=False), parts
         self.direct = parts <= DEST_MAX_PARTS
-        if not self.direct:
-            self.hists = [_histogram([c[lo:hi] for c in cols], self.dest[lo:hi], parts) for lo, hi in self.bounds]
-            self.counts = cp.stack([h[1] for h in self.hists])
+        if not self.direct:  # (a radix histogram counts one pass's 8 bits: more ranks take more)
+            self.counts = cp.stack([cp.bincount(self.dest[lo:hi], minlength=parts).astype(cp.int64)
+                                    for lo, hi in self.bounds])
             return
         per = step // DEST_TILE
         counts = cp.zeros((k * per, parts), cp.int32)
@@ -406,7 +406,7 @@ class _Chunks:
 
         lo, hi = self.bounds[c]
         if not self.direct:
-            part = _partition([x[lo:hi] for x in self.cols], self.dest[lo:hi], self.parts, self.hists[c][0])
+            part = _partition([x[lo:hi] for x in self.cols], self.dest[lo:hi], self.parts)
             src, dst, rows = int(self.send_starts[c][self.me]), int(self.own[c]), int(self.own_counts[c])
             for x, o in zip(part, out):
                 o[dst:dst + rows] = x[src:src + rows]
@@ -447,30 +447,16 @@ def _digits(parts: int):
     return Digits(max(1, (parts - 1).bit_length()), 0, False, 0)  # the destination's low bits, in order
 
 
-def _histogram(cols: list, dest, parts: int):
-    """(the radix partition's first-pass histogram of ``dest`` or None for no rows, int64 (parts,)
-    rows to each rank as a CuPy array)."""
-    import cupy as cp
-
-    from ..cuda.primitives import radix_histogram
-
-    if not dest.size:
-        return None, cp.zeros(parts, cp.int64)
-    hist = radix_histogram(dest.astype(cp.int32, copy=False), cols, _digits(parts))
-    return hist, hist.reshape(256, -1)[:parts].sum(axis=1, dtype=cp.int64)
-
-
-def _partition(cols: list, dest, parts: int, hist=None) -> list:
-    """The columns grouped by destination (rows to rank 0 first): one radix-partition pass on a
-    digit of ceil(log2 parts) bits of ``dest`` (``hist``: its histogram from :func:`_histogram`,
-    which the pass then does not read again)."""
+def _partition(cols: list, dest, parts: int) -> list:
+    """The columns grouped by destination (rows to rank 0 first, in input order): radix-partition
+    passes on the ceil(log2 parts) bits of ``dest``."""
     import cupy as cp
 
     from ..cuda.primitives import radix_partition
 
     if not dest.size:
         return cols
-    return radix_partition(dest.astype(cp.int32, copy=False), cols, _digits(parts), bounds=False, counts=hist)[1]
+    return radix_partition(dest.astype(cp.int32, copy=False), cols, _digits(parts), bounds=False)[1]
 
 
 def _agree_fits(need: int, comm: Communicator, what: str) -> None:
