@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import cupy as cp
 import torch.profiler as tp
@@ -22,8 +23,23 @@ build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
 dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
 for _ in range(2):
     ds.exchange_many([build, probe], dests, comm, chunk_rows=chunk)
+host = []  # (what, start, seconds) of each partition launch and NCCL post, on the host
+
+
+def timed(what, fn):
+    def call(*a, **k):
+        t = time.perf_counter()
+        r = fn(*a, **k)
+        host.append((what, t, time.perf_counter() - t))
+        return r
+    return call
+
+
+ds._Chunks.place = timed("place", ds._Chunks.place)
+Communicator.post_device = timed("post", Communicator.post_device)
 comm.barrier()
 cp.cuda.Device().synchronize()
+host.clear()
 with tp.profile(activities=[tp.ProfilerActivity.CUDA]) as prof:
     ds.exchange_many([build, probe], dests, comm, chunk_rows=chunk)
     cp.cuda.Device().synchronize()
@@ -41,6 +57,9 @@ for e in events:
     busy[name] = busy.get(name, 0.0) + e["dur"] / 1e3
     if e["dur"] >= 30:
         lines.append(f"  {(e['ts'] - t0) / 1e3:7.3f} +{e['dur'] / 1e3:6.3f}  s{e['args'].get('stream', '?'):<3} {name}")
+h0 = host[0][1] if host else 0
+lines.append("  host calls (start ms from the first, ms): " + ", ".join(f"{w} {(t - h0) * 1e3:.2f}+{d * 1e3:.2f}"
+                                                                      for w, t, d in host))
 lines.append("  device time by name (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(busy.items(), key=lambda x: -x[1])[:8]))
 got = comm.allgather("\n".join(lines))
 if comm.rank == 0:

@@ -41,6 +41,10 @@ __global__ void __launch_bounds__(DS_BLOCK) dest_histogram(const i32* __restrict
 // base[d] + scan[d * stride + t] + k of column c's array for d: own[c] for d == me, else send[c]
 // (scan: per destination, the exclusive sum over the chunk's tiles of dest_histogram's counts).
 // in/send/own: ncols device addresses of W-wide columns.
+//
+// Warp w ranks rows [w * 512, (w + 1) * 512) of a tile on its own (a warp's rows of one
+// destination from __match_any_sync, counts of its own), so that only the scan of the warps'
+// counts waits for the whole block; every load of a thread's 16 rows is issued before any is used.
 template <typename W>
 __global__ void __launch_bounds__(DS_BLOCK) dest_scatter(const i32* __restrict__ dest, i64 n, int parts, int me,
                                                          const i64* __restrict__ base, const i64* __restrict__ scan,
@@ -49,69 +53,88 @@ __global__ void __launch_bounds__(DS_BLOCK) dest_scatter(const i32* __restrict__
                                                          int ncols) {
     __shared__ W stage[DS_TILE];
     __shared__ u8 sdest[DS_TILE];
-    __shared__ u8 wc[DS_WARPS][DS_MAXP];  // a warp's rows for d in one round (at most 32)
-    __shared__ i32 run[DS_MAXP];          // the tile's rows for d ranked so far
-    __shared__ i32 first[DS_BLOCK];       // where d's rows start in the staged tile
-    __shared__ i64 place[DS_MAXP];        // global row of staged position 0 for d's run
+    __shared__ u16 wc[DS_WARPS][DS_MAXP];  // a warp's rows for d; then where they start in the stage
+    __shared__ i64 place[DS_MAXP];         // global row of staged position 0 for d's run
+    __shared__ i32 wsum[DS_WARPS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const u32 below = (1u << lane) - 1;
     const int tiles = (int)((n + DS_TILE - 1) / DS_TILE);
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         const i64 row0 = (i64)t * DS_TILE;
         const int rows = (int)min((i64)DS_TILE, n - row0);
-        for (int d = threadIdx.x; d < parts; d += DS_BLOCK) {
-            run[d] = 0;
-#pragma unroll
-            for (int w = 0; w < DS_WARPS; ++w) wc[w][d] = 0;
-        }
-        __syncthreads();
-        int myd[DS_ITEMS], myr[DS_ITEMS];
+        const int mine0 = warp * (DS_ITEMS * 32) + lane;  // this thread's first row in the tile
+        int dv[DS_ITEMS];
 #pragma unroll
         for (int i = 0; i < DS_ITEMS; ++i) {
-            const int r = i * DS_BLOCK + threadIdx.x;
-            const int d = r < rows ? dest[row0 + r] : -1;
+            const int r = mine0 + i * 32;
+            dv[i] = r < rows ? dest[row0 + r] : -1;
+        }
+        for (int d = lane; d < parts; d += 32) wc[warp][d] = 0;
+        __syncwarp();
+        int rk[DS_ITEMS];
+#pragma unroll
+        for (int i = 0; i < DS_ITEMS; ++i) {
+            const int d = dv[i];
             const u32 peers = __match_any_sync(FULL_MASK, d);
-            const bool lead = d >= 0 && lane == __ffs(peers) - 1;
-            if (lead) wc[warp][d] = (u8)__popc(peers);
-            __syncthreads();
-            int rank = 0;
-            if (d >= 0) {
-                rank = run[d] + __popc(peers & below);
-                for (int w = 0; w < warp; ++w) rank += wc[w][d];
-            }
-            __syncthreads();
-            if (lead) {
-                atomicAdd(&run[d], __popc(peers));
-                wc[warp][d] = 0;
-            }
-            myd[i] = d;
-            myr[i] = rank;
+            rk[i] = d >= 0 ? wc[warp][d] + __popc(peers & below) : 0;
+            __syncwarp();
+            if (d >= 0 && lane == __ffs(peers) - 1) wc[warp][d] += (u16)__popc(peers);
+            __syncwarp();
         }
         __syncthreads();
-        // exclusive prefix sum of run[] (parts <= DS_BLOCK): Hillis-Steele in first[]
-        const int mine = threadIdx.x < parts ? run[threadIdx.x] : 0;
-        first[threadIdx.x] = mine;
-        __syncthreads();
-        for (int off = 1; off < DS_BLOCK; off <<= 1) {
-            const int add = threadIdx.x >= off ? first[threadIdx.x - off] : 0;
-            __syncthreads();
-            first[threadIdx.x] += add;
-            __syncthreads();
+        // per destination: the warps' counts into their starts, and the block's exclusive scan of
+        // the totals over destinations (parts <= DS_BLOCK; a warp scan, then the warps' sums)
+        int total = 0;
+        if (threadIdx.x < parts) {
+#pragma unroll
+            for (int w = 0; w < DS_WARPS; ++w) {
+                const int c = wc[w][threadIdx.x];
+                wc[w][threadIdx.x] = (u16)total;
+                total += c;
+            }
         }
-        first[threadIdx.x] -= mine;
+        int x = total;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(FULL_MASK, x, o);
+            if (lane >= o) x += y;
+        }
+        if (lane == 31) wsum[warp] = x;
+        __syncthreads();
+        if (warp == 0) {
+            int s = lane < DS_WARPS ? wsum[lane] : 0;
+#pragma unroll
+            for (int o = 1; o < DS_WARPS; o <<= 1) {
+                const int y = __shfl_up_sync(FULL_MASK, s, o);
+                if (lane >= o) s += y;
+            }
+            if (lane < DS_WARPS) wsum[lane] = s;
+        }
         __syncthreads();
         if (threadIdx.x < parts) {
             const int d = threadIdx.x;
-            place[d] = base[d] + scan[(i64)d * stride + t] - first[d];
-        }
+            const int first = x - total + (warp ? wsum[warp - 1] : 0);
+            place[d] = base[d] + scan[(i64)d * stride + t] - first;
 #pragma unroll
-        for (int i = 0; i < DS_ITEMS; ++i)
-            if (myd[i] >= 0) sdest[first[myd[i]] + myr[i]] = (u8)myd[i];
+            for (int w = 0; w < DS_WARPS; ++w) wc[w][d] = (u16)(wc[w][d] + first);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < DS_ITEMS; ++i) {
+            if (dv[i] >= 0) {
+                rk[i] += wc[warp][dv[i]];
+                sdest[rk[i]] = (u8)dv[i];
+            }
+        }
         for (int c = 0; c < ncols; ++c) {
             const W* __restrict__ src = reinterpret_cast<const W*>(in[c]) + row0;
+            W v[DS_ITEMS];
 #pragma unroll
             for (int i = 0; i < DS_ITEMS; ++i)
-                if (myd[i] >= 0) stage[first[myd[i]] + myr[i]] = src[i * DS_BLOCK + threadIdx.x];
+                if (dv[i] >= 0) v[i] = src[mine0 + i * 32];
+#pragma unroll
+            for (int i = 0; i < DS_ITEMS; ++i)
+                if (dv[i] >= 0) stage[rk[i]] = v[i];
             __syncthreads();
             W* const to_peer = reinterpret_cast<W*>(send[c]);
             W* const to_me = reinterpret_cast<W*>(own[c]);
