@@ -29,6 +29,27 @@ def timed(comm, fn, reps=3):
 comm = Communicator.from_mpi()
 n = 1 << int(sys.argv[1])
 build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
+if sys.argv[2:3] == ["variants"]:
+    # the pipelined shuffle of both tables under its knobs, taking turns (min of 5 each)
+    import itertools
+    import os
+
+    dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
+    sent = sum(int(t.num_rows) * 16 for t in (build, probe)) * (comm.size - 1) // comm.size
+    knobs = list(itertools.product(("4", "3", "2"), ("1", "2"), ("0", "1"), (25, 26)))
+    best = {}
+    for _ in range(5):
+        for b, side, prio, c in knobs:
+            os.environ.update(GPUJOIN_SHUFFLE_BLOCKS_PER_SM=b, GPUJOIN_SHUFFLE_SIDE_STREAMS=side,
+                              GPUJOIN_SHUFFLE_NCCL_PRIORITY=prio)
+            ds.DEST_BLOCKS_PER_SM = int(b)
+            t, _ = timed(comm, lambda: ds.exchange_many([build, probe], dests, comm, chunk_rows=1 << c), reps=1)
+            best[(b, side, prio, c)] = min(t, best.get((b, side, prio, c), t))
+    if comm.rank == 0:
+        for (b, side, prio, c), t in sorted(best.items(), key=lambda x: x[1]):
+            print(f"blocks/SM {b} side streams {side} NCCL priority {prio} chunks 2^{c}: {t * 1e3:.2f} ms "
+                  f"({sent / t / 1e9:.0f} GB/s out of a rank)", flush=True)
+    sys.exit(0)
 cols = [build["k"], build["build_id"]]
 t, dest = timed(comm, lambda: ds.destinations([build["k"]], SEED_FIRST, comm.size))
 log = []

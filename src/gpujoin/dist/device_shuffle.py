@@ -298,24 +298,30 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
     for p, lay, out, us in zip(plans, layouts, outs, of):
         p.prepare(out, [starts[u] for u in us], [lay.unit(k)[2][1] for k in range(len(us))],
                   [cnt[u][comm.rank] for u in us], comm.rank)
-    side = _side_streams(2)
+    # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS; each needs all of
+    # HBM, so two at once only crowd NCCL's blocks off the SMs), NCCL's groups on a stream of the
+    # highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY), whose blocks the SMs then take first
+    side = _side_streams(int(os.environ.get("GPUJOIN_SHUFFLE_SIDE_STREAMS", "2")))
+    net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "0") == "1" else main
     ready = main.record()
+    net.wait_event(ready)
     todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
     posted = []
     for q in range(len(todo) + 1):
         if q < len(todo):
             i, k = todo[q]
-            s = side[q % 2]
+            s = side[q % len(side)]
             s.wait_event(ready)
             with s:
                 posted.append((plans[i].place(k, outs[i]), s.record()))
         if q:
             i, k = todo[q - 1]
             part, done = posted[q - 1]
-            main.wait_event(done)
+            net.wait_event(done)
             sends, recvs, _ = layouts[i].unit(k)
-            comm.post_device(part, outs[i], sends, recvs)
-    for s in side:
+            with net:
+                comm.post_device(part, outs[i], sends, recvs)
+    for s in side + [net]:
         main.wait_event(s.record())
     # the partitioned copies were allocated on the side streams: they go back to the memory pool
     # (for those streams' next allocations) only once the NCCL groups have read them
@@ -439,6 +445,17 @@ def _side_streams(k: int) -> list:
     while len(have) < k:
         have.append(cp.cuda.Stream(non_blocking=True))
     return have[:k]
+
+
+def _net_stream():
+    """The current GPU's stream of the highest priority for NCCL's groups (CUDA clamps the
+    priority asked into the device's range; CuPy lacks cudaDeviceGetStreamPriorityRange)."""
+    import cupy as cp
+
+    key = ("net", cp.cuda.Device().id)
+    if key not in _streams:
+        _streams[key] = cp.cuda.Stream(non_blocking=True, priority=-(1 << 20))
+    return _streams[key]
 
 
 def _digits(parts: int):
