@@ -37,6 +37,9 @@ if sys.argv[2:3] == ["variants"]:
     dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
     sent = sum(int(t.num_rows) * 16 for t in (build, probe)) * (comm.size - 1) // comm.size
     knobs = list(itertools.product(("4", "3", "2"), ("1", "2"), ("0", "1"), (25, 26)))
+    ceiling = comm.measure_alltoall_GBps(4 << 30, 5, device=True)
+    if comm.rank == 0:
+        print(f"NCCL all-to-all of 4 GiB a rank: {ceiling:.0f} GB/s out of a rank", flush=True)
     best = {}
     for _ in range(5):
         for b, side, prio, c in knobs:
