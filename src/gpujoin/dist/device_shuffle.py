@@ -122,10 +122,9 @@ def exchange(table, dest, comm: Communicator, stats: dict | None = None):
 
 
 #: Rows of one chunk of the pipelined shuffle: a chunk is partitioned while the one before it is
-#: on the links (2^25 rows of 16 bytes: NCCL messages of about 256 MiB between two ranks).  On two
-#: H200s the overlap barely happens yet: at 2^28 rows a rank whole tables were 4 ms faster
-#: (docs/BENCHMARKS.md), at 2^26 two chunks a table 1 ms faster.
-CHUNK_ROWS = 1 << 25
+#: on the links.  On two H200s at 2^28 rows a rank of 16 bytes (scripts/profile_dist_shuffle.py
+#: variants), chunks of 2^26 rows took 19.2-20.4 ms for both tables, of 2^25 20.8-22.0.
+CHUNK_ROWS = 1 << 26
 
 
 def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,
@@ -179,13 +178,20 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     units = [(i, c) for i, p in enumerate(plans) for c in range(len(p.bounds))]
     cnt = cp.asnumpy(cp.concatenate([p.counts for p in plans])).astype(np.int64).reshape(len(units), P)
     starts = np.cumsum(cnt, axis=1) - cnt
-    got = comm.comm.alltoall([(starts[:, j].tolist(), cnt[:, j].tolist()) for j in range(P)])
-    their_starts = np.array([g[0] for g in got], np.int64).reshape(P, len(units)).T
-    their_cnt = np.array([g[1] for g in got], np.int64).reshape(P, len(units)).T
+    # one collective: every rank's counts and free GPU memory, so that each rank lays out what
+    # it receives and all agree on whether every rank has room (no second round trip)
+    free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
+    all_cnt = comm.allgather((cnt, free))
+    their_cnt = np.stack([c[:, me] for c, _ in all_cnt], axis=1)
+    their_starts = np.stack([(np.cumsum(c, axis=1) - c)[:, me] for c, _ in all_cnt], axis=1)
     of = [[u for u, (i, _) in enumerate(units) if i == t] for t in range(len(tables))]
-    received = [int(their_cnt[us].sum()) for us in of]
-    _agree_fits(sum(t.num_rows * r for t, r in zip(tables, row)) + sum(n * r for n, r in zip(received, row)),
-                comm, "its partitioned copies and the rows it receives")
+    for r, (_, room) in enumerate(all_cnt):
+        need = sum(w * (every[r][i][1] + sum(int(c[us, r].sum()) for c, _ in all_cnt))
+                   for i, (w, us) in enumerate(zip(row, of)))
+        if need > room:
+            raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its "
+                              f"partitioned copies and the rows it receives, {room / 2**30:.2f} GiB is free: use "
+                              f"more ranks, or host tables (the MPI shuffle)")
     if stats is not None:
         for us, r in zip(of, row):
             stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((cnt[us].sum() - cnt[us, me].sum()) * r)
@@ -298,11 +304,11 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
     for p, lay, out, us in zip(plans, layouts, outs, of):
         p.prepare(out, [starts[u] for u in us], [lay.unit(k)[2][1] for k in range(len(us))],
                   [cnt[u][comm.rank] for u in us], comm.rank)
-    # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS; each needs all of
-    # HBM, so two at once only crowd NCCL's blocks off the SMs), NCCL's groups on a stream of the
-    # highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY), whose blocks the SMs then take first
+    # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS), NCCL's groups on a
+    # stream of the highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY), whose blocks the SMs then
+    # take first: 19.2 against 20.3 ms with two side streams at 2^28 rows a rank (two H200s)
     side = _side_streams(int(os.environ.get("GPUJOIN_SHUFFLE_SIDE_STREAMS", "2")))
-    net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "0") == "1" else main
+    net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "1") == "1" else main
     ready = main.record()
     net.wait_event(ready)
     todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
@@ -474,16 +480,3 @@ def _partition(cols: list, dest, parts: int) -> list:
     if not dest.size:
         return cols
     return radix_partition(dest.astype(cp.int32, copy=False), cols, _digits(parts), bounds=False)[1]
-
-
-def _agree_fits(need: int, comm: Communicator, what: str) -> None:
-    """MemoryError on every rank, before any data moves, when ``need`` bytes of GPU memory for
-    ``what`` exceed one rank's free memory (every rank learns of any rank's shortfall)."""
-    import cupy as cp
-
-    free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
-    short = comm.allgather(need > free and (need, free))
-    for r, s in enumerate(short):
-        if s:
-            raise MemoryError(f"the shuffle on rank {r} needs about {s[0] / 2**30:.2f} GiB of GPU memory for {what}, "
-                              f"{s[1] / 2**30:.2f} GiB is free: use more ranks, or host tables (the MPI shuffle)")
