@@ -1,5 +1,5 @@
 """Paper 001's shuffle of tables in GPU memory (``DeviceTable``): the keys hashed on the GPU, the
-rows radix-partitioned by destination rank, the partitions exchanged over NCCL.
+rows partitioned by destination rank, the partitions exchanged over NCCL.
 
 - :func:`destinations`: each row's rank, from the same hash as the host shuffle
   (``shuffle.key_hashes``: murmur3's 64-bit finalizer chained over the key columns' int64 values,
@@ -8,10 +8,11 @@ rows radix-partitioned by destination rank, the partitions exchanged over NCCL.
   before rows move, every rank re-codes its columns into one dictionary that all ranks agree on
   (the union of theirs, gathered over MPI), so that a code means the same string everywhere and
   the two key columns of a join share one dictionary, as the in-core device join needs.
-- :func:`exchange`: the rows grouped by destination with gpujoin's radix partition (a digit of
-  ceil(log2 P) bits of the destination: one histogram, scan and scatter pass, every column and
-  validity mask moved with its key), the counts exchanged over MPI, then every column's messages
-  in one NCCL group (``Communicator.alltoallv_device``).
+- :func:`exchange`: the rows grouped by destination (paper 001's two-pass partition: a
+  histogram, a prefix sum and a shared-memory-staged scatter of every column and validity mask,
+  shuffle.cu; more than 256 ranks, gpujoin's radix partition), every rank's counts gathered over
+  MPI, then chunk by chunk every column's messages in one NCCL group
+  (``Communicator.post_device``), the next chunk partitioned meanwhile.
 """
 
 from __future__ import annotations
@@ -130,11 +131,11 @@ CHUNK_ROWS = 1 << 26
 def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,
                   chunk_rows: int = CHUNK_ROWS, compress=None) -> list:
     """:func:`exchange` of several tables (a join's two sides), pipelined in chunks of
-    ``chunk_rows``: each chunk's rows to every rank are counted first (the radix partition's
-    histogram of its destinations; the counts of every chunk exchanged in one MPI all-to-all, so that each rank
-    lays out its receive buffers before any data moves), then chunk c + 1 is radix-partitioned
-    on a stream of its own while chunk c's NCCL group is on the links (NCCL's kernels take few
-    SMs and wait on NVLink; the partition waits on HBM), and each chunk's self-copy runs beside.
+    ``chunk_rows``: each chunk's rows to every rank are counted first (one histogram launch a
+    table; every rank's counts gathered over MPI, so that each rank lays out its receive buffers
+    before any data moves), then chunk c + 1 is partitioned by destination on a side stream
+    while chunk c's NCCL group is on the links (:class:`_Chunks`: one launch a chunk, this
+    rank's own rows written straight into the receive buffer).
     Every rank must pass the same number of tables, with the same columns; a validity mask that
     some rank has travels from every rank (all-valid where absent).
 
