@@ -43,10 +43,11 @@ def _kernel(name: str):
         _kernels["mix"] = cp.ElementwiseKernel("uint64 h, T k", "uint64 o",
                                                "o = fmix64((h * 31ull) ^ (unsigned long long)(long long)k)",
                                                "gpujoin_hash_mix", preamble=_FMIX)
-        _kernels["dest"] = cp.ElementwiseKernel(
-            "uint64 h, T k, uint64 parts", "int32 d",
-            "d = (int)((((fmix64((h * 31ull) ^ (unsigned long long)(long long)k)) >> 32) * parts) >> 32)",
-            "gpujoin_hash_dest", preamble=_FMIX)
+        for out in ("int32", "uint8"):
+            _kernels[f"dest_{out}"] = cp.ElementwiseKernel(
+                "uint64 h, T k, uint64 parts", f"{out} d",
+                "d = (int)((((fmix64((h * 31ull) ^ (unsigned long long)(long long)k)) >> 32) * parts) >> 32)",
+                f"gpujoin_hash_dest_{out}", preamble=_FMIX)
     return _kernels[name]
 
 
@@ -60,15 +61,16 @@ def key_hashes(columns: list, seed: int):
 
 
 def destinations(columns: list, seed: int, parts: int, valid=None, null_rank: int = 0):
-    """int32 (n,) partition 0 .. parts - 1 of each row of the integer key ``columns``, the host
-    shuffle's ``destinations(key_hashes(...))``; rows where ``valid`` (bool (n,)) is false go
-    to ``null_rank``."""
+    """Partition 0 .. parts - 1 of each row of the integer key ``columns`` (CuPy (n,)), the host
+    shuffle's ``destinations(key_hashes(...))``: uint8 (n,) for at most 256 parts (a quarter of
+    the bytes for the shuffle's histogram and scatter to read), else int32; rows where ``valid``
+    (bool (n,)) is false go to ``null_rank``."""
     import cupy as cp
 
     h = np.uint64(seed) if len(columns) == 1 else key_hashes(columns[:-1], seed)
-    d = _kernel("dest")(h, columns[-1], np.uint64(parts))
+    d = _kernel("dest_uint8" if parts <= 256 else "dest_int32")(h, columns[-1], np.uint64(parts))
     if valid is not None:
-        d = cp.where(valid, d, np.int32(null_rank))
+        d = cp.where(valid, d, d.dtype.type(null_rank))
     return d
 
 
@@ -116,7 +118,8 @@ def unify_dictionaries(tables: list, groups: list[list[tuple[int, str]]], comm: 
 
 
 def exchange(table, dest, comm: Communicator, stats: dict | None = None):
-    """Send row i of ``table`` (DeviceTable) to rank ``dest[i]`` (int32 CuPy (n,)); returns the
+    """Send row i of ``table`` (DeviceTable) to rank ``dest[i]`` (CuPy (n,) integers, as
+    :func:`destinations` gives them); returns the
     DeviceTable of the rows every rank sent here, in ``comm.DeviceLayout``'s order (a
     collective): :func:`exchange_many` of one table."""
     return exchange_many([table], [dest], comm, stats)[0]
@@ -320,7 +323,7 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
             s = side[q % len(side)]
             s.wait_event(ready)
             with s:
-                posted.append((plans[i].place(k, outs[i]), s.record()))
+                posted.append((plans[i].place(k, outs[i], first=q == 0), s.record()))
         if q:
             i, k = todo[q - 1]
             part, done = posted[q - 1]
@@ -342,12 +345,15 @@ DEST_MAX_PARTS = 256
 DEST_TILE = 4096  # shuffle.cu's DS_TILE
 #: dest_scatter's persistent grid, in blocks an SM (GPUJOIN_SHUFFLE_BLOCKS_PER_SM)
 DEST_BLOCKS_PER_SM = int(os.environ.get("GPUJOIN_SHUFFLE_BLOCKS_PER_SM", "4"))
+#: dest_scatter's blocks for every chunk but a table's first (0: as the first); the partition
+#: needs about a quarter of HBM's rate to keep ahead of NCCL (GPUJOIN_SHUFFLE_LATER_BLOCKS)
+DEST_LATER_BLOCKS = int(os.environ.get("GPUJOIN_SHUFFLE_LATER_BLOCKS", "0"))
 
 
 class _Chunks:
     """One table's rows (``cols``, CuPy (n,) each) cut into ``k`` chunks of whole tiles, and
     every chunk's rows to each of ``parts`` ranks counted (``counts``: int64 CuPy (k, parts));
-    :meth:`place` partitions chunk c by destination (``dest``: int32 (n,)).
+    :meth:`place` partitions chunk c by destination (``dest``: uint8 or int32 (n,)).
 
     Up to DEST_MAX_PARTS ranks, one histogram launch over the table and one scatter a chunk
     and column width (shuffle.cu), this rank's rows written straight into the receive buffer;
@@ -361,8 +367,10 @@ class _Chunks:
         n = int(dest.size)
         step = -(-(-(-n // k)) // DEST_TILE) * DEST_TILE
         self.bounds = [(min(n, c * step), min(n, (c + 1) * step)) for c in range(k)]
-        self.cols, self.dest, self.parts = cols, dest.astype(cp.int32, copy=False), parts
         self.direct = parts <= DEST_MAX_PARTS
+        small = self.direct and dest.dtype == cp.uint8
+        self.cols, self.dest, self.parts = cols, dest if small else dest.astype(cp.int32, copy=False), parts
+        self.dtype = "u8" if small else "i32"
         if not self.direct:  # (a radix histogram counts one pass's 8 bits: more ranks take more)
             self.counts = cp.stack([cp.bincount(self.dest[lo:hi], minlength=parts).astype(cp.int64)
                                     for lo, hi in self.bounds])
@@ -370,7 +378,7 @@ class _Chunks:
         per = step // DEST_TILE
         counts = cp.zeros((k * per, parts), cp.int32)
         if n:
-            kernel("shuffle.cu", "dest_histogram")((-(-n // DEST_TILE),), (256,),
+            kernel("shuffle.cu", f"dest_histogram<{self.dtype}>")((-(-n // DEST_TILE),), (256,),
                                                    (self.dest, np.int64(n), np.int32(parts), counts))
         a = counts.reshape(k, per, parts)
         self.counts = a.sum(axis=1, dtype=cp.int64)
@@ -408,10 +416,11 @@ class _Chunks:
         flat = np.concatenate([base.view(np.uint64).ravel()] + [g[2].ravel() for g in self.groups])
         self.dev = cp.asarray(flat)
 
-    def place(self, c: int, out: list) -> list:
+    def place(self, c: int, out: list, first: bool = True) -> list:
         """Launch chunk c's partition on the current stream: this rank's rows into ``out`` (at
         their place), the others' into the chunk's send buffer, returned (a CuPy array a column,
-        rows to rank 0 first, laid out by the send starts given to :meth:`prepare`)."""
+        rows to rank 0 first, laid out by the send starts given to :meth:`prepare`).  ``first``:
+        no NCCL group runs yet (the scatter may take every SM)."""
         import cupy as cp
 
         from ..cuda.primitives import word_type
@@ -427,11 +436,14 @@ class _Chunks:
         n = hi - lo
         if n:
             k, P = len(self.bounds), self.parts
-            grid = min(-(-n // DEST_TILE), device_properties(cp.cuda.Device().id)["sms"] * DEST_BLOCKS_PER_SM)
+            most = device_properties(cp.cuda.Device().id)["sms"] * DEST_BLOCKS_PER_SM
+            if not first and DEST_LATER_BLOCKS:  # past the first chunk it need only keep ahead of NCCL
+                most = DEST_LATER_BLOCKS
+            grid = min(-(-n // DEST_TILE), most)
             at = k * P  # the addresses follow the bases, group by group: (k, 3 * ncols) each
             for width, m, ptrs in self.groups:
                 row = self.dev[at + c * 3 * m: at + (c + 1) * 3 * m]
-                kernel("shuffle.cu", f"dest_scatter<{word_type(np.dtype(f'u{width}'))}>")(
+                kernel("shuffle.cu", f"dest_scatter<{word_type(np.dtype(f'u{width}'))}, {self.dtype}>")(
                     (grid,), (256,), (self.dest[lo:hi], np.int64(n), np.int32(P), np.int32(self.me),
                                       self.dev[c * P:(c + 1) * P].view(cp.int64), self.scan[c], np.int32(self.per),
                                       row[:m], row[m:2 * m], row[2 * m:], np.int32(m)))

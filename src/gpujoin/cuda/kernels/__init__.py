@@ -62,7 +62,8 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         + [f"pgb_aggregate<{k}, i32, {s}>" for k, s in product(_KEYS, GROUPBY_SPECS)]
     ),
     "bandwidth.cu": ["read_l1", "read_l2"],
-    "shuffle.cu": ["dest_histogram"] + [f"dest_scatter<{v}>" for v in _VALUES],
+    "shuffle.cu": [f"dest_histogram<{d}>" for d in ("u8", "i32")]
+    + [f"dest_scatter<{v}, {d}>" for v, d in product(_VALUES, ("u8", "i32"))],
     "gather.cu": (
         [f"gather<{v}, {i}>" for v, i in product(_VALUES, _INDEX)]
         + ["compact_count"]

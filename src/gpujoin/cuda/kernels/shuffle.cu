@@ -18,8 +18,10 @@
 #define DS_MAXP 256
 
 // counts[t * parts + d]: the rows of tile t (rows [t * DS_TILE, ...)) with destination d.
-__global__ void __launch_bounds__(DS_BLOCK) dest_histogram(const i32* __restrict__ dest, i64 n, int parts,
-                                                                       i32* __restrict__ counts) {
+// D: the destinations' type (u8 up to 256 ranks: a quarter of int32's bytes to read).
+template <typename D>
+__global__ void __launch_bounds__(DS_BLOCK) dest_histogram(const D* __restrict__ dest, i64 n, int parts,
+                                                           i32* __restrict__ counts) {
     __shared__ i32 c[DS_MAXP];
     for (int d = threadIdx.x; d < parts; d += DS_BLOCK) c[d] = 0;
     __syncthreads();
@@ -28,7 +30,7 @@ __global__ void __launch_bounds__(DS_BLOCK) dest_histogram(const i32* __restrict
 #pragma unroll 4
     for (int i = 0; i < DS_ITEMS; ++i) {
         const i64 r = row0 + i * DS_BLOCK + threadIdx.x;
-        const int d = r < n ? dest[r] : -1;
+        const int d = r < n ? (int)dest[r] : -1;
         const u32 peers = __match_any_sync(FULL_MASK, d);
         if (d >= 0 && lane == __ffs(peers) - 1) atomicAdd(&c[d], __popc(peers));
     }
@@ -45,8 +47,8 @@ __global__ void __launch_bounds__(DS_BLOCK) dest_histogram(const i32* __restrict
 // Warp w ranks rows [w * 512, (w + 1) * 512) of a tile on its own (a warp's rows of one
 // destination from __match_any_sync, counts of its own), so that only the scan of the warps'
 // counts waits for the whole block; every load of a thread's 16 rows is issued before any is used.
-template <typename W>
-__global__ void __launch_bounds__(DS_BLOCK) dest_scatter(const i32* __restrict__ dest, i64 n, int parts, int me,
+template <typename W, typename D>
+__global__ void __launch_bounds__(DS_BLOCK) dest_scatter(const D* __restrict__ dest, i64 n, int parts, int me,
                                                          const i64* __restrict__ base, const i64* __restrict__ scan,
                                                          int stride, const u64* __restrict__ in,
                                                          const u64* __restrict__ send, const u64* __restrict__ own,
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(DS_BLOCK) dest_scatter(const i32* __restrict__
 #pragma unroll
         for (int i = 0; i < DS_ITEMS; ++i) {
             const int r = mine0 + i * 32;
-            dv[i] = r < rows ? dest[row0 + r] : -1;
+            dv[i] = r < rows ? (int)dest[row0 + r] : -1;
         }
         for (int d = lane; d < parts; d += 32) wc[warp][d] = 0;
         __syncwarp();
