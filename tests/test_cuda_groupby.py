@@ -418,6 +418,12 @@ def test_planner_counts_groups_with_hgbs_own_table(dtype):
     assert table is not None and table.num_groups == want and table.sentinel_gid >= 0
     assert HashTable.at_most(keys, want - 2) is None  # want - 1 keys in the table: one too many
     assert HashTable.at_most(keys[:0], 10).num_groups == 0
+    # skew: hot keys nearly everywhere, 6,000 rare ones spread through the stream; every thread
+    # stops soon after the cap is passed, not at its own first new key (which most never meet)
+    skewed = rng.integers(0, 8, 1 << 22).astype(dtype)
+    skewed[rng.permutation(skewed.size)[:6000]] = cp.arange(100, 6100, dtype=dtype)
+    assert HashTable.at_most(skewed, 5000) is None and HashTable.at_most(skewed, 6007) is None
+    assert HashTable.at_most(skewed, 6008).num_groups == 6008
     inputs = [AggInput(cp.ones(keys.size, cp.int32), None, ("sum",))]
     choice = resolve_gpu_group_by(keys, inputs)
     assert choice.algorithm == "hgb" and choice.table is not None and choice.estimate.groups == want
