@@ -203,7 +203,8 @@ def _ring_transfer(left, right, ids: list[int], runs: int, base: dict | None) ->
             _, st = ring_join([a, a], [lo, hi], [">=", "<="], None, ids, transfer_only=True)
             if r:
                 times.append(time.perf_counter() - t0)
-    predicted = transfer_seconds("nl", 16 * a.size, 16 * lo.size, st["r_chunks"], st["s_chunks"], len(ids),
+    # R's one column moves once though compared twice; S's two bounds
+    predicted = transfer_seconds("nl", 8 * a.size, 16 * lo.size, st["r_chunks"], st["s_chunks"], len(ids),
                                  _links(base, len(ids), pinned_input=True))
     return {"transfer_only_s": float(np.median(times)), "predicted_transfer_s": predicted,
             "transfer_only_ring_s": st["ring_s"],

@@ -120,7 +120,6 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     found: list = [None] * d
     per_gpu = [{"device": gpus[g], "steps": 0, "candidates": 0, "pairs": 0, "h2d_bytes": 0, "p2p_bytes": 0,
                 "join_s": 0.0, "setup_s": 0.0} for g in range(d)]
-    width = 8 * len(lcols)
 
     def work(g):
         t_in = time.perf_counter()
@@ -134,8 +133,11 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
         loaded_r = [None, None]  # (chunk index, device columns)
 
         def upload(cols, lo, hi):
-            me["h2d_bytes"] += (hi - lo) * width
-            return up.rows_to_device(cols, lo, hi)
+            # a column compared twice (a band join's) moves once
+            once = list({id(c): c for c in cols}.values())
+            me["h2d_bytes"] += (hi - lo) * 8 * len(once)
+            got = dict(zip(map(id, once), up.rows_to_device(once, lo, hi)))
+            return [got[id(c)] for c in cols]
 
         def fetch(t):
             """Round t's R and S chunks of this GPU, copies enqueued on the copy-in stream."""
@@ -148,12 +150,14 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                 s = upload(rcols, *sch[step.s])
             else:  # the chunk the previous GPU joined last round, over the peer link
                 src = held[step.source]
+                once = {id(a): a for a in src}
                 with st.compute:
-                    s = [cp.empty(a.size, cp.int64) for a in src]
+                    to = {k: cp.empty(a.size, cp.int64) for k, a in once.items()}
                 st.copy_in.wait_event(record(st.compute))
-                for dst, a in zip(s, src):
-                    d2d_async(dst, a, st.copy_in)
-                me["p2p_bytes"] += int(src[0].size) * width
+                for k, a in once.items():
+                    d2d_async(to[k], a, st.copy_in)
+                s = [to[id(a)] for a in src]
+                me["p2p_bytes"] += int(src[0].size) * 8 * len(once)
             return step, loaded_r[1], s
 
         with gpu_memory_cap(memory_limit):
