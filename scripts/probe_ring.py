@@ -29,4 +29,5 @@ with pinned_host(a, lo, hi):
         print(f"GPUs {ids}: {statistics.median(times) * 1e3:.2f} ms (min {min(times) * 1e3:.2f}); "
               f"{st['h2d_bytes'] / 1e9:.3f} GB from the host, {st['p2p_bytes'] / 1e9:.3f} GB GPU to GPU, "
               f"{moved / 1e9 / min(times):.1f} GB/s; per GPU setup ms "
-              f"{[round((g.get('started_s', 0) + g['setup_s']) * 1e3, 2) for g in st['per_gpu']]}", flush=True)
+              f"{[round((g.get('started_s', 0) + g['setup_s']) * 1e3, 2) for g in st['per_gpu']]}; chunks in place at ms "
+              f"{[[round(x * 1e3, 2) for x in g['in_place_s']] for g in st['per_gpu']]}", flush=True)

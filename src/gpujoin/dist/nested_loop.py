@@ -119,7 +119,7 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
     barrier = threading.Barrier(d)
     found: list = [None] * d
     per_gpu = [{"device": gpus[g], "steps": 0, "candidates": 0, "pairs": 0, "h2d_bytes": 0, "p2p_bytes": 0,
-                "join_s": 0.0, "setup_s": 0.0} for g in range(d)]
+                "join_s": 0.0, "setup_s": 0.0, "in_place_s": []} for g in range(d)]
 
     def work(g):
         t_in = time.perf_counter()
@@ -166,6 +166,7 @@ def ring_join(lcols: list[np.ndarray], rcols: list[np.ndarray], ops: list[str], 
                 for t in range(len(rounds)):
                     cur = nxt
                     st.copy_in.synchronize()
+                    me["in_place_s"].append(time.perf_counter() - t_call)  # when round t's chunks arrived
                     held[g] = None if cur is None else cur[2]
                     barrier.wait()  # every GPU's round-t chunk is in place
                     nxt = fetch(t + 1) if t + 1 < len(rounds) else None
