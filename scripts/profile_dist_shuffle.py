@@ -36,7 +36,7 @@ if sys.argv[2:3] == ["variants"]:
 
     dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
     sent = sum(int(t.num_rows) * 16 for t in (build, probe)) * (comm.size - 1) // comm.size
-    knobs = list(itertools.product(os.environ.get("LATER", "0,16,32,64").split(","),
+    knobs = list(itertools.product(os.environ.get("BLOCKS", "2,3,4").split(","),
                                    os.environ.get("SIDE", "1,2").split(","), ("1",), (25, 26)))
     ceiling = comm.measure_alltoall_GBps(4 << 30, 5, device=True)
     if comm.rank == 0:
@@ -45,12 +45,12 @@ if sys.argv[2:3] == ["variants"]:
     for _ in range(5):
         for b, side, prio, c in knobs:
             os.environ.update(GPUJOIN_SHUFFLE_SIDE_STREAMS=side, GPUJOIN_SHUFFLE_NCCL_PRIORITY=prio)
-            ds.DEST_LATER_BLOCKS = int(b)
+            ds.DEST_BLOCKS_PER_SM = int(b)
             t, _ = timed(comm, lambda: ds.exchange_many([build, probe], dests, comm, chunk_rows=1 << c), reps=1)
             best[(b, side, prio, c)] = min(t, best.get((b, side, prio, c), t))
     if comm.rank == 0:
         for (b, side, prio, c), t in sorted(best.items(), key=lambda x: x[1]):
-            print(f"later chunks' blocks {b} side streams {side} NCCL priority {prio} chunks 2^{c}: {t * 1e3:.2f} ms "
+            print(f"blocks/SM {b} side streams {side} NCCL priority {prio} chunks 2^{c}: {t * 1e3:.2f} ms "
                   f"({sent / t / 1e9:.0f} GB/s out of a rank)", flush=True)
     sys.exit(0)
 cols = [build["k"], build["build_id"]]

@@ -293,11 +293,11 @@ def _exchange_compressed(cols: list, names: list[str], dest, sc: np.ndarray, rc:
 
 def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, their_cnt, comm: Communicator) -> list:
     """Each table's chunks (``plans``: :class:`_Chunks`; ``of[i]``: table i's units, in order)
-    partitioned on two side streams, taking turns, and each chunk's NCCL group on the current
-    stream once its partition is done, posted right after the next chunk's partition is
-    launched (posted after all of them, the groups had waited for the host to launch every
-    partition: 5 ms at 2^28 rows a rank in chunks of 2^25 on two H200s); returns each table's
-    received columns."""
+    partitioned on side streams, taking turns, and each chunk's NCCL group on its own stream
+    once its partition is done, posted right after the next chunk's partition is launched
+    (posted after all of them, the groups had waited for the host to launch every partition:
+    5 ms at 2^28 rows a rank in chunks of 2^25 on two H200s); returns each table's received
+    columns (the current stream waits for all of it)."""
     import cupy as cp
 
     from .comm import DeviceLayout
@@ -323,7 +323,7 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
             s = side[q % len(side)]
             s.wait_event(ready)
             with s:
-                posted.append((plans[i].place(k, outs[i], first=q == 0), s.record()))
+                posted.append((plans[i].place(k, outs[i]), s.record()))
         if q:
             i, k = todo[q - 1]
             part, done = posted[q - 1]
@@ -333,8 +333,7 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
                 comm.post_device(part, outs[i], sends, recvs)
     for s in side + [net]:
         main.wait_event(s.record())
-    # the partitioned copies were allocated on the side streams: they go back to the memory pool
-    # (for those streams' next allocations) only once the NCCL groups have read them
+    # the send buffers go back to the memory pool only once the NCCL groups have read them
     main.synchronize()
     return outs
 
@@ -345,9 +344,6 @@ DEST_MAX_PARTS = 256
 DEST_TILE = 4096  # shuffle.cu's DS_TILE
 #: dest_scatter's persistent grid, in blocks an SM (GPUJOIN_SHUFFLE_BLOCKS_PER_SM)
 DEST_BLOCKS_PER_SM = int(os.environ.get("GPUJOIN_SHUFFLE_BLOCKS_PER_SM", "4"))
-#: dest_scatter's blocks for every chunk but a table's first (0: as the first); the partition
-#: needs about a quarter of HBM's rate to keep ahead of NCCL (GPUJOIN_SHUFFLE_LATER_BLOCKS)
-DEST_LATER_BLOCKS = int(os.environ.get("GPUJOIN_SHUFFLE_LATER_BLOCKS", "0"))
 
 
 class _Chunks:
@@ -416,11 +412,10 @@ class _Chunks:
         flat = np.concatenate([base.view(np.uint64).ravel()] + [g[2].ravel() for g in self.groups])
         self.dev = cp.asarray(flat)
 
-    def place(self, c: int, out: list, first: bool = True) -> list:
+    def place(self, c: int, out: list) -> list:
         """Launch chunk c's partition on the current stream: this rank's rows into ``out`` (at
         their place), the others' into the chunk's send buffer, returned (a CuPy array a column,
-        rows to rank 0 first, laid out by the send starts given to :meth:`prepare`).  ``first``:
-        no NCCL group runs yet (the scatter may take every SM)."""
+        rows to rank 0 first, laid out by the send starts given to :meth:`prepare`)."""
         import cupy as cp
 
         from ..cuda.primitives import word_type
@@ -436,10 +431,10 @@ class _Chunks:
         n = hi - lo
         if n:
             k, P = len(self.bounds), self.parts
-            most = device_properties(cp.cuda.Device().id)["sms"] * DEST_BLOCKS_PER_SM
-            if not first and DEST_LATER_BLOCKS:  # past the first chunk it need only keep ahead of NCCL
-                most = DEST_LATER_BLOCKS
-            grid = min(-(-n // DEST_TILE), most)
+            # a persistent grid (not a block a tile): fewer blocks ahead of NCCL's in the queue;
+            # throttled to 64, 32 or 16 blocks after the first chunk it fell behind NCCL
+            # (20.3, 23.3, 40.5 ms against 18.6 at 2^28 rows a rank on two H200s)
+            grid = min(-(-n // DEST_TILE), device_properties(cp.cuda.Device().id)["sms"] * DEST_BLOCKS_PER_SM)
             at = k * P  # the addresses follow the bases, group by group: (k, 3 * ncols) each
             for width, m, ptrs in self.groups:
                 row = self.dev[at + c * 3 * m: at + (c + 1) * 3 * m]
