@@ -27,12 +27,31 @@ __global__ void __launch_bounds__(DS_BLOCK) dest_histogram(const D* __restrict__
     __syncthreads();
     const i64 row0 = (i64)blockIdx.x * DS_TILE;
     const int lane = threadIdx.x & 31;
+    if (parts <= 32) {
+        // a destination's bits by ballots: lane v counts the warp's rows for destination v
+        // (__match_any_sync and a shared atomic a row took 0.48 ms for 2^28 rows on an H200)
+        const int bits = 32 - __clz(parts - 1);
+        int mine = 0;
 #pragma unroll 4
-    for (int i = 0; i < DS_ITEMS; ++i) {
-        const i64 r = row0 + i * DS_BLOCK + threadIdx.x;
-        const int d = r < n ? (int)dest[r] : -1;
-        const u32 peers = __match_any_sync(FULL_MASK, d);
-        if (d >= 0 && lane == __ffs(peers) - 1) atomicAdd(&c[d], __popc(peers));
+        for (int i = 0; i < DS_ITEMS; ++i) {
+            const i64 r = row0 + i * DS_BLOCK + threadIdx.x;
+            const u32 d = r < n ? (u32)dest[r] : 0u;
+            u32 match = __ballot_sync(FULL_MASK, r < n);
+            for (int b = 0; b < bits; ++b) {
+                const u32 m = __ballot_sync(FULL_MASK, (d >> b) & 1u);
+                match &= ((lane >> b) & 1) ? m : ~m;
+            }
+            mine += __popc(match);
+        }
+        if (lane < parts && mine) atomicAdd(&c[lane], mine);
+    } else {
+#pragma unroll 4
+        for (int i = 0; i < DS_ITEMS; ++i) {
+            const i64 r = row0 + i * DS_BLOCK + threadIdx.x;
+            const int d = r < n ? (int)dest[r] : -1;
+            const u32 peers = __match_any_sync(FULL_MASK, d);
+            if (d >= 0 && lane == __ffs(peers) - 1) atomicAdd(&c[d], __popc(peers));
+        }
     }
     __syncthreads();
     for (int d = threadIdx.x; d < parts; d += DS_BLOCK) counts[(i64)blockIdx.x * parts + d] = c[d];
