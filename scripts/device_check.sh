@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|shuffle-timeline|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -57,6 +57,29 @@ if [[ $stage == gb-ncu ]]; then
 fi
 # NVLink multicast stays off on shared hosts (KINDS.md), for every process and thread we start
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# paper 001's ranks under Open MPI, one a GPU, with those variables and the working tree's paths
+mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
+        -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
+if [[ $stage == scale ]]; then
+  # issue 18 on one host of G GPUs (nvidia-h200-x4 / -x8; carry .whl-gpu for compression):
+  # paper 000's hybrid (2^31 a side, 16 GB a GPU) and GSM (2^29) on 1, 2, 4 (and 8) GPUs with
+  # transfer-only beside the models, then paper 001's join with G ranks, a GPU each, 2^28 rows
+  # a rank: one level, and two levels with the ranks playing hosts of 2 and of G/2
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-400GB}
+  G=$(nvidia-smi -L | wc -l); counts=1
+  for c in 2 4 8; do [[ $c -le $G ]] && counts="$counts,$c"; done
+  GPUS=$counts LOG2N=${LOG2N:-31} BAND="" RUNS=${RUNS:-2} INPUT=pinned TRANSFER=1 timeout ${MULTI_TIMEOUT:-500} \
+    bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
+  GPUS=$counts LOG2N=29 INNER=gsm BAND=${BAND-24} RUNS=1 INPUT=pinned TRANSFER=1 timeout ${MULTI_TIMEOUT:-500} \
+    bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
+  for rpn in "" 2 $((G / 2)); do
+    timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n $G python3 -m gpujoin.cli bench dist \
+      --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle $([[ -z $rpn ]] && echo one-level || echo two-level) \
+      ${rpn:+--ranks-per-node $rpn} --compression ${COMPRESSION:-none} --runs ${RUNS:-3} -o $OUT/bench_dist.jsonl" 2>&1 \
+      | tail -6
+  done
+  exit 0
+fi
 if [[ $stage == tests-multi ]]; then
   # paper 000's multi-GPU joins (issue 15): the hybrid join and the ring, two workers (two GPUs
   # when the machine has them), then the out-of-core and join_where tests they share code with
@@ -100,8 +123,6 @@ fi
 if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
   # NCCL variables passed to the ranks; then 4 ranks on 2 GPUs played as 2 hosts of 2
-  mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
-          -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   if [[ $stage == tests-dist ]]; then
     timeout 200 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \

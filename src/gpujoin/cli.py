@@ -467,7 +467,8 @@ def cmd_bench_dist(a):
     shuffles = _choices(a.shuffle, ("auto", "one-level", "two-level"), "--shuffle")
     compressions = _choices(a.compression, ("none", "auto", "cascaded"), "--compression")
     records = bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs, log=_stderr,
-                         workload=a.workload, sf=a.sf, compressions=compressions, placement=a.placement)
+                         workload=a.workload, sf=a.sf, compressions=compressions, placement=a.placement,
+                         ranks_per_node=a.ranks_per_node)
     if records:  # rank 0's
         _write_records(records, a.output)
 
@@ -709,6 +710,9 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--placement", default="host", choices=["host", "gpu"],
                     help="where each rank's tables are: host (shuffled over MPI) or gpu (made in GPU memory, "
                          "shuffled over NCCL; with the NCCL ceiling and the one-GPU join beside)")
+    bd.add_argument("--ranks-per-node", type=int, default=None,
+                    help="play hosts of this many consecutive ranks (default: MPI's shared-memory split), "
+                         "so that one machine runs the two-level shuffle as several hosts")
     bd.add_argument("--runs", type=int, default=3, help="runs; the minimum is reported (as paper 001)")
     bd.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bd.set_defaults(fn=cmd_bench_dist)

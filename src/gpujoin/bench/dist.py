@@ -117,19 +117,25 @@ def tpch_slice(sf: float, rank: int, size: int):
 
 def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print,
                workload: str = "random", sf: float = 1.0, compressions: list[str] = ("none",),
-               placement: str = "host") -> list[dict]:
+               placement: str = "host", ranks_per_node: int | None = None) -> list[dict]:
     """Records (on rank 0) of the distributed join of the random workload (``rows_list`` rows a
     rank) or of TPC-H lineitem x orders at scale factor ``sf`` (paper 001's two workloads),
     with each shuffle and compression setting.
 
     ``placement="gpu"`` (random workload): each rank's tables are made in its GPU's memory and
     shuffled over NCCL; the NCCL all-to-all of 4 GiB a rank is measured first as the shuffle's
-    ceiling, and rank 0 times the in-core join of the whole job's tables on its one GPU."""
+    ceiling, and rank 0 times the in-core join of the whole job's tables on its one GPU.
+    ``ranks_per_node`` k: ranks k*i .. k*i + k - 1 play host i (``Communicator.from_mpi``), so
+    that one machine runs the two-level shuffle as several hosts (paper 001 §4.2)."""
     from ..backend import resolve_device
     from ..dist.join import default_communicator, join
 
     device = resolve_device(device, "join")
     comm = default_communicator()
+    if ranks_per_node and comm.size > 1:
+        from ..dist.comm import Communicator
+
+        comm = Communicator.from_mpi(ranks_per_node=ranks_per_node)
     gpu = placement == "gpu"
     if gpu and (workload != "random" or device != "cuda"):
         raise ValueError("--placement gpu runs the random workload with --device cuda")

@@ -82,8 +82,10 @@ class Communicator:
     def from_mpi(comm=None, ranks_per_node: int | None = None) -> Communicator:
         """The ranks of ``comm`` (default ``MPI.COMM_WORLD``), hosts found by MPI's shared-memory
         split (or, with ``ranks_per_node`` k, ranks k*i .. k*i + k - 1 taken as host i: how one
-        machine plays several hosts, to run the two-level shuffle); each rank's GPU is its local
-        rank modulo the host's GPUs (when CuPy sees any), made the process's current device.
+        machine plays several hosts, to run the two-level shuffle); each rank's GPU is its rank
+        among the processes of its real host (MPI's shared-memory split) modulo the host's GPUs
+        (when CuPy sees any), made the process's current device: 8 ranks playing 4 hosts of 2
+        on 8 GPUs take a GPU each (their played hosts' local ranks would put them on 2).
 
         Raises
         ------
@@ -96,18 +98,19 @@ class Communicator:
             raise ImportError("gpujoin.dist needs mpi4py for more than one rank: pip install mpi4py (with Open MPI "
                               "or MPICH); one process can use Communicator.single()") from e
         world = MPI.COMM_WORLD if comm is None else comm
-        if ranks_per_node:
-            node = world.Split(world.Get_rank() // ranks_per_node, world.Get_rank())
-        else:
-            node = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
+        real = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
+        node = world.Split(world.Get_rank() // ranks_per_node, world.Get_rank()) if ranks_per_node else real
         out = Communicator(world, node)
+        local = real.Get_rank()
+        if real is not node:
+            real.Free()
         from .devices import device_count
 
         gpus = device_count()
         if gpus:  # the rank's GPU is its current device for everything it runs
             import cupy as cp
 
-            out.device = out.local_rank % gpus
+            out.device = local % gpus
             cp.cuda.runtime.setDevice(out.device)
         return out
 
