@@ -165,6 +165,13 @@ def test_mpi_bench_dist(tmp_path):
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["shuffle"] for r in recs] == ["one-level", "two-level"]
     assert all(r["correct"] and r["ranks"] == 2 and r["output_rows"] > 0 for r in recs)
+    hosts = tmp_path / "h.jsonl"  # two ranks playing two hosts of one: the two-level shuffle's rail
+    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gpujoin.cli", "bench", "dist", "--rows", "3000",
+                        "--device", "cpu", "--shuffle", "two-level", "--ranks-per-node", "1", "--runs", "1",
+                        "-o", str(hosts)], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in hosts.read_text().splitlines()]
+    assert rec["correct"] and rec["hosts"] == 2
     tpch = tmp_path / "t.jsonl"  # paper 001's TPC-H join: every lineitem row finds its order
     p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gpujoin.cli", "bench", "dist", "--workload", "tpch",
                         "--sf", "0.01", "--shuffle", "one-level", "--compression", "cascaded", "--device", "cpu",
