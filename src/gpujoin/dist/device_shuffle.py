@@ -162,6 +162,7 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     """
     import cupy as cp
 
+    from ..cuda.runtime import free_bytes
     from ..cuda.table import DeviceTable
 
     if comm.size == 1:
@@ -182,10 +183,11 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     units = [(i, c) for i, p in enumerate(plans) for c in range(len(p.bounds))]
     cnt = cp.asnumpy(cp.concatenate([p.counts for p in plans])).astype(np.int64).reshape(len(units), P)
     starts = np.cumsum(cnt, axis=1) - cnt
-    # one collective: every rank's counts and free GPU memory, so that each rank lays out what
-    # it receives and all agree on whether every rank has room (no second round trip)
-    free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
-    all_cnt = comm.allgather((cnt, free))
+    # one collective: every rank's counts and free GPU memory (within its pool's cap, where a
+    # memory_limit holds one: past it an allocation would fail on that rank alone while the
+    # others wait in NCCL), so that each rank lays out what it receives and all agree on
+    # whether every rank has room
+    all_cnt = comm.allgather((cnt, free_bytes()))
     their_cnt = np.stack([c[:, me] for c, _ in all_cnt], axis=1)
     their_starts = np.stack([(np.cumsum(c, axis=1) - c)[:, me] for c, _ in all_cnt], axis=1)
     of = [[u for u, (i, _) in enumerate(units) if i == t] for t in range(len(tables))]
