@@ -250,6 +250,7 @@ def cmd_dist_model(a):
     rates = replace(m.H200, **{k: v for k, v in dict(
         inter_Bps=a.inter_node_GBps and a.inter_node_GBps * 1e9, intra_Bps=a.intra_node_GBps and a.intra_node_GBps * 1e9,
         alpha_s=a.message_us is not None and a.message_us * 1e-6, partition_Bps=a.partition_GBps and a.partition_GBps * 1e9,
+        shuffle_partition_Bps=a.shuffle_partition_GBps and a.shuffle_partition_GBps * 1e9,
         join_tuples_per_s=a.join_gtuples and a.join_gtuples * 1e9).items() if v})
     base = m.TPCH if a.workload == "tpch" else m.RANDOM
     if a.rows_per_gpu:
@@ -769,7 +770,10 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--intra-node-GBps", type=float, help="all-to-all GB/s sent per GPU within a node (default "
                     "337, measured between two H200s)")
     dm.add_argument("--message-us", type=float, help="microseconds a message of an all-to-all (default 10)")
-    dm.add_argument("--partition-GBps", type=float, help="one radix-partition pass, GB/s (default 610, H200)")
+    dm.add_argument("--partition-GBps", type=float,
+                    help="one radix-partition pass (more than 256 ranks), GB/s (default 610, H200)")
+    dm.add_argument("--shuffle-partition-GBps", type=float,
+                    help="the partition by destination up to 256 ranks, GB/s (default 1200, H200)")
     dm.add_argument("--join-gtuples", type=float, help="local join, G input tuples/s (default 14.8, H200 PHJ-TR)")
     dm.add_argument("--workload", default="random", choices=["random", "tpch"])
     dm.add_argument("--rows-per-gpu", type=float, help="rows of each table a GPU (default: the paper's)")

@@ -5,7 +5,9 @@ partitions all-to-all, decompresses and joins locally (paper 001 §3-§5); nothi
 The phases' times come from per-GPU kernel rates (measured on an H200 by default: see
 ``H200``) and the links' bandwidths and per-message latency given for the machine modelled:
 
-- partition: ``passes(parts) * bytes / partition_Bps``, one LSD pass per 8 radix bits;
+- partition: ``bytes / shuffle_partition_Bps`` up to 256 destinations (the shuffle's one-launch
+  partition by destination, ``device_shuffle._Chunks``), else ``passes(parts) * bytes /
+  partition_Bps``, one radix pass per 8 bits;
 - all-to-all: ``max(inter-node bytes / inter_Bps, intra-node bytes / intra_Bps) + messages * alpha``
   with ``(1 - 1/P)`` of the local bytes leaving a GPU, the share for peers on other nodes divided
   by the compression ratio (paper 001 §3.3's message counts: P - 1 per GPU for the one-level
@@ -22,12 +24,15 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from .device_shuffle import DEST_MAX_PARTS  # the most destinations one launch partitions for
+
 
 @dataclass(frozen=True)
 class Rates:
     """Per-GPU kernel rates (bytes or tuples a second) and link figures of one machine."""
 
-    partition_Bps: float      # one radix-partition pass over tuple bytes
+    partition_Bps: float      # one radix-partition pass over tuple bytes (more than 256 ranks)
+    shuffle_partition_Bps: float  # the partition by destination, up to 256 ranks: histogram and scatter
     join_tuples_per_s: float  # the in-core join over its input tuples
     compress_Bps: float       # cascaded compression of the bytes sent between nodes
     decompress_Bps: float
@@ -37,7 +42,9 @@ class Rates:
 
 
 #: Measured here (docs/BENCHMARKS.md, ANCHORS.md; one NVIDIA H200): a 16-bit radix partition of
-#: 2^27 8-byte tuples in two 8-bit passes, 3.52 ms (610 GB/s a pass); PHJ-TR on 2^27 x 2^27
+#: 2^27 8-byte tuples in two 8-bit passes, 3.52 ms (610 GB/s a pass); the shuffle's partition by
+#: destination of 2^28 rows of 16 bytes (4.3 GB), histogram 0.48 ms and scatter 3.0 ms, 1.2 TB/s
+#: (two H200s, 2026-11-26, `scripts/timeline_shuffle.py 28 40`); PHJ-TR on 2^27 x 2^27
 #: tuples of an 8-byte key and payload, 18.09 ms (14.8 G tuples/s); NCCL all-to-all between two
 #: H200s, 337 GB/s sent per GPU at 4 GiB a rank.  Taken from paper 001 Fig. 9: (de)compression
 #: (46 ms and 20 ms for the TPC-H slice of one A100, 146.48M x 12 + 585.94M x 8 bytes: 140 and
@@ -45,7 +52,7 @@ class Rates:
 #: here, docs/BENCHMARKS.md, not yet on an H200); the NIC (200 Gb/s HDR, the paper's; none here);
 #: the per-message time (10 us, an assumption: see ``crossover``; ``measured_rates`` measures a
 #: job's own).
-H200 = Rates(partition_Bps=610e9, join_tuples_per_s=14.8e9, compress_Bps=140e9, decompress_Bps=320e9,
+H200 = Rates(partition_Bps=610e9, shuffle_partition_Bps=1.2e12, join_tuples_per_s=14.8e9, compress_Bps=140e9, decompress_Bps=320e9,
              intra_Bps=337e9, inter_Bps=25e9, alpha_s=10e-6)
 
 RADIX_BITS_PER_PASS = 8
@@ -66,6 +73,15 @@ def measured_rates(comm, base: Rates = H200, device: bool = False) -> Rates:
 
 def _passes(parts: int) -> int:
     return max(1, math.ceil(math.log2(parts) / RADIX_BITS_PER_PASS)) if parts > 1 else 0
+
+
+def _partition_s(parts: int, nbytes: float, rates: Rates) -> float:
+    """Seconds to group ``nbytes`` of tuples by ``parts`` destinations."""
+    if parts <= 1:
+        return 0.0
+    if parts <= DEST_MAX_PARTS:
+        return nbytes / rates.shuffle_partition_Bps
+    return _passes(parts) * nbytes / rates.partition_Bps
 
 
 @dataclass(frozen=True)
@@ -116,14 +132,14 @@ def predict(w: Workload, gpus: int, gpus_per_node: int, rates: Rates = H200, shu
     if shuffle == "one-level":
         inter = B * (P - M) / P  # to GPUs of other nodes (compressed), and to this node's peers
         intra = B * (M - 1) / P
-        phases["partition"] = _passes(P) * B / rates.partition_Bps
+        phases["partition"] = _partition_s(P, B, rates)
         phases["compress"] = inter / rates.compress_Bps if compressed else 0.0
         phases["all-to-all"] = max(inter / c / rates.inter_Bps, intra / rates.intra_Bps) + (P - 1) * rates.alpha_s
         phases["decompress"] = inter / rates.decompress_Bps if compressed else 0.0
     else:
         inter = B * (N - 1) / N  # rail-aligned: to GPU y of every other node
         intra = B * (M - 1) / M  # then within the node over NVLink, uncompressed
-        phases["partition"] = (_passes(N) + _passes(M)) * B / rates.partition_Bps
+        phases["partition"] = _partition_s(N, B, rates) + _partition_s(M, B, rates)
         phases["compress"] = inter / rates.compress_Bps if compressed else 0.0
         phases["all-to-all"] = (inter / c / rates.inter_Bps + (N - 1) * rates.alpha_s if N > 1 else 0.0) + \
             (intra / rates.intra_Bps + (M - 1) * rates.alpha_s if M > 1 else 0.0)
