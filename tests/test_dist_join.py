@@ -286,3 +286,20 @@ def test_compression_pays_only_where_the_codec_outruns_the_link():
     # the host codec's 0.3 GB/s pays only on links slower than it
     assert compression_pays(20, 0.3, 0.3, 0.05) and not compression_pays(20, 0.3, 0.3, 1.0)
     assert not compression_pays(1.0, 1e9, 1e9, 1.0)  # nothing saved: never
+
+
+def test_the_device_shuffles_chunks_start_on_tiles_and_cover_the_rows():
+    from gpujoin.dist.device_shuffle import chunk_bounds
+
+    for n in (0, 1, 4095, 4096, 4097, 10_000, 3 * 4096, 1 << 20):
+        for k in (1, 2, 3, 7, 300):
+            b = chunk_bounds(n, k, 4096)
+            sizes = [hi - lo for lo, hi in b]
+            assert len(b) == k and b[0][0] == 0 and b[-1][1] == n
+            assert all(b[i][1] == b[i + 1][0] for i in range(k - 1))
+            assert all(lo % 4096 == 0 or lo == n for lo, _ in b)
+            full = [x for x in sizes if x][:-1]  # every non-empty chunk but the last is of one size
+            assert sizes == sorted(sizes, reverse=True) and len(set(full)) <= 1
+    with pytest.raises(ValueError, match="at least 1"):
+        chunk_bounds(10, 0)
+

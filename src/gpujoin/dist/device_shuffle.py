@@ -348,6 +348,23 @@ DEST_TILE = 4096  # shuffle.cu's DS_TILE
 DEST_BLOCKS_PER_SM = int(os.environ.get("GPUJOIN_SHUFFLE_BLOCKS_PER_SM", "4"))
 
 
+def chunk_bounds(n: int, k: int, tile: int = DEST_TILE) -> list[tuple[int, int]]:
+    """``k`` row ranges [lo, hi) covering rows 0 .. n - 1 in order, each starting on a
+    ``tile``-row boundary and of one size but the last ones (shorter or empty): every rank cuts
+    its slice into the same number of chunks, and a chunk's tiles are the table's (one
+    histogram launch over the table counts them all).
+
+    Raises
+    ------
+    ValueError
+        ``k`` below 1.
+    """
+    if k < 1:
+        raise ValueError(f"chunks must be at least 1, got {k}")
+    step = -(-(-(-n // k)) // tile) * tile
+    return [(min(n, c * step), min(n, (c + 1) * step)) for c in range(k)]
+
+
 class _Chunks:
     """One table's rows (``cols``, CuPy (n,) each) cut into ``k`` chunks of whole tiles, and
     every chunk's rows to each of ``parts`` ranks counted (``counts``: int64 CuPy (k, parts));
@@ -363,8 +380,7 @@ class _Chunks:
         from ..cuda.runtime import kernel
 
         n = int(dest.size)
-        step = -(-(-(-n // k)) // DEST_TILE) * DEST_TILE
-        self.bounds = [(min(n, c * step), min(n, (c + 1) * step)) for c in range(k)]
+        self.bounds = chunk_bounds(n, k)
         self.direct = parts <= DEST_MAX_PARTS
         small = self.direct and dest.dtype == cp.uint8
         self.cols, self.dest, self.parts = cols, dest if small else dest.astype(cp.int32, copy=False), parts
@@ -373,7 +389,7 @@ class _Chunks:
             self.counts = cp.stack([cp.bincount(self.dest[lo:hi], minlength=parts).astype(cp.int64)
                                     for lo, hi in self.bounds])
             return
-        per = step // DEST_TILE
+        per = -(-self.bounds[0][1] // DEST_TILE)  # tiles a chunk (the first is the longest)
         counts = cp.zeros((k * per, parts), cp.int32)
         if n:
             kernel("shuffle.cu", f"dest_histogram<{self.dtype}>")((-(-n // DEST_TILE),), (256,),
