@@ -61,23 +61,28 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
         -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
 if [[ $stage == scale ]]; then
-  # issue 18 on one host of G GPUs (nvidia-h200-x4 / -x8; carry .whl-gpu for compression):
-  # paper 000's hybrid (2^31 a side, 16 GB a GPU) and GSM (2^29) on 1, 2, 4 (and 8) GPUs with
-  # transfer-only beside the models, then paper 001's join with G ranks, a GPU each, 2^28 rows
-  # a rank: one level, and two levels with the ranks playing hosts of 2 and of G/2
+  # issue 18 on one host of G GPUs (nvidia-h200-x4 / -x8; carry .whl-gpu for compression), in
+  # parts that each fit a device call (PARTS, default all three): "hybrid" paper 000's hybrid
+  # join (2^31 a side, 16 GB a GPU) and "gsm" its GSM (2^29) on 1, 2, 4 (and 8) GPUs with
+  # transfer-only beside the models; "dist" paper 001's join with G ranks, a GPU each, 2^28 rows
+  # a rank, one level, then two levels with the ranks playing hosts of 2 and of G/2
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-400GB}
+  parts=" ${PARTS:-hybrid gsm dist} "
   G=$(nvidia-smi -L | wc -l); counts=1
   for c in 2 4 8; do [[ $c -le $G ]] && counts="$counts,$c"; done
-  GPUS=$counts LOG2N=${LOG2N:-31} BAND="" RUNS=${RUNS:-2} INPUT=pinned TRANSFER=1 timeout ${MULTI_TIMEOUT:-500} \
-    bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
-  GPUS=$counts LOG2N=29 INNER=gsm BAND=${BAND-24} RUNS=1 INPUT=pinned TRANSFER=1 timeout ${MULTI_TIMEOUT:-500} \
-    bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
-  for rpn in "" 2 $((G / 2)); do
-    timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n $G python3 -m gpujoin.cli bench dist \
-      --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle $([[ -z $rpn ]] && echo one-level || echo two-level) \
-      ${rpn:+--ranks-per-node $rpn} --compression ${COMPRESSION:-none} --runs ${RUNS:-3} -o $OUT/bench_dist.jsonl" 2>&1 \
-      | tail -6
-  done
+  [[ $parts == *" hybrid "* ]] && GPUS=$counts LOG2N=${LOG2N:-31} BAND="" RUNS=${RUNS:-2} INPUT=pinned TRANSFER=1 \
+    timeout ${MULTI_TIMEOUT:-500} bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
+  [[ $parts == *" gsm "* ]] && GPUS=$counts LOG2N=29 INNER=gsm BAND=${BAND-24} RUNS=1 INPUT=pinned TRANSFER=1 \
+    timeout ${MULTI_TIMEOUT:-500} bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
+  if [[ $parts == *" dist "* ]]; then
+    for rpn in one 2 $((G / 2)); do  # (G = 4: hosts of 2 once)
+      [[ $rpn == 2 && $G == 4 && -n ${seen2:-} ]] && continue; [[ $rpn == 2 ]] && seen2=1
+      timeout -k 10 ${BENCH_TIMEOUT:-250} bash -c "$(declare -f mpi); mpi -n $G python3 -m gpujoin.cli bench dist \
+        --rows ${ROWS:-268435456} --device cuda --placement gpu --compression ${COMPRESSION:-none} --runs ${RUNS:-3} \
+        $([[ $rpn == one ]] && echo --shuffle one-level || echo --shuffle two-level --ranks-per-node $rpn) \
+        -o $OUT/bench_dist.jsonl" 2>&1 | tail -6
+    done
+  fi
   exit 0
 fi
 if [[ $stage == tests-multi ]]; then
