@@ -306,10 +306,10 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
 
     main = cp.cuda.get_current_stream()
     layouts = [DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us]) for us in of]
+    msgs = [[lay.unit(k) for k in range(len(us))] for lay, us in zip(layouts, of)]  # (sends, recvs, own)
     outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
-    for p, lay, out, us in zip(plans, layouts, outs, of):
-        p.prepare(out, [starts[u] for u in us], [lay.unit(k)[2][1] for k in range(len(us))],
-                  [cnt[u][comm.rank] for u in us], comm.rank)
+    for p, m, out, us in zip(plans, msgs, outs, of):
+        p.prepare(out, [starts[u] for u in us], [own[1] for _, _, own in m], [cnt[u][comm.rank] for u in us], comm.rank)
     # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS), NCCL's groups on a
     # stream of the highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY), whose blocks the SMs then
     # take first: 19.2 against 20.3 ms with two side streams at 2^28 rows a rank (two H200s)
@@ -330,7 +330,7 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
             i, k = todo[q - 1]
             part, done = posted[q - 1]
             net.wait_event(done)
-            sends, recvs, _ = layouts[i].unit(k)
+            sends, recvs, _ = msgs[i][k]
             with net:
                 comm.post_device(part, outs[i], sends, recvs)
     for s in side + [net]:

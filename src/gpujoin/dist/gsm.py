@@ -335,7 +335,7 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
                         transfer_only)
         t1 = time.perf_counter()
         n_r, n_s = R[0].size, S[0].size
-        # enough pieces that each fits a quarter of the budget (a multiple of the GPUs, so that
+        # enough pieces that each fits a sixth of the budget (a multiple of the GPUs, so that
         # they share them evenly), halved further only where one key is heavy; transfer-only:
         # the keys are not sorted, so the pieces are even cuts of both (each row read once)
         limit = max(1, budget // 6)  # the next piece's inputs arrive beside this one's pairs

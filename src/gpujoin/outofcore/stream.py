@@ -263,9 +263,7 @@ class HostArena:
         if self._buf is None:
             import cupy as cp
 
-            for b in small:
-                cp.cuda.runtime.hostUnregister(b.ctypes.data)
-            cp.get_default_pinned_memory_pool().free_all_blocks()  # the staging pool's free blocks too
+            _unpin(small)
             self._buf = np.empty(max(1, nbytes) + 256, np.uint8)
             cp.cuda.runtime.hostRegister(self._buf.ctypes.data, self._buf.nbytes, 1)  # portable: any GPU
         self._base = (-self._buf.ctypes.data) % 256
@@ -302,12 +300,18 @@ def release_host_memory() -> None:
     operating system.  Nothing to do where CuPy was never loaded."""
     if "cupy" not in sys.modules:
         return
+    with HostArena._lock:
+        kept, HostArena._cache[:] = list(HostArena._cache), []
+    _unpin(kept)
+
+
+def _unpin(buffers: list[np.ndarray]) -> None:
+    """Unregister page-locked ``buffers`` (HostArena's) and free the free blocks of CuPy's pinned
+    pool (the staging buffers) before more memory is pinned or the job ends."""
     import cupy as cp
 
-    with HostArena._lock:
-        while HostArena._cache:
-            buf = HostArena._cache.pop()
-            cp.cuda.runtime.hostUnregister(buf.ctypes.data)
+    for buf in buffers:
+        cp.cuda.runtime.hostUnregister(buf.ctypes.data)
     cp.get_default_pinned_memory_pool().free_all_blocks()
 
 
