@@ -91,7 +91,11 @@ def main():
             if comm.rank == 0:
                 print(f"{name} {how}", flush=True)  # names the case when the check below fails
                 assert_tables_equal(got, gpujoin.join(lt, rt, "k", how=how, device="cpu"))
-    # shuffle="auto": on 2 hosts of 2 the crossover model with this job's links, measured
+    # shuffle="auto": on 2 hosts of 2 the crossover model with this job's links, measured, and
+    # the same on every rank (the rails and hosts measure their own: ranks that chose apart hung)
+    from gpujoin.dist.model import measured_rates
+
+    assert len(set(comm.allgather(measured_rates(comm, device=device == "cuda")))) == 1
     stats = {}
     got = gathered(comm, join(extra(left), extra(right), "k", how="full", comm=comm, device=device, stats=stats))
     if comm.rank == 0:

@@ -208,9 +208,13 @@ def test_auto_shuffle_follows_the_crossover_model():
     # for tables in GPU memory the links are NCCL's (device=True), measured apart from MPI's
     link = lambda gbps: SimpleNamespace(size=2, link_GBps=lambda device=False: gbps * (20 if device else 1))  # noqa
     slow = SimpleNamespace(nodes=2, local_size=8, size=16, rail=lambda: link(1.0), host=lambda: link(300.0),
-                           message_s=lambda device=False: 1e-5 if device else 1e-3)
+                           message_s=lambda device=False: 1e-5 if device else 1e-3, allgather=lambda x: [x])
     rates = measured_rates(slow)
     assert (rates.inter_Bps, rates.intra_Bps, rates.alpha_s) == (1e9, 300e9, 1e-3)
+    # each rail and host measures its own links; every rank takes the slowest, so that all
+    # choose alike (ranks choosing differently wait in different collectives for ever)
+    other = SimpleNamespace(**{**vars(slow), "allgather": lambda x: [x, (x[0] / 2, x[1] * 2)]})
+    assert (measured_rates(other).inter_Bps, measured_rates(other).intra_Bps) == (0.5e9, 300e9)
     assert crossover(16, 8, rates) > 10 * edge
     assert auto_method(slow, int(edge * 2)) == "two-level"
     fast = measured_rates(slow, device=True)

@@ -64,10 +64,15 @@ def measured_rates(comm, base: Rates = H200, device: bool = False) -> Rates:
     transport for tables in GPU memory.  ``inter_Bps`` the rail's all-to-all rate (GPU y of
     every host; or GPUJOIN_INTER_HOST_GBPS), ``intra_Bps`` the host's, ``alpha_s`` the time a
     message of an all-to-all of 8-byte messages takes (``Communicator.message_s``).  The kernel
-    rates stay ``base``'s."""
+    rates stay ``base``'s; the same on every rank (the slowest rail's and host's links)."""
     rail, host = comm.rail(), comm.host()
     inter = rail.link_GBps(device) * 1e9 if rail.size > 1 else base.inter_Bps
     intra = host.link_GBps(device) * 1e9 if host.size > 1 else base.intra_Bps
+    # each rail and each host measured its own links: every rank takes the slowest, so that all
+    # make the same choices from them (4 ranks as 2 hosts of 2 on two H200s deadlocked when the
+    # rails' rates put the crossover on either side of the rows: one-level on some ranks,
+    # two-level on the others)
+    inter, intra = (min(v) for v in zip(*comm.allgather((inter, intra))))
     return replace(base, inter_Bps=inter, intra_Bps=intra, alpha_s=comm.message_s(device=device))
 
 
