@@ -37,13 +37,16 @@ def test_gpu_hashes_and_destinations_equal_the_hosts(dtype):
             np.testing.assert_array_equal(cp.asnumpy(d), destinations(host, parts))
 
 
-@pytest.mark.parametrize("parts,n,k,skew", [(2, 10_000, 1, False), (3, 50_000, 4, True), (7, 4096 * 5 + 17, 3, False),
-                                           (256, 100_000, 2, True), (300, 20_000, 2, False), (2, 0, 1, False),
-                                           (5, 1, 2, False)])
-def test_chunks_are_partitioned_by_destination_in_row_order(parts, n, k, skew):
+@pytest.mark.parametrize("parts,n,k,skew,early", [(2, 10_000, 1, False, False), (3, 50_000, 4, True, False),
+                                                 (3, 50_000, 4, True, True), (7, 4096 * 5 + 17, 3, False, True),
+                                                 (256, 100_000, 2, True, False), (256, 100_000, 2, True, True),
+                                                 (300, 20_000, 2, False, True), (2, 0, 1, False, True),
+                                                 (5, 1, 2, False, False), (5, 1, 2, False, True)])
+def test_chunks_are_partitioned_by_destination_in_row_order(parts, n, k, skew, early):
     """The shuffle's partition of each chunk (shuffle.cu's one-launch scatter up to 256 ranks,
     the radix partition beyond): rows to every other rank in the chunk's send buffer at their
-    send start, rows to this rank straight into the receive buffer, both in input order."""
+    send start, rows to this rank straight into the receive buffer, both in input order;
+    ``early``: chunk 0 partitioned before the host knows the counts (``_Chunks.early``)."""
     rng = np.random.default_rng(n + parts)
     dest = rng.integers(0, parts, n).astype(np.int32)
     if skew:  # most rows to one rank, runs of one destination
@@ -54,6 +57,8 @@ def test_chunks_are_partitioned_by_destination_in_row_order(parts, n, k, skew):
     small = parts <= 256 and n % 2 == 0  # destinations as destinations() gives them up to 256 ranks
     plan = device_shuffle._Chunks([cp.asarray(c) for c in cols], cp.asarray(dest.astype(np.uint8) if small else dest),
                                   parts, k)
+    launched = plan.early() if early else 0
+    assert launched == (sum(c.itemsize for c in cols) * n if early and n and parts <= 256 else 0)
     counts = cp.asnumpy(plan.counts)
     assert counts.shape == (k, parts)
     for c, (lo, hi) in enumerate(plan.bounds):

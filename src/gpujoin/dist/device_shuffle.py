@@ -180,6 +180,11 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     # chunk's rows to every rank counted before any moves
     plans = [_Chunks(cols, d, P, max(1, -(-max(e[i][1] for e in every) // chunk_rows)))
              for i, ((_, cols), d) in enumerate(zip(cols_of, dests))]
+    compressed = any(e[0][2] for e in every)  # some rank compresses: every rank takes that path
+    pipelined = not compressed and comm.nccl() is not None
+    # the first chunk partitioned while the host exchanges the counts (it had waited for them:
+    # 0.7 ms of the 4 before the first byte moved at 2^28 rows a rank on two H200s)
+    early = plans[0].early() if pipelined and os.environ.get("GPUJOIN_SHUFFLE_EARLY", "1") == "1" else 0
     units = [(i, c) for i, p in enumerate(plans) for c in range(len(p.bounds))]
     cnt = cp.asnumpy(cp.concatenate([p.counts for p in plans])).astype(np.int64).reshape(len(units), P)
     starts = np.cumsum(cnt, axis=1) - cnt
@@ -187,7 +192,7 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     # memory_limit holds one: past it an allocation would fail on that rank alone while the
     # others wait in NCCL), so that each rank lays out what it receives and all agree on
     # whether every rank has room
-    all_cnt = comm.allgather((cnt, free_bytes()))
+    all_cnt = comm.allgather((cnt, free_bytes() + early))
     their_cnt = np.stack([c[:, me] for c, _ in all_cnt], axis=1)
     their_starts = np.stack([(np.cumsum(c, axis=1) - c)[:, me] for c, _ in all_cnt], axis=1)
     of = [[u for u, (i, _) in enumerate(units) if i == t] for t in range(len(tables))]
@@ -203,11 +208,11 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
             stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((cnt[us].sum() - cnt[us, me].sum()) * r)
             stats["bytes_received"] = stats.get("bytes_received", 0) + int(
                 (their_cnt[us].sum() - their_cnt[us, me].sum()) * r)
-    if any(e[0][2] for e in every):  # some rank compresses: every rank takes this path
+    if compressed:
         got_cols = [_exchange_compressed(cols, t.column_names + [f"{n}.validity" for n in vnames], d,
                                          cnt[us].sum(axis=0), their_cnt[us].sum(axis=0), zipped, comm, stats)
                     for t, (vnames, cols), d, us in zip(tables, cols_of, dests, of)]
-    elif comm.nccl() is None:  # ranks share a GPU: a table at a time, through the host
+    elif not pipelined:  # ranks share a GPU: a table at a time, through the host
         got_cols = [comm.alltoallv_device(_partition(cols, d, P), cnt[us].sum(axis=0), their_cnt[us].sum(axis=0))
                     for (_, cols), d, us in zip(cols_of, dests, of)]
     else:
@@ -324,7 +329,7 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
             i, k = todo[q]
             s = side[q % len(side)]
             s.wait_event(ready)
-            with s:
+            with s:  # (an early chunk was launched on side[0]: q = 0 follows it there)
                 posted.append((plans[i].place(k, outs[i]), s.record()))
         if q:
             i, k = todo[q - 1]
@@ -384,6 +389,7 @@ class _Chunks:
         self.direct = parts <= DEST_MAX_PARTS
         small = self.direct and dest.dtype == cp.uint8
         self.cols, self.dest, self.parts = cols, dest if small else dest.astype(cp.int32, copy=False), parts
+        self.buf, self.early_done = None, None
         self.dtype = "u8" if small else "i32"
         if not self.direct:  # (a radix histogram counts one pass's 8 bits: more ranks take more)
             self.counts = cp.stack([cp.bincount(self.dest[lo:hi], minlength=parts).astype(cp.int64)
@@ -408,27 +414,93 @@ class _Chunks:
         earlier partitions)."""
         import cupy as cp
 
-        from ..cuda.primitives import _width_groups
-
         self.me, self.own, self.own_counts = me, own_rows, own_counts
+        self.send_starts = send_starts
         if not self.direct:
-            self.send_starts = send_starts
             return
         n = int(self.dest.size)
-        self.buf = [cp.empty(n, c.dtype) for c in self.cols]  # chunk c's send buffer: rows [lo, hi)
+        if self.buf is None:
+            self.buf = [cp.empty(n, c.dtype) for c in self.cols]  # chunk c's send buffer: rows [lo, hi)
         base = np.array(send_starts, np.int64).reshape(len(self.bounds), self.parts)
         base[:, me] = own_rows
         lo = np.array([b[0] for b in self.bounds], np.uint64)[:, None]
+        groups = self._pointers(lo, out)
+        flat = np.concatenate([base.view(np.uint64).ravel()] + [g[2].ravel() for g in groups])
+        self.dev = cp.asarray(flat)
+        k, at = len(self.bounds), base.size  # the addresses follow the bases, group by group
         self.groups = []
+        for width, m, _ in groups:
+            self.groups.append((width, m, at))
+            at += k * 3 * m
+
+    def _pointers(self, lo, own: list) -> list:
+        """Per column width: (width, columns, uint64 (chunks, 3 * columns): the input's, the send
+        buffer's and ``own``'s addresses at each chunk's first row (``lo``: uint64 (chunks, 1)),
+        ``own``'s at row 0)."""
+        from ..cuda.primitives import _width_groups
+
+        groups = []
         for width, idx in _width_groups(self.cols).items():
             addr = lambda arrays, shift: (np.array([a.data.ptr for a in arrays], np.uint64)[None, :]  # noqa: E731
                                           + shift * np.uint64(width))
-            zero = np.zeros_like(lo)
             ptrs = np.concatenate([addr([self.cols[i] for i in idx], lo), addr([self.buf[i] for i in idx], lo),
-                                   addr([out[i] for i in idx], zero)], axis=1)
-            self.groups.append((width, len(idx), ptrs))
-        flat = np.concatenate([base.view(np.uint64).ravel()] + [g[2].ravel() for g in self.groups])
-        self.dev = cp.asarray(flat)
+                                   addr([own[i] for i in idx], np.zeros_like(lo))], axis=1)
+            groups.append((width, len(idx), ptrs))
+        return groups
+
+    def early(self) -> int:
+        """Launch chunk 0's partition on the first side stream before the counts reach the host:
+        every row of it, this rank's too, into the send buffer, laid out from the counts on the
+        GPU (``place(0)`` then only copies this rank's rows to their place).  Returns the bytes
+        of send buffer it allocated (0: not launched, the table empty or the radix path, or the
+        buffers not fitting the GPU before the memory check that every rank makes)."""
+        import cupy as cp
+
+        from ..cuda.runtime import fits
+
+        n = int(self.dest.size)
+        need = n * sum(c.dtype.itemsize for c in self.cols)
+        if not self.direct or not n or not fits(need):
+            return 0
+        self.buf = [cp.empty(n, c.dtype) for c in self.cols]
+        s = _side_streams(1)[0]
+        with s:  # the addresses copied before the stream waits for the histograms
+            lo = np.zeros((1, 1), np.uint64)
+            groups = self._pointers(lo, self.buf)
+            flat = cp.asarray(np.concatenate([g[2].ravel() for g in groups]))
+        s.wait_event(cp.cuda.get_current_stream().record())
+        with s:
+            base = cp.cumsum(self.counts[0]) - self.counts[0]
+            at = np.cumsum([0] + [3 * m for _, m, _ in groups])  # each width's addresses, one chunk's
+            self._scatter(0, -1, base, flat, [(w, m, int(a)) for (w, m, _), a in zip(groups, at)], 1)
+            self.early_done = s.record()
+        return need
+
+    def _scatter(self, c: int, me: int, base, dev, groups: list, k: int) -> None:
+        """dest_scatter of chunk c, a launch a column width: ``base`` int64 (parts,) where its
+        rows to each rank start, ``dev`` the addresses (:meth:`_pointers`, k chunks' worth from
+        ``groups``' offsets (width, columns, first word))."""
+        import cupy as cp
+
+        from ..cuda.primitives import word_type
+        from ..cuda.runtime import device_properties, kernel
+
+        lo, hi = self.bounds[c]
+        n = hi - lo
+        if not n:
+            return
+        # a persistent grid (not a block a tile): fewer blocks ahead of NCCL's in the queue;
+        # throttled to 64, 32 or 16 blocks after the first chunk it fell behind NCCL
+        # (20.3, 23.3, 40.5 ms against 18.6 at 2^28 rows a rank on two H200s)
+        sms = device_properties(cp.cuda.Device().id)["sms"]
+        if c:  # SMs left to NCCL's groups (GPUJOIN_SHUFFLE_RESERVED_SMS)
+            sms = max(1, sms - int(os.environ.get("GPUJOIN_SHUFFLE_RESERVED_SMS", "0")))
+        grid = min(-(-n // DEST_TILE), sms * DEST_BLOCKS_PER_SM)
+        for width, m, at in groups:
+            row = dev[at + c * 3 * m: at + (c + 1) * 3 * m]
+            kernel("shuffle.cu", f"dest_scatter<{word_type(np.dtype(f'u{width}'))}, {self.dtype}>")(
+                (grid,), (256,), (self.dest[lo:hi], np.int64(n), np.int32(self.parts), np.int32(me), base,
+                                  self.scan[c], np.int32(self.per), row[:m], row[m:2 * m], row[2 * m:], np.int32(m)))
 
     def place(self, c: int, out: list) -> list:
         """Launch chunk c's partition on the current stream: this rank's rows into ``out`` (at
@@ -436,32 +508,22 @@ class _Chunks:
         rows to rank 0 first, laid out by the send starts given to :meth:`prepare`)."""
         import cupy as cp
 
-        from ..cuda.primitives import word_type
-        from ..cuda.runtime import device_properties, kernel
-
         lo, hi = self.bounds[c]
-        if not self.direct:
-            part = _partition([x[lo:hi] for x in self.cols], self.dest[lo:hi], self.parts)
-            src, dst, rows = int(self.send_starts[c][self.me]), int(self.own[c]), int(self.own_counts[c])
-            for x, o in zip(part, out):
-                o[dst:dst + rows] = x[src:src + rows]
-            return part
-        n = hi - lo
-        if n:
-            k, P = len(self.bounds), self.parts
-            # a persistent grid (not a block a tile): fewer blocks ahead of NCCL's in the queue;
-            # throttled to 64, 32 or 16 blocks after the first chunk it fell behind NCCL
-            # (20.3, 23.3, 40.5 ms against 18.6 at 2^28 rows a rank on two H200s)
-            grid = min(-(-n // DEST_TILE), device_properties(cp.cuda.Device().id)["sms"] * DEST_BLOCKS_PER_SM)
-            at = k * P  # the addresses follow the bases, group by group: (k, 3 * ncols) each
-            for width, m, ptrs in self.groups:
-                row = self.dev[at + c * 3 * m: at + (c + 1) * 3 * m]
-                kernel("shuffle.cu", f"dest_scatter<{word_type(np.dtype(f'u{width}'))}, {self.dtype}>")(
-                    (grid,), (256,), (self.dest[lo:hi], np.int64(n), np.int32(P), np.int32(self.me),
-                                      self.dev[c * P:(c + 1) * P].view(cp.int64), self.scan[c], np.int32(self.per),
-                                      row[:m], row[m:2 * m], row[2 * m:], np.int32(m)))
-                at += k * 3 * m
-        return [b[lo:hi] for b in self.buf]
+        if c == 0 and self.early_done is not None:
+            cp.cuda.get_current_stream().wait_event(self.early_done)
+        elif self.direct:
+            P = self.parts
+            self._scatter(c, self.me, self.dev[c * P:(c + 1) * P].view(cp.int64), self.dev, self.groups,
+                          len(self.bounds))
+            return [b[lo:hi] for b in self.buf]
+        # the radix path, or an early chunk 0 (partitioned already: this stream waited for it):
+        # this rank's rows copied to their place
+        part = (_partition([x[lo:hi] for x in self.cols], self.dest[lo:hi], self.parts) if not self.direct
+                else [b[lo:hi] for b in self.buf])
+        src, dst, rows = int(self.send_starts[c][self.me]), int(self.own[c]), int(self.own_counts[c])
+        for x, o in zip(part, out):
+            o[dst:dst + rows] = x[src:src + rows]
+        return part
 
 
 _streams: dict = {}
