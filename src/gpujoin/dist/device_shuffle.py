@@ -315,10 +315,11 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
     outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
     for p, m, out, us in zip(plans, msgs, outs, of):
         p.prepare(out, [starts[u] for u in us], [own[1] for _, _, own in m], [cnt[u][comm.rank] for u in us], comm.rank)
-    # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS), NCCL's groups on a
-    # stream of the highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY), whose blocks the SMs then
-    # take first: 19.2 against 20.3 ms with two side streams at 2^28 rows a rank (two H200s)
-    side = _side_streams(int(os.environ.get("GPUJOIN_SHUFFLE_SIDE_STREAMS", "2")))
+    # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS; with the first
+    # chunk partitioned early, one did best: 18.4 against 19.0 ms at 2^28 rows a rank on two
+    # H200s), NCCL's groups on a stream of the highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY),
+    # whose blocks the SMs then take first (19.2 against 20.3 ms)
+    side = _side_streams(int(os.environ.get("GPUJOIN_SHUFFLE_SIDE_STREAMS", "1")))
     net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "1") == "1" else main
     ready = main.record()
     net.wait_event(ready)
