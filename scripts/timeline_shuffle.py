@@ -13,6 +13,7 @@ import torch.profiler as tp
 
 from gpujoin.bench.dist import random_slice
 from gpujoin.dist import Communicator
+from gpujoin.dist import comm as comm_module
 from gpujoin.dist import device_shuffle as ds
 from gpujoin.dist.shuffle import SEED_FIRST
 
@@ -37,6 +38,14 @@ def timed(what, fn):
 
 ds._Chunks.place = timed("place", ds._Chunks.place)
 Communicator.post_device = timed("post", Communicator.post_device)
+# the host's steps before the first byte moves: each table's histogram launch, the early chunk,
+# the counts to the host, the counts' allgather, the layouts, the scatters' addresses
+ds._Chunks.__init__ = timed("histogram", ds._Chunks.__init__)
+ds._Chunks.early = timed("early", ds._Chunks.early)
+ds._Chunks.prepare = timed("prepare", ds._Chunks.prepare)
+cp.asnumpy = timed("asnumpy", cp.asnumpy)
+Communicator.allgather = timed("allgather", Communicator.allgather)
+comm_module.DeviceLayout.__init__ = timed("layout", comm_module.DeviceLayout.__init__)
 comm.barrier()
 cp.cuda.Device().synchronize()
 host.clear()
@@ -57,6 +66,7 @@ for e in events:
     busy[name] = busy.get(name, 0.0) + e["dur"] / 1e3
     if e["dur"] >= 30:
         lines.append(f"  {(e['ts'] - t0) / 1e3:7.3f} +{e['dur'] / 1e3:6.3f}  s{e['args'].get('stream', '?'):<3} {name}")
+host.sort(key=lambda h: h[1])
 h0 = host[0][1] if host else 0
 lines.append("  host calls (start ms from the first, ms): " + ", ".join(f"{w} {(t - h0) * 1e3:.2f}+{d * 1e3:.2f}"
                                                                       for w, t, d in host))

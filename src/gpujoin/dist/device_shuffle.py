@@ -325,20 +325,29 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
     net.wait_event(ready)
     todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
     posted = []
+    def post(i, k, part, done):
+        net.wait_event(done)
+        sends, recvs, _ = msgs[i][k]
+        with net:
+            comm.post_device(part, outs[i], sends, recvs)
+
     for q in range(len(todo) + 1):
         if q < len(todo):
             i, k = todo[q]
             s = side[q % len(side)]
             s.wait_event(ready)
-            with s:  # (an early chunk was launched on side[0]: q = 0 follows it there)
+            if q == 0 and plans[0].early_done is not None:
+                # partitioned already: its group goes first (it had waited for the copy of this
+                # rank's rows and the next chunk's launch: 0.6 ms at 2^28 rows a rank)
+                post(0, 0, [b[slice(*plans[0].bounds[0])] for b in plans[0].buf], plans[0].early_done)
+                with s:
+                    plans[0].place(0, outs[0])
+                posted.append(None)
+                continue
+            with s:
                 posted.append((plans[i].place(k, outs[i]), s.record()))
-        if q:
-            i, k = todo[q - 1]
-            part, done = posted[q - 1]
-            net.wait_event(done)
-            sends, recvs, _ = msgs[i][k]
-            with net:
-                comm.post_device(part, outs[i], sends, recvs)
+        if q and posted[q - 1] is not None:
+            post(*todo[q - 1], *posted[q - 1])
     for s in side + [net]:
         main.wait_event(s.record())
     # the send buffers go back to the memory pool only once the NCCL groups have read them
