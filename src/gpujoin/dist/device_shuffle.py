@@ -310,45 +310,37 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
     from .comm import DeviceLayout
 
     main = cp.cuda.get_current_stream()
+    layouts = [DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us]) for us in of]
+    msgs = [[lay.unit(k) for k in range(len(us))] for lay, us in zip(layouts, of)]  # (sends, recvs, own)
+    outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
+    for p, m, out, us in zip(plans, msgs, outs, of):
+        p.prepare(out, [starts[u] for u in us], [own[1] for _, _, own in m], [cnt[u][comm.rank] for u in us], comm.rank)
     # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS; with the first
     # chunk partitioned early, one did best: 18.4 against 19.0 ms at 2^28 rows a rank on two
     # H200s), NCCL's groups on a stream of the highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY),
     # whose blocks the SMs then take first (19.2 against 20.3 ms)
     side = _side_streams(int(os.environ.get("GPUJOIN_SHUFFLE_SIDE_STREAMS", "1")))
     net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "1") == "1" else main
-    msgs, outs = [None] * len(of), [None] * len(of)
-
-    def lay_out(i):
-        """Table i's messages ((sends, recvs, own) a chunk) and receive buffer."""
-        lay = DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in of[i]])
-        msgs[i] = [lay.unit(k) for k in range(len(of[i]))]
-        outs[i] = [cp.empty(lay.rows, c.dtype) for c in cols_of[i][1]]
-        net.wait_event(main.record())  # (the buffer is allocated on the current stream)
-
+    ready = main.record()
+    net.wait_event(ready)
+    todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
+    posted = []
     def post(i, k, part, done):
         net.wait_event(done)
         sends, recvs, _ = msgs[i][k]
         with net:
             comm.post_device(part, outs[i], sends, recvs)
 
-    early = plans[0].early_done is not None
-    if early:  # partitioned already: its group goes before the host lays out the rest (0.5 ms)
-        lay_out(0)
-        post(0, 0, [b[slice(*plans[0].bounds[0])] for b in plans[0].buf], plans[0].early_done)
-    for i in range(early, len(of)):
-        lay_out(i)
-    for p, m, out, us in zip(plans, msgs, outs, of):
-        p.prepare(out, [starts[u] for u in us], [own[1] for _, _, own in m], [cnt[u][comm.rank] for u in us], comm.rank)
-    ready = main.record()
-    todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
-    posted = []
     for q in range(len(todo) + 1):
         if q < len(todo):
             i, k = todo[q]
             s = side[q % len(side)]
             s.wait_event(ready)
-            if q == 0 and early:  # posted above (it had waited for the copy of this rank's rows
-                with s:           # and the next chunk's launch: 0.6 ms at 2^28 rows a rank)
+            if q == 0 and plans[0].early_done is not None:
+                # partitioned already: its group goes first (it had waited for the copy of this
+                # rank's rows and the next chunk's launch: 0.6 ms at 2^28 rows a rank)
+                post(0, 0, [b[slice(*plans[0].bounds[0])] for b in plans[0].buf], plans[0].early_done)
+                with s:
                     plans[0].place(0, outs[0])
                 posted.append(None)
                 continue
