@@ -709,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--shuffle", default="one-level,two-level")
     bd.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     bd.add_argument("--placement", default="host", choices=["host", "gpu"],
-                    help="where each rank's tables are: host (shuffled over MPI) or gpu (made in GPU memory, "
+                    help="where each rank's tables are: host (shuffled over MPI) or gpu (in GPU memory, "
                          "shuffled over NCCL; with the NCCL ceiling and the one-GPU join beside)")
     bd.add_argument("--ranks-per-node", type=int, default=None,
                     help="play hosts of this many consecutive ranks (default: MPI's shared-memory split), "

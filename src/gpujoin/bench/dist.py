@@ -52,20 +52,21 @@ def random_slice(rows: int, rank: int, size: int, seed: int = 1, ranks=None, xp=
     return DeviceTable({"k": cat(0), "build_id": cat(2)}), DeviceTable({"k": cat(1), "probe_id": cat(2)}), hits
 
 
-def single_gpu_join_s(rows: int, comm, runs: int) -> float | None:
-    """On rank 0: the in-core join of the whole job's random tables on its one GPU (seconds, the
-    minimum of ``runs``), what the distributed join is measured against; None on other ranks."""
+def single_gpu_join_s(make, comm, runs: int, **keys) -> float | None:
+    """On rank 0: the in-core join of the whole job's tables on its one GPU (``make()``: (probe,
+    build, output rows), DeviceTables; ``keys``: ``gpujoin.join``'s), seconds, the minimum of
+    ``runs``: what the distributed join is measured against; None on other ranks."""
     import cupy as cp
 
     import gpujoin
 
     best = None
     if comm.rank == 0:
-        build, probe, hits = random_slice(rows, 0, comm.size, ranks=range(comm.size), xp=cp)
+        probe, build, hits = make()
         for _ in range(runs):
             cp.cuda.get_current_stream().synchronize()
             t0 = time.perf_counter()
-            out = gpujoin.join(probe, build, on="k", device="cuda")
+            out = gpujoin.join(probe, build, device="cuda", **keys)
             cp.cuda.get_current_stream().synchronize()
             dt = time.perf_counter() - t0
             if out.num_rows != hits:
@@ -76,6 +77,17 @@ def single_gpu_join_s(rows: int, comm, runs: int) -> float | None:
         cp.get_default_memory_pool().free_all_blocks()
     comm.barrier()
     return best
+
+
+def _flip(tables):
+    build, probe, hits = tables
+    return probe, build, hits
+
+
+def _on_gpu(probe, build, hits):
+    from ..cuda.table import DeviceTable
+
+    return DeviceTable.from_arrow(probe), DeviceTable.from_arrow(build), hits
 
 
 def _compression_summary(every: list[dict]) -> dict:
@@ -122,9 +134,10 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     rank) or of TPC-H lineitem x orders at scale factor ``sf`` (paper 001's two workloads),
     with each shuffle and compression setting.
 
-    ``placement="gpu"`` (random workload): each rank's tables are made in its GPU's memory and
-    shuffled over NCCL; the NCCL all-to-all of 4 GiB a rank is measured first as the shuffle's
-    ceiling, and rank 0 times the in-core join of the whole job's tables on its one GPU.
+    ``placement="gpu"`` (``device="cuda"``): each rank's tables are in its GPU's memory (the
+    random ones made there, TPC-H's read on the host and copied) and shuffled over NCCL; the
+    NCCL all-to-all of 4 GiB a rank is measured first as the shuffle's ceiling, and rank 0
+    times the in-core join of the whole job's tables on its one GPU.
     ``ranks_per_node`` k: ranks k*i .. k*i + k - 1 play host i (``Communicator.from_mpi``), so
     that one machine runs the two-level shuffle as several hosts (paper 001 §4.2)."""
     from ..backend import resolve_device
@@ -137,8 +150,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
 
         comm = Communicator.from_mpi(ranks_per_node=ranks_per_node)
     gpu = placement == "gpu"
-    if gpu and (workload != "random" or device != "cuda"):
-        raise ValueError("--placement gpu runs the random workload with --device cuda")
+    if gpu and device != "cuda":
+        raise ValueError("--placement gpu joins with --device cuda")
     if comm.rank == 0:  # each step announced first: a step that stops shows in the log (two H100s, 2026-11-25)
         log(f"{comm.size} ranks: timing the {'NCCL' if gpu else 'MPI'} all-to-all ceiling")
     ceiling = comm.measure_alltoall_GBps(4 << 30, 5, device=True) if gpu else comm.measure_alltoall_GBps()
@@ -150,17 +163,29 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     for rows in sizes:
         one_gpu = None
         if workload == "random":
+            keys = dict(on="k")
             if gpu:
                 import cupy as cp
 
                 if comm.rank == 0:
                     log(f"{rows:,} rows a rank: the one-GPU join of the whole job on rank 0")
-                one_gpu = single_gpu_join_s(rows, comm, runs)
+                one_gpu = single_gpu_join_s(lambda: _flip(random_slice(rows, 0, comm.size, ranks=range(comm.size),
+                                                                        xp=cp)), comm, runs, **keys)
             build, probe, hits = random_slice(rows, comm.rank, comm.size, xp=cp if gpu else np)
-            keys = dict(on="k")
         else:
-            probe, build, hits = tpch_slice(sf, comm.rank, comm.size)
+            from ..tpch.data import ensure_data
+
             keys = dict(left_on="l_orderkey", right_on="o_orderkey")
+            if comm.rank == 0:  # generated once, before any rank reads it
+                ensure_data(sf, progress=False)
+            comm.barrier()
+            if gpu:
+                if comm.rank == 0:
+                    log(f"TPC-H SF {sf:g}: the one-GPU join of the whole job on rank 0")
+                one_gpu = single_gpu_join_s(lambda: _on_gpu(*tpch_slice(sf, 0, 1)), comm, runs, **keys)
+            probe, build, hits = tpch_slice(sf, comm.rank, comm.size)
+            if gpu:
+                probe, build, hits = _on_gpu(probe, build, hits)
         want = sum(comm.allgather(hits))
         total_rows = sum(comm.allgather(build.num_rows + probe.num_rows))
         for method, compression in [(m, c) for m in shuffles for c in compressions]:
