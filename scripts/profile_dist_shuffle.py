@@ -36,26 +36,25 @@ if sys.argv[2:3] == ["variants"]:
 
     dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
     sent = sum(int(t.num_rows) * 16 for t in (build, probe)) * (comm.size - 1) // comm.size
-    # env lists: BLOCKS (blocks an SM), SIDE (side streams), RESERVE (SMs left to NCCL after the
-    # first chunk), EARLY (the first chunk partitioned during the count exchange), CHUNKS (log2)
+    # env lists: BLOCKS (blocks an SM), SIDE (side streams), EARLY (the first chunk partitioned
+    # during the count exchange), CHUNKS (log2 rows)
     env = lambda name, default: os.environ.get(name, default).split(",")  # noqa: E731
-    knobs = list(itertools.product(env("BLOCKS", "4"), env("SIDE", "1,2"), env("RESERVE", "0"),
-                                   env("EARLY", "0,1"), [int(c) for c in env("CHUNKS", "26")]))
+    knobs = list(itertools.product(env("BLOCKS", "4"), env("SIDE", "1,2"), env("EARLY", "0,1"),
+                                   [int(c) for c in env("CHUNKS", "26")]))
     ceiling = comm.measure_alltoall_GBps(4 << 30, 5, device=True)
     if comm.rank == 0:
         print(f"NCCL all-to-all of 4 GiB a rank: {ceiling:.0f} GB/s out of a rank", flush=True)
     best = {}
     for _ in range(5):
         for knob in knobs:
-            b, side, reserve, early, c = knob
-            os.environ.update(GPUJOIN_SHUFFLE_SIDE_STREAMS=side, GPUJOIN_SHUFFLE_RESERVED_SMS=reserve,
-                              GPUJOIN_SHUFFLE_EARLY=early)
+            b, side, early, c = knob
+            os.environ.update(GPUJOIN_SHUFFLE_SIDE_STREAMS=side, GPUJOIN_SHUFFLE_EARLY=early)
             ds.DEST_BLOCKS_PER_SM = int(b)
             t, _ = timed(comm, lambda: ds.exchange_many([build, probe], dests, comm, chunk_rows=1 << c), reps=1)
             best[knob] = min(t, best.get(knob, t))
     if comm.rank == 0:
-        for (b, side, reserve, early, c), t in sorted(best.items(), key=lambda x: x[1]):
-            print(f"blocks/SM {b} side streams {side} reserved SMs {reserve} early {early} chunks 2^{c}: "
+        for (b, side, early, c), t in sorted(best.items(), key=lambda x: x[1]):
+            print(f"blocks/SM {b} side streams {side} early {early} chunks 2^{c}: "
                   f"{t * 1e3:.2f} ms ({sent / t / 1e9:.0f} GB/s out of a rank, {t and sent / t / 1e9 / ceiling:.0%})",
                   flush=True)
     sys.exit(0)

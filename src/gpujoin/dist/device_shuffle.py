@@ -12,7 +12,8 @@ rows partitioned by destination rank, the partitions exchanged over NCCL.
   histogram, a prefix sum and a shared-memory-staged scatter of every column and validity mask,
   shuffle.cu; more than 256 ranks, gpujoin's radix partition), every rank's counts gathered over
   MPI, then chunk by chunk every column's messages in one NCCL group
-  (``Communicator.post_device``), the next chunk partitioned meanwhile.
+  (``Communicator.post_device``), the next chunk partitioned meanwhile; the first chunk is
+  partitioned while the host exchanges the counts (laid out from the counts on the GPU).
 """
 
 from __future__ import annotations
@@ -325,6 +326,7 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
     net.wait_event(ready)
     todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
     posted = []
+
     def post(i, k, part, done):
         net.wait_event(done)
         sends, recvs, _ = msgs[i][k]
@@ -482,14 +484,15 @@ class _Chunks:
         with s:
             base = cp.cumsum(self.counts[0]) - self.counts[0]
             at = np.cumsum([0] + [3 * m for _, m, _ in groups])  # each width's addresses, one chunk's
-            self._scatter(0, -1, base, flat, [(w, m, int(a)) for (w, m, _), a in zip(groups, at)], 1)
+            self._scatter(0, -1, base, flat, [(w, m, int(a)) for (w, m, _), a in zip(groups, at)])
             self.early_done = s.record()
         return need
 
-    def _scatter(self, c: int, me: int, base, dev, groups: list, k: int) -> None:
+    def _scatter(self, c: int, me: int, base, dev, groups: list) -> None:
         """dest_scatter of chunk c, a launch a column width: ``base`` int64 (parts,) where its
-        rows to each rank start, ``dev`` the addresses (:meth:`_pointers`, k chunks' worth from
-        ``groups``' offsets (width, columns, first word))."""
+        rows to each rank start, ``dev`` the addresses (:meth:`_pointers`' of every chunk from
+        each of ``groups``' offsets: (width, columns, first word)); ``me`` -1: no rows go to
+        ``own``."""
         import cupy as cp
 
         from ..cuda.primitives import word_type
@@ -502,10 +505,8 @@ class _Chunks:
         # a persistent grid (not a block a tile): fewer blocks ahead of NCCL's in the queue;
         # throttled to 64, 32 or 16 blocks after the first chunk it fell behind NCCL
         # (20.3, 23.3, 40.5 ms against 18.6 at 2^28 rows a rank on two H200s)
-        sms = device_properties(cp.cuda.Device().id)["sms"]
-        if c:  # SMs left to NCCL's groups (GPUJOIN_SHUFFLE_RESERVED_SMS)
-            sms = max(1, sms - int(os.environ.get("GPUJOIN_SHUFFLE_RESERVED_SMS", "0")))
-        grid = min(-(-n // DEST_TILE), sms * DEST_BLOCKS_PER_SM)
+        # (and leaving 8 or 24 of 132 SMs to NCCL's groups changed nothing: 18.5-18.6 ms)
+        grid = min(-(-n // DEST_TILE), device_properties(cp.cuda.Device().id)["sms"] * DEST_BLOCKS_PER_SM)
         for width, m, at in groups:
             row = dev[at + c * 3 * m: at + (c + 1) * 3 * m]
             kernel("shuffle.cu", f"dest_scatter<{word_type(np.dtype(f'u{width}'))}, {self.dtype}>")(
@@ -523,8 +524,7 @@ class _Chunks:
             cp.cuda.get_current_stream().wait_event(self.early_done)
         elif self.direct:
             P = self.parts
-            self._scatter(c, self.me, self.dev[c * P:(c + 1) * P].view(cp.int64), self.dev, self.groups,
-                          len(self.bounds))
+            self._scatter(c, self.me, self.dev[c * P:(c + 1) * P].view(cp.int64), self.dev, self.groups)
             return [b[lo:hi] for b in self.buf]
         # the radix path, or an early chunk 0 (partitioned already: this stream waited for it):
         # this rank's rows copied to their place
