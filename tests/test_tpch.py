@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("duckdb")
-
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
+    pytest.importorskip("duckdb")  # the queries' oracle
     if not (Path(sys.executable).with_name("tpchgen-cli").exists() or shutil.which("tpchgen-cli")):
         pytest.skip("tpchgen-cli is not installed")
     from gpujoin.tpch.data import ensure_data
@@ -44,3 +43,26 @@ def test_broken_oracle_is_caught(data, monkeypatch):
     monkeypatch.setitem(queries.QUERIES, "12", lambda T, q: real(T, q).slice(0, 1))
     (r,) = run(data, ["12"], device="cpu", repeat=1)
     assert not r.validated and "row counts differ" in r.difference
+
+
+def test_processes_asking_at_once_generate_the_data_once(tmp_path, monkeypatch):
+    """The ranks of an MPI job all call ensure_data: one generates, the others wait on the lock
+    and find its data (each had generated it, and a late one replaced the folder another read)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpujoin.tpch import data
+
+    made = []
+
+    def generate(sf, root, target, progress):
+        made.append(sf)
+        time.sleep(0.2)
+        target.mkdir()
+        for t in data.TABLES:
+            (target / f"{t}.parquet").touch()
+
+    monkeypatch.setattr(data, "_generate", generate)
+    with ThreadPoolExecutor(3) as pool:  # (flock excludes another open file of the same process too)
+        got = list(pool.map(lambda _: data.ensure_data(0.5, tmp_path, progress=False), range(3)))
+    assert made == [0.5] and got == [tmp_path / "sf0.5"] * 3

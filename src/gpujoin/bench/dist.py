@@ -172,13 +172,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 one_gpu = single_gpu_join_s(lambda: _flip(random_slice(rows, 0, comm.size, ranks=range(comm.size),
                                                                         xp=cp)), comm, runs, **keys)
             build, probe, hits = random_slice(rows, comm.rank, comm.size, xp=cp if gpu else np)
-        else:
-            from ..tpch.data import ensure_data
-
+        else:  # (the ranks take turns on ensure_data's lock: one generates the data)
             keys = dict(left_on="l_orderkey", right_on="o_orderkey")
-            if comm.rank == 0:  # generated once, before any rank reads it
-                ensure_data(sf, progress=False)
-            comm.barrier()
             if gpu:
                 if comm.rank == 0:
                     log(f"TPC-H SF {sf:g}: the one-GPU join of the whole job on rank 0")

@@ -36,7 +36,9 @@ def ensure_data(sf: float, root: Path | None = None, progress: bool = True) -> P
     """The folder holding ``<table>.parquet`` for scale factor ``sf``, generating it when missing.
 
     Generation writes into a temporary folder beside the target and renames it when every table
-    is complete, so an interrupted run never leaves a half-written data set.
+    is complete, so an interrupted run never leaves a half-written data set; processes that ask
+    at once (the ranks of an MPI job) take turns on a lock file, so one generates and the others
+    find its data.
 
     Raises
     ------
@@ -51,9 +53,30 @@ def ensure_data(sf: float, root: Path | None = None, progress: bool = True) -> P
         raise ValueError(f"the scale factor must be positive, got {sf}")
     root = Path(root) if root is not None else cache_dir() / "tpch"
     target = root / sf_label(sf)
-    if all((target / f"{t}.parquet").exists() for t in TABLES):
+    if _complete(target):
         return target
     root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{sf_label(sf)}.lock", "w") as lock:
+        _lock(lock)  # (released when the file closes)
+        if not _complete(target):  # another process may have made it while this one waited
+            _generate(sf, root, target, progress)
+    return target
+
+
+def _complete(target: Path) -> bool:
+    return all((target / f"{t}.parquet").exists() for t in TABLES)
+
+
+def _lock(f) -> None:
+    """An exclusive lock on the open file ``f`` (none where fcntl is missing: Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+def _generate(sf: float, root: Path, target: Path, progress: bool) -> None:
     exe = _tpchgen()
     tmp = Path(tempfile.mkdtemp(prefix=f".{sf_label(sf)}-", dir=root))
     try:
@@ -74,4 +97,3 @@ def ensure_data(sf: float, root: Path | None = None, progress: bool = True) -> P
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return target
