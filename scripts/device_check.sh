@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -125,7 +125,7 @@ if [[ $stage == bench-multi ]]; then
     --r-share ${RSHARE:-0.5} ${TRANSFER:+--transfer-only} --peers "${PEERS:-}" --input ${INPUT:-pageable} \
     -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
 fi
-if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline ]]; then
+if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline || $stage == tpch-dist ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
   # NCCL variables passed to the ranks; then 4 ranks on 2 GPUs played as 2 hosts of 2
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
@@ -143,6 +143,16 @@ if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline
     # when the pipelined shuffle's partitions and NCCL groups run, kernel by kernel (CUPTI, each rank)
     for c in ${CHUNKS:-25 40}; do
       timeout 150 bash -c "$(declare -f mpi); mpi -n 2 python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c" 2>&1 | head -${LINES_MAX:-120}
+    done
+  fi
+  if [[ $stage == tpch-dist ]]; then
+    # paper 001's TPC-H join with the tables in GPU memory (carry .whl-gpu: tpchgen-cli, nvCOMP):
+    # one level, compression off and cascaded, then two levels with the ranks as hosts of 1
+    for args in "--shuffle one-level --compression none,cascaded" \
+                "--shuffle two-level --ranks-per-node 1 --compression none,auto"; do
+      timeout -k 10 ${BENCH_TIMEOUT:-200} bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli \
+        bench dist --workload tpch --sf ${SF:-10} --device cuda --placement gpu $args --runs ${RUNS:-3} \
+        -o $OUT/bench_dist.jsonl" 2>&1 | grep -v "^\s*$" | tail -9
     done
   fi
   if [[ $stage == bench-dist ]]; then
