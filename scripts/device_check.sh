@@ -65,9 +65,10 @@ if [[ $stage == scale ]]; then
   # parts that each fit a device call (PARTS, default all three): "hybrid" paper 000's hybrid
   # join (2^31 a side, 16 GB a GPU) and "gsm" its GSM (2^29) on 1, 2, 4 (and 8) GPUs with
   # transfer-only beside the models; "dist" paper 001's join with G ranks, a GPU each, 2^28 rows
-  # a rank, one level, then two levels with the ranks playing hosts of 2 and of G/2
+  # a rank, one level, then two levels with the ranks playing hosts of 2 and of G/2; "tpch" its
+  # TPC-H join (SF, default 10) on G ranks, compression off and on, one level and hosts of 2
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-400GB}
-  parts=" ${PARTS:-hybrid gsm dist} "
+  parts=" ${PARTS:-hybrid gsm dist tpch} "
   G=$(nvidia-smi -L | wc -l); counts=1
   for c in 2 4 8; do [[ $c -le $G ]] && counts="$counts,$c"; done
   [[ $parts == *" hybrid "* ]] && GPUS=$counts LOG2N=${LOG2N:-31} BAND="" RUNS=${RUNS:-2} INPUT=pinned TRANSFER=1 \
@@ -83,6 +84,12 @@ if [[ $stage == scale ]]; then
         -o $OUT/bench_dist.jsonl" 2>&1 | tail -6
     done
   fi
+  [[ $parts == *" tpch "* ]] && for args in "--shuffle one-level --compression none,cascaded" \
+      "--shuffle two-level --ranks-per-node 2 --compression none,auto"; do
+    timeout -k 10 ${BENCH_TIMEOUT:-250} bash -c "$(declare -f mpi); mpi -n $G python3 -m gpujoin.cli bench dist \
+      --workload tpch --sf ${SF:-10} --device cuda --placement gpu $args --runs ${RUNS:-3} \
+      -o $OUT/bench_dist.jsonl" 2>&1 | grep -v "^\s*$" | tail -9
+  done
   exit 0
 fi
 if [[ $stage == tests-multi ]]; then
