@@ -474,7 +474,10 @@ class _Chunks:
         need = n * sum(c.dtype.itemsize for c in self.cols)
         if not self.direct or not n or not fits(need):
             return 0
-        self.buf = [cp.empty(n, c.dtype) for c in self.cols]
+        try:
+            self.buf = [cp.empty(n, c.dtype) for c in self.cols]
+        except cp.cuda.memory.OutOfMemoryError:  # (fragmented): no early chunk, rather than this
+            return 0                             # rank failing alone before the others' allgather
         s = _side_streams(1)[0]
         with s:  # the addresses copied before the stream waits for the histograms
             lo = np.zeros((1, 1), np.uint64)
