@@ -341,7 +341,7 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
             if q == 0 and plans[0].early_done is not None:
                 # partitioned already: its group goes first (it had waited for the copy of this
                 # rank's rows and the next chunk's launch: 0.6 ms at 2^28 rows a rank)
-                post(0, 0, [b[slice(*plans[0].bounds[0])] for b in plans[0].buf], plans[0].early_done)
+                post(0, 0, plans[0].sent(0), plans[0].early_done)
                 with s:
                     plans[0].place(0, outs[0])
                 posted.append(None)
@@ -436,29 +436,31 @@ class _Chunks:
         base = np.array(send_starts, np.int64).reshape(len(self.bounds), self.parts)
         base[:, me] = own_rows
         lo = np.array([b[0] for b in self.bounds], np.uint64)[:, None]
-        groups = self._pointers(lo, out)
-        flat = np.concatenate([base.view(np.uint64).ravel()] + [g[2].ravel() for g in groups])
-        self.dev = cp.asarray(flat)
-        k, at = len(self.bounds), base.size  # the addresses follow the bases, group by group
-        self.groups = []
-        for width, m, _ in groups:
-            self.groups.append((width, m, at))
-            at += k * 3 * m
+        words, self.groups = self._pointers(lo, out, base.size)  # the addresses follow the bases
+        self.dev = cp.asarray(np.concatenate([base.view(np.uint64).ravel(), words]))
 
-    def _pointers(self, lo, own: list) -> list:
-        """Per column width: (width, columns, uint64 (chunks, 3 * columns): the input's, the send
-        buffer's and ``own``'s addresses at each chunk's first row (``lo``: uint64 (chunks, 1)),
-        ``own``'s at row 0)."""
+    def _pointers(self, lo, own: list, first: int) -> tuple[np.ndarray, list]:
+        """(uint64 words, groups): per column width, (chunks, 3 * columns) addresses, the
+        input's, the send buffer's and ``own``'s, at each chunk's first row (``lo``: uint64
+        (chunks, 1)), ``own``'s at row 0, one width after the other; groups (width, columns,
+        the width's first word in an array where ``words`` start at word ``first``)."""
         from ..cuda.primitives import _width_groups
 
-        groups = []
+        words, groups, at = [], [], first
         for width, idx in _width_groups(self.cols).items():
             addr = lambda arrays, shift: (np.array([a.data.ptr for a in arrays], np.uint64)[None, :]  # noqa: E731
                                           + shift * np.uint64(width))
             ptrs = np.concatenate([addr([self.cols[i] for i in idx], lo), addr([self.buf[i] for i in idx], lo),
                                    addr([own[i] for i in idx], np.zeros_like(lo))], axis=1)
-            groups.append((width, len(idx), ptrs))
-        return groups
+            words.append(ptrs.ravel())
+            groups.append((width, len(idx), at))
+            at += ptrs.size
+        return np.concatenate(words), groups
+
+    def sent(self, c: int) -> list:
+        """Chunk c's send buffer (a CuPy array a column, rows to rank 0 first)."""
+        lo, hi = self.bounds[c]
+        return [b[lo:hi] for b in self.buf]
 
     def early(self) -> int:
         """Launch chunk 0's partition on the first side stream before the counts reach the host:
@@ -480,14 +482,12 @@ class _Chunks:
             return 0                             # rank failing alone before the others' allgather
         s = _side_streams(1)[0]
         with s:  # the addresses copied before the stream waits for the histograms
-            lo = np.zeros((1, 1), np.uint64)
-            groups = self._pointers(lo, self.buf)
-            flat = cp.asarray(np.concatenate([g[2].ravel() for g in groups]))
+            words, groups = self._pointers(np.zeros((1, 1), np.uint64), self.buf, 0)
+            flat = cp.asarray(words)
         s.wait_event(cp.cuda.get_current_stream().record())
         with s:
             base = cp.cumsum(self.counts[0]) - self.counts[0]
-            at = np.cumsum([0] + [3 * m for _, m, _ in groups])  # each width's addresses, one chunk's
-            self._scatter(0, -1, base, flat, [(w, m, int(a)) for (w, m, _), a in zip(groups, at)])
+            self._scatter(0, -1, base, flat, groups)
             self.early_done = s.record()
         return need
 
@@ -528,11 +528,11 @@ class _Chunks:
         elif self.direct:
             P = self.parts
             self._scatter(c, self.me, self.dev[c * P:(c + 1) * P].view(cp.int64), self.dev, self.groups)
-            return [b[lo:hi] for b in self.buf]
+            return self.sent(c)
         # the radix path, or an early chunk 0 (partitioned already: this stream waited for it):
         # this rank's rows copied to their place
         part = (_partition([x[lo:hi] for x in self.cols], self.dest[lo:hi], self.parts) if not self.direct
-                else [b[lo:hi] for b in self.buf])
+                else self.sent(c))
         src, dst, rows = int(self.send_starts[c][self.me]), int(self.own[c]), int(self.own_counts[c])
         for x, o in zip(part, out):
             o[dst:dst + rows] = x[src:src + rows]
