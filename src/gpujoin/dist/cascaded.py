@@ -234,8 +234,34 @@ def nvcomp():
     try:
         from nvidia import nvcomp as nv
     except ImportError:
-        return None
+        nv = _nvcomp_beside_regular_nvidia()
     return nv
+
+
+def _nvcomp_beside_regular_nvidia():
+    """``nvidia.nvcomp`` where an ``nvidia`` package with an ``__init__.py`` (not the wheels'
+    namespace package) shadows the wheel's folder on a later ``sys.path`` entry: the folder is
+    added to that package's path (on the 4-H200 machines of 2026-11-26 the wheel, installed
+    with ``pip --target``, was otherwise invisible)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    paths = getattr(nvidia, "__path__", None)
+    if paths is None:
+        return None
+    for entry in sys.path:
+        d = Path(entry or ".") / "nvidia"
+        if (d / "nvcomp").is_dir() and str(d) not in list(paths):
+            paths.append(str(d))
+    try:
+        return importlib.import_module("nvidia.nvcomp")
+    except ImportError:
+        return None
 
 
 def device_compressible(dtype) -> bool:
