@@ -13,7 +13,8 @@ stage=${1:-all}
 OUT=${OUT:-device_out}
 mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
-# .whl-gpu/: the larger wheels (nvCOMP, tpchgen-cli) that do not fit one call beside .whl/'s DuckDB
+# .whl-gpu/: the larger wheels that do not fit one call beside .whl/'s DuckDB: tpchgen-cli, nvCOMP (both
+# nvidia-nvcomp-cu13 and its library nvidia-libnvcomp-cu13, which pip download --no-deps leaves out)
 wheels=$( (compgen -G ".whl/*.whl"; compgen -G ".whl-gpu/*.whl") | awk -F/ '!seen[$NF]++')  # each wheel once
 if [[ -n $wheels ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \

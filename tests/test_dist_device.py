@@ -122,10 +122,10 @@ def test_refusals():
 def test_without_nvcomp_cascaded_is_refused_and_auto_sends_uncompressed(monkeypatch):
     from gpujoin.dist import cascaded
 
-    monkeypatch.setattr(cascaded, "nvcomp", lambda: None)
+    monkeypatch.setattr(cascaded, "nvcomp_missing", lambda: "nvCOMP cannot be imported (planted): pip install x")
     comm = Communicator.single()
     t = DeviceTable({"k": cp.arange(3)})
-    with pytest.raises(ImportError, match="nvidia-nvcomp"):
+    with pytest.raises(ImportError, match=r"on rank 0: nvCOMP cannot be imported \(planted\)"):
         shuffle(t, cp.zeros(3, cp.int32), comm, compression="cascaded")
     stats = {}
     got = shuffle(t, cp.zeros(3, cp.int32), comm, compression="auto", stats=stats)

@@ -92,18 +92,14 @@ def test_cascaded_codec_round_trips_and_selects(column):
     assert str(scheme) == want and ratio >= 1.0
 
 
-def test_nvcomp_found_beside_a_regular_nvidia_package(tmp_path):
-    """The nvCOMP wheel's folder on a later path entry than an ``nvidia`` package that has an
-    ``__init__.py`` (which hides namespace portions) is still found."""
-    (tmp_path / "a" / "nvidia").mkdir(parents=True)
-    (tmp_path / "a" / "nvidia" / "__init__.py").write_text("")
-    (tmp_path / "b" / "nvidia" / "nvcomp").mkdir(parents=True)
-    (tmp_path / "b" / "nvidia" / "nvcomp" / "__init__.py").write_text("MARK = 7\n")
-    code = "from gpujoin.dist.cascaded import nvcomp; print(nvcomp().MARK)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b"),
-                                                         str(Path(gpujoin.__file__).parents[1])])}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "7", out.stderr
+def test_nvcomp_missing_says_why_and_what_to_install(monkeypatch):
+    """Where nvCOMP cannot be imported, the reason names the import's error and both wheels."""
+    from gpujoin.dist import cascaded
+
+    monkeypatch.setitem(sys.modules, "nvidia.nvcomp", None)  # (None in sys.modules: ImportError)
+    why = cascaded.nvcomp_missing()
+    assert "nvidia.nvcomp" in why and "nvidia-nvcomp-cu13" in why and "nvidia-libnvcomp-cu13" in why
+    assert cascaded.nvcomp() is None
 
 
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")

@@ -234,34 +234,22 @@ def nvcomp():
     try:
         from nvidia import nvcomp as nv
     except ImportError:
-        nv = _nvcomp_beside_regular_nvidia()
+        return None
     return nv
 
 
-def _nvcomp_beside_regular_nvidia():
-    """``nvidia.nvcomp`` where an ``nvidia`` package with an ``__init__.py`` (not the wheels'
-    namespace package) shadows the wheel's folder on a later ``sys.path`` entry: the folder is
-    added to that package's path (on the 4-H200 machines of 2026-11-26 the wheel, installed
-    with ``pip --target``, was otherwise invisible)."""
+def nvcomp_missing() -> str | None:
+    """Why this process cannot import nvCOMP, with what to install; None when it can.  (The
+    Python wheel alone, installed with --no-deps on the 4-H200 machines, failed on
+    ``libnvcomp.so.6``: the library is the separate wheel ``nvidia-libnvcomp-cu13``.)"""
     import importlib
-    import sys
-    from pathlib import Path
 
     try:
-        import nvidia
-    except ImportError:
-        return None
-    paths = getattr(nvidia, "__path__", None)
-    if paths is None:
-        return None
-    for entry in sys.path:
-        d = Path(entry or ".") / "nvidia"
-        if (d / "nvcomp").is_dir() and str(d) not in list(paths):
-            paths.append(str(d))
-    try:
-        return importlib.import_module("nvidia.nvcomp")
-    except ImportError:
-        return None
+        importlib.import_module("nvidia.nvcomp")
+    except ImportError as e:
+        return (f"nvCOMP cannot be imported ({e}): pip install nvidia-nvcomp-cu13 (-cu12 for CUDA 12), which "
+                f"brings its library wheel nvidia-libnvcomp-cu13")
+    return None
 
 
 def device_compressible(dtype) -> bool:
@@ -308,7 +296,7 @@ class DeviceCodec:
     Raises
     ------
     ImportError
-        nvCOMP is not installed (``pip install nvidia-nvcomp-cu13``, or ``-cu12`` for CUDA 12).
+        nvCOMP cannot be imported (the message says why and what to install).
     """
 
     _codecs: dict = {}
@@ -318,8 +306,8 @@ class DeviceCodec:
 
         nv = nvcomp()
         if nv is None:
-            raise ImportError("cascaded compression of GPU columns needs nvCOMP: pip install nvidia-nvcomp-cu13 "
-                              "(nvidia-nvcomp-cu12 for CUDA 12), or use compression='none'")
+            raise ImportError(f"cascaded compression of GPU columns needs nvCOMP: {nvcomp_missing()}; "
+                              "or use compression='none'")
         if not self._codecs:
             # nvCOMP's buffers from CuPy's pool: with its own allocator (cudaMalloc and cudaFree
             # a call) 2^26 int64 took 3.97 ms to encode and 2.56 to decode, from the pool 1.41

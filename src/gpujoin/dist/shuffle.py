@@ -296,17 +296,17 @@ def shuffle_many(tables: list, dests: list, comm: Communicator, method: str = "a
         raise ValueError(f"unknown compression {compression!r}; valid: {list(COMPRESSIONS)}")
     device = not all(isinstance(t, pa.Table) for t in tables)
     if device and compression != "none":
-        from .cascaded import nvcomp
+        from .cascaded import nvcomp_missing
 
         # every rank alike: one rank without nvCOMP turns it off for all (the paths must agree)
-        have = all(comm.allgather(nvcomp() is not None))
+        missing = [(r, why) for r, why in enumerate(comm.allgather(nvcomp_missing())) if why]
+        have = not missing
         if not have and compression == "cascaded":
-            raise ImportError("compression='cascaded' of tables in GPU memory needs nvCOMP on every rank: "
-                              "pip install nvidia-nvcomp-cu13 (nvidia-nvcomp-cu12 for CUDA 12), "
-                              "or use compression='none'")
+            raise ImportError(f"compression='cascaded' of tables in GPU memory needs nvCOMP on every rank; on rank "
+                              f"{missing[0][0]}: {missing[0][1]}; or use compression='none'")
         if not have:
             if stats is not None:
-                stats["compression_skipped"] = "nvCOMP is not installed on every rank"
+                stats["compression_skipped"] = f"nvCOMP is not installed on every rank (rank {missing[0][0]})"
             compression = "none"
     if device:
         from .device_shuffle import exchange_many
