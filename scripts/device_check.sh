@@ -69,7 +69,7 @@ if [[ $stage == scale ]]; then
   # a rank, one level, then two levels with the ranks playing hosts of 2 and of G/2; "tpch" its
   # TPC-H join (SF, default 10) on G ranks, compression off and on, one level and hosts of 2
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-400GB}
-  parts=" ${PARTS:-hybrid gsm dist tpch} "
+  parts=" ${PARTS:-hybrid gsm dist tpch} "  # and "tests": the gpu tests on G workers and G ranks
   G=$(nvidia-smi -L | wc -l); counts=1
   for c in 2 4 8; do [[ $c -le $G ]] && counts="$counts,$c"; done
   [[ $parts == *" hybrid "* ]] && GPUS=$counts LOG2N=${LOG2N:-31} BAND="" RUNS=${RUNS:-2} INPUT=pinned TRANSFER=1 \
@@ -83,6 +83,14 @@ if [[ $stage == scale ]]; then
         --rows ${ROWS:-268435456} --device cuda --placement gpu --compression ${COMPRESSION:-none} --runs ${RUNS:-3} \
         $([[ $rpn == one ]] && echo --shuffle one-level || echo --shuffle two-level --ranks-per-node $rpn) \
         -o $OUT/bench_dist.jsonl" 2>&1 | tail -6
+    done
+  fi
+  if [[ $parts == *" tests "* ]]; then
+    GPUJOIN_TEST_GPUS=$G timeout ${TEST_TIMEOUT:-250} python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short \
+      -rf -W ignore::Warning tests/test_multi_gpu.py tests/test_dist_device.py 2>&1 | tail -8
+    for rpn in "''" 2; do
+      timeout -k 5 150 bash -c "$(declare -f mpi); mpi -n $G python3 tests/mpi_dist_check.py $rpn cuda" 2>&1 \
+        | grep -a "ok$\|rror" | tail -$((G + 2))
     done
   fi
   [[ $parts == *" tpch "* ]] && for args in "--shuffle one-level --compression none,cascaded" \

@@ -152,6 +152,7 @@ def device_tables(comm, extra, left, right):
                 assert isinstance(out, DeviceTable) and stats["transport"] == "nccl", type(out)
                 if compression == "cascaded" and comm.rank == 0:  # "k": 0..499, bit-packed
                     assert "k" in stats["compression"], stats["compression"]
+                    assert stats["wire_bytes_sent"] < stats["bytes_sent"], stats
                 got = gathered(comm, out.to_arrow())
                 if comm.rank == 0:
                     print(f"device {method} {how} {on}", flush=True)

@@ -206,7 +206,10 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
                               f"more ranks, or host tables (the MPI shuffle)")
     if stats is not None:
         for us, r in zip(of, row):
-            stats["bytes_sent"] = stats.get("bytes_sent", 0) + int((cnt[us].sum() - cnt[us, me].sum()) * r)
+            sent = int((cnt[us].sum() - cnt[us, me].sum()) * r)
+            stats["bytes_sent"] = stats.get("bytes_sent", 0) + sent
+            if not compressed:  # (a compressed exchange counts what its messages hold)
+                stats["wire_bytes_sent"] = stats.get("wire_bytes_sent", 0) + sent
             stats["bytes_received"] = stats.get("bytes_received", 0) + int(
                 (their_cnt[us].sum() - their_cnt[us, me].sum()) * r)
     if compressed:

@@ -244,6 +244,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
                       "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
+                      # (compressed messages count their compressed bytes)
+                      "wire_bytes_sent": moved.get("wire_bytes_sent", 0),
                       "compression": moved.get("compression", {})})
     return out
 
