@@ -93,3 +93,34 @@ def test_planner_model_takes_the_measured_duplex_rate(monkeypatch):
     # hybrid: 2(|R| + |S|) both ways over two links, at 75 GB/s each instead of 110
     assert measured["hybrid"] - twice["hybrid"] == pytest.approx(2 * (r + s) / 150e9 - 2 * (r + s) / 220e9)
     assert measured["nl"] == twice["nl"]  # one way only
+
+
+def test_measured_links_share_of_an_aggregate_is_at_most_one_link():
+    """Rates probed on every GPU of a four-GPU machine, used for two: each GPU's share of the
+    aggregate is capped by its own link's rate; for four the aggregate's quarter stands."""
+    from gpujoin.plan.multi_gpu_cost import measured_links
+
+    rates = {"pcie": 55e9, "pcie_all": 174e9, "duplex_1": 100e9, "duplex_all": 170e9, "p2p": 395e9}
+    two, four, one = measured_links(rates, 2), measured_links(rates, 4), measured_links(rates, 1)
+    assert (two.h2d, two.duplex) == (55e9, 85e9)
+    assert (four.h2d, four.duplex) == (174e9 / 4, 170e9 / 4)
+    assert (one.h2d, one.duplex) == (55e9, 100e9)
+    only_all = measured_links({"pcie_all": 174e9}, 2)
+    assert only_all.h2d == 87e9  # no single-link probe: the aggregate's share alone
+
+
+def test_placement_pass1_is_bounded_by_every_link_at_once():
+    """Placement.predict on four GPUs: the inputs come in at the rate measured for all links
+    at once when that is below four single links, and the spill's duplex bound likewise."""
+    from gpujoin.plan.placement import plan_placement
+
+    n = 1 << 31
+    pl = plan_placement([n, n], [8, 8], 16 * 10**9, gpus=4, force_out_of_core=True)
+    base = {"pcie": 55e9, "host_in": float("inf"), "gpu_join": float("inf")}
+    alone = pl.predict(0, base)["pass1"]
+    shared = pl.predict(0, {**base, "pcie_all": 174e9})["pass1"]
+    assert alone == pytest.approx(pl.input_bytes / 220e9) and shared == pytest.approx(pl.input_bytes / 174e9)
+    duplex = pl.predict(0, {**base, "pcie_all": 174e9, "duplex_1": 100e9, "duplex_all": 170e9})["pass1"]
+    assert duplex == pytest.approx((pl.input_bytes + pl.spill_bytes) / 170e9)
+    one = plan_placement([n, n], [8, 8], 16 * 10**9, force_out_of_core=True)
+    assert one.predict(0, {**base, "pcie_all": 174e9})["pass1"] == pytest.approx(one.input_bytes / 55e9)

@@ -186,10 +186,10 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
 
 def link_rates() -> dict:
     """The calibrated link rates for ``Placement.predict`` (bytes/s: ``pcie`` one GPU's pinned
-    host-to-device copy, ``p2p`` GPU to GPU, ``host_in`` the staging copy of one GPU's thread
-    while that GPU's DMA reads pinned memory),
-    from the cache of this GPU model; {} when it holds
-    none (the placement module's constants stand)."""
+    host-to-device copy, ``pcie_all`` every GPU's at once, ``p2p`` GPU to GPU, ``host_in`` the
+    staging copy of one GPU's thread while that GPU's DMA reads pinned memory, ``duplex_1`` /
+    ``duplex_all``) from the cache of this GPU model; {} when it holds none (the placement
+    module's constants stand)."""
     try:
         import cupy as cp
 
@@ -201,6 +201,8 @@ def link_rates() -> dict:
     out = {}
     if "h2d_gpu0_GBps" in links:
         out["pcie"] = links["h2d_gpu0_GBps"] * 1e9
+    if "h2d_all_GBps" in links:
+        out["pcie_all"] = links["h2d_all_GBps"] * 1e9
     if "p2p_GBps" in links:
         out["p2p"] = links["p2p_GBps"] * 1e9
     if "host_in_dma_1_GBps" in links:

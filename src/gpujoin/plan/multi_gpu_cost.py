@@ -56,15 +56,23 @@ def measured_links(rates: dict, gpus: int) -> Links:
     ``pcie`` one GPU's host-to-device rate (``pcie_all`` every GPU's at once, shared out among
     several), ``p2p``, ``duplex_1`` / ``duplex_all`` both directions of one link / of every GPU's
     at once (shared out; twice the one-way rate without them), ``host_in`` the staging copy of
-    pageable input, all GPUs together (absent or inf: the input is page-locked)."""
+    pageable input, all GPUs together (absent or inf: the input is page-locked).  A GPU's share
+    of an all-at-once rate is at most its own link's: the probes run on every GPU of the
+    machine, and fewer GPUs split the same aggregate among fewer (on four H200s, 174 GB/s
+    host-to-device over 2 GPUs would have been 87 GB/s a 55 GB/s link)."""
     d = max(1, gpus)
     links = H200_HOST
-    pcie = rates["pcie_all"] / d if d > 1 and "pcie_all" in rates else rates.get("pcie")
+
+    def share(one, every):  # one GPU's rate, capped by its part of every GPU's at once
+        known = [x for x in (one, every / d if d > 1 and every else None) if x]
+        return min(known) if known else None
+
+    pcie = share(rates.get("pcie"), rates.get("pcie_all"))
     if pcie:
         links = replace(links, h2d=pcie, duplex=2 * pcie)
     if "p2p" in rates:
         links = replace(links, p2p=rates["p2p"])
-    duplex = rates.get("duplex_1") if d == 1 else rates.get("duplex_all", 0.0) / d or None
+    duplex = rates.get("duplex_1") if d == 1 else share(rates.get("duplex_1"), rates.get("duplex_all"))
     if duplex:
         links = replace(links, duplex=duplex)
     if rates.get("host_in") and math.isfinite(rates["host_in"]):

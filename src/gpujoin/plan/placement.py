@@ -82,7 +82,8 @@ class Placement:
         copy with every GPU's thread copying at once, each GPU's DMA reading pinned memory
         meanwhile: ``measure_links``' host_in_dma; the copy's rate alone predicted 35-49% too
         little on two H200s, whose DMA reads halved it; inf for page-locked input, read in
-        place), ``host_out``, ``p2p``, ``gpu_join`` (inf: the transfer-only time), and
+        place), ``pcie_all`` (every GPU's host-to-device copies at once, bytes/s summed),
+        ``host_out``, ``p2p``, ``gpu_join`` (inf: the transfer-only time), and
         ``duplex_1`` / ``duplex_all`` (both directions of the links at once, bytes each way
         summed, one GPU / every GPU together: ``measure_links``' duplex), which bound pass 1
         when its spill leaves while the chunks come in (two H100s, pinned input: pass 1 moved
@@ -91,8 +92,13 @@ class Placement:
         r = {"pcie": PCIE_BPS, "host_in": HOST_IN_BPS, "host_out": HOST_OUT_BPS, "p2p": P2P_BPS,
              "gpu_join": GPU_JOIN_BPS, **(rates or {})}
         d = self.gpus  # each GPU its own link; the host's copies and memory are shared
-        pass1 = self.input_bytes / min(d * r["pcie"], r["host_in"])
-        duplex = r.get("duplex_1" if d == 1 else "duplex_all")
+        # every GPU's links at once (``pcie_all``, ``duplex_all``: probed on all the machine's
+        # GPUs) carry at most d links' worth: four H200s took 174 GB/s in, not 4 x 55.5
+        links_in = min(d * r["pcie"], r.get("pcie_all") or float("inf")) if d > 1 else r["pcie"]
+        pass1 = self.input_bytes / min(links_in, r["host_in"])
+        duplex = r.get("duplex_1")
+        if d > 1:
+            duplex = min((x for x in (r.get("duplex_all"), duplex and d * duplex) if x), default=None)
         if duplex:  # the spill goes out over the same links while the input comes in
             pass1 = max(pass1, (self.input_bytes + self.spill_bytes) / duplex)
         # a partition's cached pieces are spread over the GPUs: (d - 1)/d of them cross a peer link
