@@ -74,6 +74,11 @@ if [[ $stage == scale ]]; then
   for c in 2 4 8; do [[ $c -le $G ]] && counts="$counts,$c"; done
   [[ $parts == *" hybrid "* ]] && GPUS=$counts LOG2N=${LOG2N:-31} BAND="" RUNS=${RUNS:-2} INPUT=pinned TRANSFER=1 \
     timeout ${MULTI_TIMEOUT:-500} bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
+  # "hybrid-profile": where the hybrid join's pass 2 goes on every GPU (the GPUs' pass 2s one at a
+  # time against side by side, then the GIL's switch interval shortened), 2^LOG2N pinned
+  [[ $parts == *" hybrid-profile "* ]] && for m in sides switch; do
+    timeout ${PROFILE_TIMEOUT:-250} python3 scripts/profile_hybrid.py ${LOG2N:-31} phj-tr 2 $m 2>&1 | tail -12
+  done
   [[ $parts == *" gsm "* ]] && GPUS=$counts LOG2N=29 INNER=gsm BAND=${BAND-24} RUNS=1 INPUT=pinned TRANSFER=1 \
     timeout ${MULTI_TIMEOUT:-500} bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
   if [[ $parts == *" dist "* ]]; then

@@ -3,10 +3,11 @@ int32 tuples in page-locked host memory on 1 GPU and on every GPU, then on every
 GPUs' pass 2 taken one at a time (a lock around each worker's pass 2): if that is as fast a
 GPU, the GPUs' joins do not run side by side (a host-side lock: the GIL, the driver's).
 
-    python3 scripts/profile_hybrid.py [log2_n=28] [inner=phj-tr] [runs=3] [sides|cprofile|warm|async|nopeer]
+    python3 scripts/profile_hybrid.py [log2_n=28] [inner=phj-tr] [runs=3] [sides|cprofile|warm|async|nopeer|switch]
 
 (cprofile: the host's own time in one GPU's pass 2 of 16 partitions; warm: the GPUs' pools
-never emptied between or inside runs; async: cudaMallocAsync pools; nopeer: peer access off.)
+never emptied between or inside runs; async: cudaMallocAsync pools; nopeer: peer access off;
+switch: the GIL's switch interval shortened.)
 nsys: profile with ``-t cuda`` only (with osrt its importer failed on the H100 pair).
 """
 
@@ -127,6 +128,22 @@ def no_peers():
     run(g, "no peer access")
 
 
+def switch_interval():
+    """Every GPU at Python's default GIL switch interval (5 ms), then at 1 ms, 0.1 ms and 0.02 ms: a
+    thread back from a CUDA sync waits for the interpreter lock while the others launch kernels,
+    up to an interval each time (the convoy effect); if pass 2 shortens as the interval does,
+    the GPUs' threads queue on the GIL."""
+    g = device_count()
+    default = sys.getswitchinterval()
+    try:
+        for interval in (default, 1e-3, 1e-4, 2e-5):
+            sys.setswitchinterval(interval)
+            run(g, f"switch interval {interval * 1e3:g} ms")
+    finally:
+        sys.setswitchinterval(default)
+
+
 mode = sys.argv[4] if len(sys.argv) > 4 else "sides"
 with pinned_host(rk, rp, sk, sp):
-    {"cprofile": host_time, "warm": warm_pools, "sides": sides, "async": async_pools, "nopeer": no_peers}[mode]()
+    {"cprofile": host_time, "warm": warm_pools, "sides": sides, "async": async_pools, "nopeer": no_peers,
+     "switch": switch_interval}[mode]()
