@@ -163,7 +163,7 @@ if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline
   if [[ $stage == shuffle-timeline ]]; then
     # when the pipelined shuffle's partitions and NCCL groups run, kernel by kernel (CUPTI, each rank)
     for c in ${CHUNKS:-25 40}; do
-      timeout 150 bash -c "$(declare -f mpi); mpi -n 2 python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c" 2>&1 | head -${LINES_MAX:-120}
+      timeout 150 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c" 2>&1 | head -${LINES_MAX:-120}
     done
   fi
   if [[ $stage == tpch-dist ]]; then
