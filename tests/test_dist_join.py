@@ -191,6 +191,28 @@ def test_mpi_bench_dist(tmp_path):
     assert rec["output_rows"] == 60_175 and rec["columns"]["o_orderpriority"]["scheme"] == "bitpack"
 
 
+def test_bench_dist_emits_each_record_before_a_later_failure(monkeypatch):
+    """A setting that fails leaves the records of those timed before it written (emit)."""
+    import importlib
+
+    from gpujoin.bench.dist import bench_dist
+
+    dj = importlib.import_module("gpujoin.dist.join")  # (the package's `join` is the function)
+    real = dj.join
+
+    def flaky(*a, **k):
+        if k.get("compression") == "cascaded":
+            raise RuntimeError("planted")
+        return real(*a, **k)
+
+    monkeypatch.setattr(dj, "join", flaky)
+    got = []
+    with pytest.raises(RuntimeError, match="planted"):
+        bench_dist([3000], ["one-level"], "cpu", 1, log=lambda m: None, compressions=["none", "cascaded"],
+                   emit=got.append)
+    assert [(r["compression"], r["correct"]) for r in got] == [("none", True)]
+
+
 def test_selector_reproduces_paper_001_table_1():
     """On TPC-H's shuffled columns (SF 0.01) the selector picks Table 1's configurations:
     O_ORDERKEY and L_ORDERKEY 2 RLEs + 1 delta + bit-packing, O_ORDERPRIORITY bit-packing alone."""

@@ -467,11 +467,10 @@ def cmd_bench_dist(a):
 
     shuffles = _choices(a.shuffle, ("auto", "one-level", "two-level"), "--shuffle")
     compressions = _choices(a.compression, ("none", "auto", "cascaded"), "--compression")
-    records = bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs, log=_stderr,
-                         workload=a.workload, sf=a.sf, compressions=compressions, placement=a.placement,
-                         ranks_per_node=a.ranks_per_node)
-    if records:  # rank 0's
-        _write_records(records, a.output)
+    # each record written as it is made (on rank 0): those before a failing setting stay
+    bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs, log=_stderr,
+               workload=a.workload, sf=a.sf, compressions=compressions, placement=a.placement,
+               ranks_per_node=a.ranks_per_node, emit=lambda r: _write_records([r], a.output))
 
 
 def cmd_bench_compression(a):

@@ -129,7 +129,7 @@ def tpch_slice(sf: float, rank: int, size: int):
 
 def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print,
                workload: str = "random", sf: float = 1.0, compressions: list[str] = ("none",),
-               placement: str = "host", ranks_per_node: int | None = None) -> list[dict]:
+               placement: str = "host", ranks_per_node: int | None = None, emit=None) -> list[dict]:
     """Records (on rank 0) of the distributed join of the random workload (``rows_list`` rows a
     rank) or of TPC-H lineitem x orders at scale factor ``sf`` (paper 001's two workloads),
     with each shuffle and compression setting.
@@ -139,7 +139,10 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     NCCL all-to-all of 4 GiB a rank is measured first as the shuffle's ceiling, and rank 0
     times the in-core join of the whole job's tables on its one GPU.
     ``ranks_per_node`` k: ranks k*i .. k*i + k - 1 play host i (``Communicator.from_mpi``), so
-    that one machine runs the two-level shuffle as several hosts (paper 001 §4.2)."""
+    that one machine runs the two-level shuffle as several hosts (paper 001 §4.2).
+    ``emit(record)``: called on rank 0 with each record once made, so that the settings timed
+    before one that fails are kept (on four H200s a failing compression setting had lost the
+    whole run's records)."""
     from ..backend import resolve_device
     from ..dist.join import default_communicator, join
 
@@ -224,6 +227,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                         f"{one_gpu * 1e3:.1f} ms: {one_gpu / best:.2f}x, "
                         f"{total_rows / best / comm.size / 1e9:.2f} G tuples/s a GPU")
                 what = f"{rows:,} rows a rank" if workload == "random" else f"TPC-H SF {sf:g}"
+                if emit is not None:
+                    emit(records[-1])
                 log(f"{what}, {method}, compression {compression}: {best * 1e3:,.1f} ms, "
                     f"{total_rows / best / 1e9:.3f} G tuples/s (partition {phases['partition'] * 1e3:.1f}, "
                     f"shuffle {phases['shuffle'] * 1e3:.1f}, local join {phases['local_join'] * 1e3:.1f} ms)")
