@@ -453,13 +453,14 @@ def cmd_bench_multi_gpu(a):
     shares = [float(x) for x in _csv_list(a.r_share)]
     if any(not 0 < x < 1 for x in shares):
         raise ValueError(f"--r-share takes fractions between 0 and 1 (|R| of |R| + |S|), got {a.r_share!r}")
-    records = bench_multi_gpu([int(x) for x in _csv_list(a.log2_n)], [int(x) for x in _csv_list(a.gpus)],
-                              a.memory_limit, inner, [int(x) for x in _csv_list(a.band_log2_n)], a.band_width,
-                              a.runs, a.streams, log=_stderr, zipf=[float(x) for x in _csv_list(a.zipf)],
-                              output_ratios=[int(x) for x in _csv_list(a.output_ratio)],
-                              r_shares=[float(x) for x in _csv_list(a.r_share)], transfer_only=a.transfer_only,
-                              peers=peers, inputs=_choices(a.input, ("pageable", "pinned"), "--input"))
-    _write_records(records, a.output)
+    # each record written as it is made: those before a failing GPU count or size stay
+    bench_multi_gpu([int(x) for x in _csv_list(a.log2_n)], [int(x) for x in _csv_list(a.gpus)],
+                    a.memory_limit, inner, [int(x) for x in _csv_list(a.band_log2_n)], a.band_width,
+                    a.runs, a.streams, log=_stderr, zipf=[float(x) for x in _csv_list(a.zipf)],
+                    output_ratios=[int(x) for x in _csv_list(a.output_ratio)],
+                    r_shares=[float(x) for x in _csv_list(a.r_share)], transfer_only=a.transfer_only,
+                    peers=peers, inputs=_choices(a.input, ("pageable", "pinned"), "--input"),
+                    emit=lambda r: _write_records([r], a.output))
 
 
 def cmd_bench_dist(a):

@@ -37,6 +37,14 @@ def zipf_keys(n: int, z: float, seed: int, count: int | None = None) -> np.ndarr
     return out
 
 
+def _keep(records: list, emit, *made: dict) -> None:
+    """Append ``made`` to ``records``, each handed to ``emit`` (when given) as it comes."""
+    for rec in made:
+        records.append(rec)
+        if emit is not None:
+            emit(rec)
+
+
 def _sizes(log2_n: int, share: float) -> tuple[int, int]:
     """(|R|, |S|) with |R| + |S| = 2 * 2^log2_n and |R| that ``share`` of it (paper 000 Fig. 10)."""
     total = 2 << log2_n
@@ -47,7 +55,8 @@ def _sizes(log2_n: int, share: float) -> tuple[int, int]:
 def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], runs: int,
                  streams: int = 3, seed: int = 42, log=print, base: dict | None = None,
                  zipf: list[float] = (0.0,), output_ratios: list[int] = (1,), r_shares: list[float] = (0.5,),
-                 transfer_only: bool = False, peers: list[str] = (), inputs: list[str] = ("pageable",)) -> list[dict]:
+                 transfer_only: bool = False, peers: list[str] = (), inputs: list[str] = ("pageable",),
+                 emit=None) -> list[dict]:
     """One record a (size, |R| share, Zipf exponent of S's keys, output ratio, GPUs, in-core
     join): the hybrid join's SUM over int32 tuples (``inner`` "gsm": the global sort-merge join
     instead).  Output ratio k (paper 000 Fig. 11): R's keys folded onto |R|/k values, each held
@@ -61,7 +70,8 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
     "duckdb", "polars", "cpu-radix") on the host's cores, once a workload of uniform keys.
     ``inputs``: "pageable" and/or "pinned", the latter the four columns page-locked in place
     (``outofcore.stream.pinned_host``, paper 000's pinned inputs): the chunks' DMA reads them
-    with no staging copy."""
+    with no staging copy.  ``emit(record)``: called with each record once made (the CLI
+    writes it then, so that a later failure keeps it)."""
     import itertools
 
     import cupy as cp
@@ -149,10 +159,11 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                         phases = " ".join(f"{k}={v:.2f}" for k, v in t_stats["phases"].items())
                         log(f"  transfer only: {t_med:.2f} s ({phases}); predicted {sum(predicted.values()):.2f} s "
                             f"({err:+.0%}); the join's share {1 - t_med / med:.0%}")
-                    records.append(rec)
+                    _keep(records, emit, rec)
         if peers and not z and k == 1:  # the host engines once a workload (no GPU budget applies)
-            records += bench_baselines(list(peers), log2_n, rk, rp, sk, sp, None, 1,
-                                       {**(base or {}), "benchmark": "multi-gpu"}, int(sp.sum(dtype=np.int64)), log)
+            _keep(records, emit, *bench_baselines(list(peers), log2_n, rk, rp, sk, sp, None, 1,
+                                                  {**(base or {}), "benchmark": "multi-gpu"},
+                                                  int(sp.sum(dtype=np.int64)), log))
         del rk, rp, sk, sp
     return records
 
@@ -226,9 +237,10 @@ def _fresh_write_s(table) -> tuple[float, int]:
 
 
 def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: int, log=print,
-               base: dict | None = None, transfer_only: bool = False) -> list[dict]:
+               base: dict | None = None, transfer_only: bool = False, emit=None) -> list[dict]:
     """One record a (size, GPUs): join_where's band join through the ring; with
-    ``transfer_only`` also the ring with no block joined, beside paper 000's Eqs. 1-3."""
+    ``transfer_only`` also the ring with no block joined, beside paper 000's Eqs. 1-3.
+    ``emit(record)`` as :func:`bench_hybrid`'s."""
     from ..expr import col
     from ..plan.join_where import execute_join_where
     from .join_where import band_tables
@@ -269,15 +281,16 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
                 log(f"  transfer only: {rec['transfer_only_s']:.3f} s (ring {rec['transfer_only_ring_s']:.3f} s, of "
                     f"which threads and buffers before any copy {rec['transfer_only_fixed_s']:.3f} s); "
                     f"predicted (Eqs. 1-3) {rec['predicted_transfer_s']:.3f} s")
-            records.append(rec)
+            _keep(records, emit, rec)
     return records
 
 
 def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], band_log2: list[int],
                     band_width: int, runs: int, streams: int = 3, log=print, zipf: list[float] = (0.0,),
                     output_ratios: list[int] = (1,), r_shares: list[float] = (0.5,), transfer_only: bool = False,
-                    peers: list[str] = (), inputs: list[str] = ("pageable",)) -> list[dict]:
-    """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``."""
+                    peers: list[str] = (), inputs: list[str] = ("pageable",), emit=None) -> list[dict]:
+    """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``
+    (``emit(record)``: each record once made)."""
     from ..dist.devices import device_count
     from ..plan.calibrate import measure_links
 
@@ -291,7 +304,8 @@ def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, in
             "date": time.strftime("%Y-%m-%d"), "links": links}
     records = bench_hybrid(log2_sizes, gpu_counts, limit, inner, runs, streams, log=log, base=base,
                            zipf=zipf, output_ratios=output_ratios, r_shares=r_shares, transfer_only=transfer_only,
-                           peers=peers, inputs=inputs) if log2_sizes else []
+                           peers=peers, inputs=inputs, emit=emit) if log2_sizes else []
     if band_log2:
-        records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base, transfer_only=transfer_only)
+        records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base, transfer_only=transfer_only,
+                              emit=emit)
     return records
