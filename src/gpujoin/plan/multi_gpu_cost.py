@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from .placement import links_rate
+
 ALGORITHMS = ("nl", "gsm", "hybrid")
 
 
@@ -62,19 +64,14 @@ def measured_links(rates: dict, gpus: int) -> Links:
     host-to-device over 2 GPUs would have been 87 GB/s a 55 GB/s link)."""
     d = max(1, gpus)
     links = H200_HOST
-
-    def share(one, every):  # one GPU's rate, capped by its part of every GPU's at once
-        known = [x for x in (one, every / d if d > 1 and every else None) if x]
-        return min(known) if known else None
-
-    pcie = share(rates.get("pcie"), rates.get("pcie_all"))
+    pcie = links_rate(rates.get("pcie"), rates.get("pcie_all"), d)
     if pcie:
-        links = replace(links, h2d=pcie, duplex=2 * pcie)
+        links = replace(links, h2d=pcie / d, duplex=2 * pcie / d)
     if "p2p" in rates:
         links = replace(links, p2p=rates["p2p"])
-    duplex = rates.get("duplex_1") if d == 1 else share(rates.get("duplex_1"), rates.get("duplex_all"))
+    duplex = links_rate(rates.get("duplex_1"), rates.get("duplex_all"), d)
     if duplex:
-        links = replace(links, duplex=duplex)
+        links = replace(links, duplex=duplex / d)
     if rates.get("host_in") and math.isfinite(rates["host_in"]):
         links = replace(links, host_in=rates["host_in"])
     return links

@@ -42,6 +42,14 @@ SLACK = 64 << 20
 
 def slack(budget: int) -> int:
     return min(SLACK, budget // 8)
+
+
+def links_rate(one: float | None, every: float | None, gpus: int) -> float | None:
+    """Bytes/s that ``gpus`` GPUs' links carry at once: that many times one link's rate
+    (``one``), at most the rate probed on every GPU of the machine at once (``every``: the host
+    shares its memory; four H200s took 174 GB/s in, not 4 x 55.5); None when neither is known."""
+    known = [x for x in (one and gpus * one, every if gpus > 1 else None) if x]
+    return min(known) if known else None
 MAX_PASS1_BITS = 16
 
 
@@ -92,13 +100,8 @@ class Placement:
         r = {"pcie": PCIE_BPS, "host_in": HOST_IN_BPS, "host_out": HOST_OUT_BPS, "p2p": P2P_BPS,
              "gpu_join": GPU_JOIN_BPS, **(rates or {})}
         d = self.gpus  # each GPU its own link; the host's copies and memory are shared
-        # every GPU's links at once (``pcie_all``, ``duplex_all``: probed on all the machine's
-        # GPUs) carry at most d links' worth: four H200s took 174 GB/s in, not 4 x 55.5
-        links_in = min(d * r["pcie"], r.get("pcie_all") or float("inf")) if d > 1 else r["pcie"]
-        pass1 = self.input_bytes / min(links_in, r["host_in"])
-        duplex = r.get("duplex_1")
-        if d > 1:
-            duplex = min((x for x in (r.get("duplex_all"), duplex and d * duplex) if x), default=None)
+        pass1 = self.input_bytes / min(links_rate(r["pcie"], r.get("pcie_all"), d), r["host_in"])
+        duplex = links_rate(r.get("duplex_1"), r.get("duplex_all"), d)
         if duplex:  # the spill goes out over the same links while the input comes in
             pass1 = max(pass1, (self.input_bytes + self.spill_bytes) / duplex)
         # a partition's cached pieces are spread over the GPUs: (d - 1)/d of them cross a peer link
