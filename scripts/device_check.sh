@@ -74,11 +74,11 @@ if [[ $stage == scale ]]; then
   for c in 2 4 8; do [[ $c -le $G ]] && counts="$counts,$c"; done
   [[ $parts == *" hybrid "* ]] && GPUS=$counts LOG2N=${LOG2N:-31} BAND="" RUNS=${RUNS:-2} INPUT=pinned TRANSFER=1 \
     timeout ${MULTI_TIMEOUT:-500} bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
-  # "hybrid-profile": where the hybrid join's pass 2 goes on every GPU (the GPUs' pass 2s one at a
-  # time against side by side, then the GIL's switch interval shortened), 2^LOG2N pinned
-  [[ $parts == *" hybrid-profile "* ]] && for m in sides switch; do
-    timeout ${PROFILE_TIMEOUT:-250} python3 scripts/profile_hybrid.py ${LOG2N:-31} phj-tr 2 $m 2>&1 | tail -12
-  done
+  # "hybrid-profile": where the hybrid join's passes go on every GPU, 2^LOG2N pinned: a CUPTI
+  # timeline of each GPU's copies and kernels, the GIL's switch interval shortened, the GPUs'
+  # pass 2s one at a time against side by side (MODES: profile_hybrid.py's modes)
+  [[ $parts == *" hybrid-profile "* ]] && timeout ${PROFILE_TIMEOUT:-300} python3 scripts/profile_hybrid.py \
+    ${LOG2N:-31} phj-tr 2 ${MODES:-timeline,switch,sides} 2>&1 | tee "$OUT/profile_hybrid.txt" | tail -${LINES_MAX:-60}
   [[ $parts == *" gsm "* ]] && GPUS=$counts LOG2N=29 INNER=gsm BAND=${BAND-24} RUNS=1 INPUT=pinned TRANSFER=1 \
     timeout ${MULTI_TIMEOUT:-500} bash "$0" bench-multi 2>&1 | grep -v "^NVIDIA" | tail -30
   if [[ $parts == *" dist "* ]]; then
@@ -163,7 +163,8 @@ if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline
   if [[ $stage == shuffle-timeline ]]; then
     # when the pipelined shuffle's partitions and NCCL groups run, kernel by kernel (CUPTI, each rank)
     for c in ${CHUNKS:-25 40}; do
-      timeout 150 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c" 2>&1 | head -${LINES_MAX:-120}
+      timeout 150 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c" 2>&1 \
+        | tee "$OUT/shuffle_timeline_${RANKS:-2}_$c.txt" | head -${LINES_MAX:-120}
     done
   fi
   if [[ $stage == tpch-dist ]]; then

@@ -3,11 +3,12 @@ int32 tuples in page-locked host memory on 1 GPU and on every GPU, then on every
 GPUs' pass 2 taken one at a time (a lock around each worker's pass 2): if that is as fast a
 GPU, the GPUs' joins do not run side by side (a host-side lock: the GIL, the driver's).
 
-    python3 scripts/profile_hybrid.py [log2_n=28] [inner=phj-tr] [runs=3] [sides|cprofile|warm|async|nopeer|switch]
+    python3 scripts/profile_hybrid.py [log2_n=28] [inner=phj-tr] [runs=3] [MODE[,MODE...]]
 
-(cprofile: the host's own time in one GPU's pass 2 of 16 partitions; warm: the GPUs' pools
-never emptied between or inside runs; async: cudaMallocAsync pools; nopeer: peer access off;
-switch: the GIL's switch interval shortened.)
+MODE: sides (default), cprofile (the host's own time in one GPU's pass 2 of 16 partitions),
+warm (the GPUs' pools never emptied between or inside runs), async (cudaMallocAsync pools),
+nopeer (peer access off), switch (the GIL's switch interval shortened), timeline (one run on
+every GPU under CUPTI: each GPU's copy engines and SMs busy or idle in each pass).
 nsys: profile with ``-t cuda`` only (with osrt its importer failed on the H100 pair).
 """
 
@@ -143,7 +144,118 @@ def switch_interval():
         sys.setswitchinterval(default)
 
 
-mode = sys.argv[4] if len(sys.argv) > 4 else "sides"
+def _union(iv: list) -> float:
+    """Length covered by the intervals [(start, end)]."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(iv):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _gaps(iv: list, lo: float, hi: float) -> list:
+    """The idle stretches [(start, length)] of [lo, hi) that no interval covers."""
+    out, end = [], lo
+    for a, b in sorted(iv):
+        if a > end:
+            out.append((end, a - end))
+        end = max(end, b)
+    if hi > end:
+        out.append((end, hi - end))
+    return out
+
+
+def timeline():
+    """One join on every GPU recorded by CUPTI (PyTorch's profiler sees CuPy's kernels and
+    copies): for each GPU and pass, each kind of copy's bytes and busy time, the kernels' busy
+    time, and the idle stretches of the pass's bound (H2D in pass 1, kernels in pass 2); then
+    the whole host's H2D rate in 20 ms bins.  Each pass's start is marked on every GPU by a
+    one-thread kernel, so the passes are told apart on the device clock."""
+    import json
+    import os
+    import tempfile
+
+    import torch.profiler as tp
+
+    g = device_count()
+    marks = {w: cp.ElementwiseKernel("", "raw int32 x", "x[i] = 1", f"gpujoin_{w}_mark") for w in ("pass1", "pass2")}
+    flags = {}
+
+    def marked(name, fn):
+        def call(self, *a, **k):
+            d = cp.cuda.Device().id
+            if d not in flags:
+                flags[d] = cp.zeros(1, cp.int32)
+            with self.streams.compute:
+                marks[name](flags[d], size=1)
+            return fn(self, *a, **k)
+        return call
+
+    orig = TritonJoin.pass1, TritonJoin.pass2
+    TritonJoin.pass1, TritonJoin.pass2 = marked("pass1", orig[0]), marked("pass2", orig[1])
+    pl = plan_placement([n, n], [8, 8], budget, gpus=g, force_out_of_core=True)
+    join = lambda: stream_join([rk, rp], [sk, sp], "inner", pl, list(range(g)), algorithm=inner,  # noqa: E731
+                               memory_limit=budget, aggregate="sum")
+    join()  # warm-up: pools, pinned arenas, compiled kernels
+    for d in range(g):
+        cp.cuda.Device(d).synchronize()
+    with tp.profile(activities=[tp.ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        res = join()
+        wall = time.perf_counter() - t0
+    TritonJoin.pass1, TritonJoin.pass2 = orig
+    assert res.total == want
+    path = os.path.join(tempfile.gettempdir(), "hybrid_trace.json")
+    prof.export_chrome_trace(path)
+    ev = [e for e in json.load(open(path))["traceEvents"]
+          if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    print(f"timeline x{g}: {wall:.3f} s wall, phases {({k: round(v, 4) for k, v in res.stats['phases'].items()})}, "
+          f"{len(ev)} device events", flush=True)
+
+    def kind(e):
+        if e["cat"] != "gpu_memcpy":
+            return "kernel" if e["cat"] == "kernel" else "memset"
+        return next((k for k in ("HtoD", "DtoH", "PtoP", "DtoD") if k in e["name"]), "copy")
+
+    starts = {}
+    for e in ev:
+        if "_mark" in e["name"]:
+            starts.setdefault((e["args"]["device"], e["name"].split("_")[1]), e["ts"])
+    origin = min(starts.values())
+    h2d_bins: dict = {}
+    for d in range(g):
+        mine = [e for e in ev if e["args"].get("device") == d and "_mark" not in e["name"]]
+        end = max(e["ts"] + e["dur"] for e in mine)
+        for p, lo, hi in (("pass 1", starts[d, "pass1"], starts[d, "pass2"]), ("pass 2", starts[d, "pass2"], end)):
+            inside = [e for e in mine if lo <= e["ts"] < hi]
+            parts = []
+            for k in ("HtoD", "DtoH", "PtoP", "DtoD", "kernel"):
+                iv = [(e["ts"], e["ts"] + e["dur"]) for e in inside if kind(e) == k]
+                if not iv:
+                    continue
+                nbytes = sum(e["args"].get("bytes", 0) for e in inside if kind(e) == k)
+                busy = _union(iv)
+                rate = f" {nbytes / 1e9:.2f} GB, {nbytes / busy / 1e3:.0f} GB/s busy" if nbytes else ""
+                parts.append(f"{k} {len(iv)} x {busy / 1e3:.1f} ms{rate}")
+            bound = "HtoD" if p == "pass 1" else "kernel"
+            idle = sorted(_gaps([(e["ts"], e["ts"] + e["dur"]) for e in inside if kind(e) == bound], lo, hi),
+                          key=lambda x: -x[1])
+            print(f"  GPU {d} {p} {(lo - origin) / 1e3:.1f}+{(hi - lo) / 1e3:.1f} ms: " + "; ".join(parts), flush=True)
+            print(f"    {bound} idle {sum(x[1] for x in idle) / 1e3:.1f} ms in {len(idle)} stretches; longest (at ms: "
+                  "length): " + ", ".join(f"{(a - origin) / 1e3:.1f}: {b / 1e3:.2f}" for a, b in idle[:6]), flush=True)
+        for e in mine:
+            if kind(e) == "HtoD":  # bytes spread over the 20 ms bins the copy spans
+                a, b, nb = e["ts"] - origin, e["ts"] + e["dur"] - origin, e["args"].get("bytes", 0)
+                for i in range(int(a // 20e3), int(b // 20e3) + 1):
+                    over = min(b, (i + 1) * 20e3) - max(a, i * 20e3)
+                    h2d_bins[i] = h2d_bins.get(i, 0) + nb * over / max(e["dur"], 1e-3)
+    print("  host to all GPUs, GB/s a 20 ms bin: " + " ".join(f"{h2d_bins.get(i, 0) / 20e-3 / 1e9:.0f}"
+                                                               for i in range(max(h2d_bins) + 1)), flush=True)
+
+
+modes = {"cprofile": host_time, "warm": warm_pools, "sides": sides, "async": async_pools, "nopeer": no_peers,
+         "switch": switch_interval, "timeline": timeline}
 with pinned_host(rk, rp, sk, sp):
-    {"cprofile": host_time, "warm": warm_pools, "sides": sides, "async": async_pools, "nopeer": no_peers,
-     "switch": switch_interval}[mode]()
+    for mode in (sys.argv[4] if len(sys.argv) > 4 else "sides").split(","):
+        modes[mode]()
