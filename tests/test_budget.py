@@ -185,7 +185,7 @@ def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
 
 class _FakePool:
     def __init__(self):
-        self.limit, self.freed = 0, 0
+        self.limit, self.freed, self.held = 0, 0, 0
 
     def get_limit(self):
         return self.limit
@@ -195,6 +195,9 @@ class _FakePool:
 
     def used_bytes(self):
         return 0
+
+    def total_bytes(self):
+        return self.held
 
     def free_all_blocks(self):
         self.freed += 1
@@ -256,7 +259,10 @@ def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
     assert pool.limit == 50  # the first left before the second
     leave.set()
     t.join()
-    assert pool.limit == 7 and pool.freed == 1
+    assert pool.limit == 7 and pool.freed == 0  # cached blocks within the cap stay for reuse
+    pool.held = 120
+    with gpu_memory_cap(100):  # a pool holding more than the cap is trimmed
+        assert pool.freed == 1
     with pytest.raises(MemoryError, match="memory_limit=100"):
         with gpu_memory_cap(100):
             raise cp.cuda.memory.OutOfMemoryError("out of memory")

@@ -81,6 +81,43 @@ def test_resolve_gpus(monkeypatch):
             devices.resolve_gpus(bad)
 
 
+def test_short_switch_interval_nests_and_restores():
+    """The GPUs' threads run at a 1 ms switch interval; the caller's interval comes back when
+    the last of nested or concurrent holders leaves, also on an error; a shorter one is kept."""
+    import sys
+    import threading
+
+    from gpujoin.dist.devices import short_switch_interval
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        with short_switch_interval():
+            assert sys.getswitchinterval() == pytest.approx(1e-3)
+            inside, leave = threading.Event(), threading.Event()
+
+            def other():
+                with short_switch_interval():
+                    inside.set()
+                    leave.wait()
+
+            t = threading.Thread(target=other)
+            t.start()
+            inside.wait()
+        assert sys.getswitchinterval() == pytest.approx(1e-3)  # the other thread still holds it
+        leave.set()
+        t.join()
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+        with pytest.raises(KeyError), short_switch_interval():
+            raise KeyError("x")
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+        sys.setswitchinterval(1e-4)
+        with short_switch_interval():
+            assert sys.getswitchinterval() == pytest.approx(1e-4, rel=0.05)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_join_rejects_gpus_on_the_cpu():
     import gpujoin
 

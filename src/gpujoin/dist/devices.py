@@ -8,7 +8,9 @@ Reusable by every multi-GPU algorithm (``hybrid``, ``nested_loop``): :func:`reso
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -75,6 +77,33 @@ def enable_peer_access(ids: list[int]) -> dict[tuple[int, int], bool]:
     return ok
 
 
+#: The interpreter's switch interval while several GPUs' threads run (Python's default is 5 ms):
+#: a thread back from a CUDA synchronization waits for the interpreter lock while the others
+#: launch kernels, up to an interval each time; on four H200s the hybrid join's pass 2 took
+#: 0.41-0.43 s at 5 ms and 0.37-0.39 s at 1 ms (scripts/profile_hybrid.py switch).
+SWITCH_INTERVAL_S = 1e-3
+_switch = {"holders": 0, "before": None}
+_switch_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def short_switch_interval():
+    """``sys.setswitchinterval(SWITCH_INTERVAL_S)`` (when shorter) while the block runs; the
+    interval in force before comes back when the last of nested or concurrent holders leaves."""
+    with _switch_lock:
+        if _switch["holders"] == 0:
+            _switch["before"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switch["before"], SWITCH_INTERVAL_S))
+        _switch["holders"] += 1
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch["holders"] -= 1
+            if _switch["holders"] == 0:
+                sys.setswitchinterval(_switch["before"])
+
+
 def on_each(ids: list[int], fn) -> list:
     """``fn(i)`` for every worker i, each in its own host thread with GPU ``ids[i]`` current
     (ids may repeat: several workers on one GPU, as the tests run on a machine of one GPU).
@@ -89,7 +118,7 @@ def on_each(ids: list[int], fn) -> list:
 
     if len(ids) == 1:
         return [run(0)]
-    with ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="gpujoin-gpu") as pool:
+    with short_switch_interval(), ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="gpujoin-gpu") as pool:
         # each thread its own copy of the context: the progress reporter reaches the workers
         futures = [pool.submit(contextvars.copy_context().run, run, i) for i in range(len(ids))]
         errors = [f.exception() for f in futures]

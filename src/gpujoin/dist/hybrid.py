@@ -129,7 +129,7 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
         t = time.perf_counter()
         cols = w.sink.columns()
         w.transfer.phases["assemble"] = time.perf_counter() - t
-        return cols, plan
+        return cols, plan, w.sink.total if aggregate else None  # read on its own GPU
 
     t0 = time.perf_counter()
     try:
@@ -138,7 +138,7 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
         for r in rels:
             for rel in r or ():
                 rel.close()
-    cols, plan = [c for c, _ in done], done[0][1]
+    cols, plan = [c for c, _, _ in done], done[0][1]
     t2 = time.perf_counter()
     key = concatenate([c[0] for c in cols], build_cols[0].dtype) if cols[0][0] is not None else None
     build = [_concat_columns([c[1][i] for c in cols]) for i in range(len(cols[0][1]))]
@@ -166,5 +166,5 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
                          "rows": w.sink.rows, "h2d_bytes": w.transfer.h2d, "p2p_bytes": w.transfer.p2p,
                          "phases": dict(w.transfer.phases)} for g, w in enumerate(workers)]
     rows = sum(w.sink.rows for w in workers)
-    total = sum(w.sink.total for w in workers) if aggregate else None
+    total = sum(t for _, _, t in done) if aggregate else None
     return JoinResult(key, build, probe, rows, total, stats)

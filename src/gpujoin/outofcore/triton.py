@@ -102,7 +102,7 @@ class _Sink:
         self.key = HostColumn(key_dtype, capacity) if emit_keys and aggregate is None else None
         self.build = [HostColumn(d, capacity) for d in bdtypes] if aggregate is None else []
         self.probe = [HostColumn(d, capacity) for d in pdtypes] if aggregate is None else []
-        self.total = 0
+        self._sum = None  # aggregate="sum": the running total, int64 on the GPU
         self.rows = 0
         self.bytes = 0
 
@@ -114,14 +114,21 @@ class _Sink:
         n = out.num_rows
         if self.aggregate == "sum":
             if n == 0:
-                return (0, 0)
+                return (0, None)
             vals, valid = out.probe_column(0)
             v = vals.astype(cp.int64)
-            return (n, int((v if valid is None else cp.where(valid.astype(bool), v, 0)).sum()))
+            # a 0-d device array: the blocks' sums add up on the GPU and are read once, at the end
+            # (a read a block made each GPU's thread wait for the interpreter lock once more)
+            return (n, (v if valid is None else cp.where(valid.astype(bool), v, 0)).sum())
         pairs = mode not in ("semi", "anti")
         return (n, out.key_column() if self.emit_keys and n else None,
                 [out.build_column(i) for i in range(len(self.build))] if pairs else None,
                 [out.probe_column(i) for i in range(len(self.probe))])
+
+    @property
+    def total(self) -> int:
+        """aggregate="sum": the sum over every block (int64 arithmetic on the GPU)."""
+        return 0 if self._sum is None else int(self._sum)
 
     def rows_of(self, rel: Rel, build_side: bool):
         """Rows of one side without a partner, the other side's columns null."""
@@ -135,7 +142,7 @@ class _Sink:
         n = block[0]
         self.rows += n
         if self.aggregate == "sum":
-            self.total += block[1]
+            self._sum = block[1] if self._sum is None else self._sum + block[1]
             return
         _, key, cols_b, cols_p = block
         width = sum(c.values.itemsize for c in self.build + self.probe) + \

@@ -115,12 +115,19 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
     for g in gpus:
         with cp.cuda.Device(g):
             out[f"h2d_gpu{g}_GBps"] = nbytes / event_time(lambda: h2d(g), reps, streams[g]) / 1e9
-    t0 = time.perf_counter()
-    on_each(gpus, lambda i: [h2d(gpus[i]) for _ in range(reps)] and streams[gpus[i]].synchronize())
-    out["h2d_all_GBps"] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
+    pins = [pinned_empty(nbytes, np.uint8) for _ in gpus]
+    for p in pins:
+        p[:] = 1
+    # every GPU at once, each reading its own buffer as pass 1's chunks are (four H200s took
+    # 154-174 GB/s from one shared buffer, where pass 1 got about 110 from distinct ones)
+    for name, src_of in (("h2d_all_GBps", lambda i: pins[i]), ("h2d_all_one_buffer_GBps", lambda i: host)):
+        t0 = time.perf_counter()
+        on_each(gpus, lambda i: [cp.cuda.runtime.memcpyAsync(bufs[gpus[i]][0].data.ptr, src_of(i).ctypes.data,
+                                                             nbytes, 1, streams[gpus[i]].ptr)
+                                 for _ in range(reps)] and streams[gpus[i]].synchronize())
+        out[name] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
     # the staging copy (pageable into pinned, the copy threads shared) with every GPU's thread at once
     src = np.ones(nbytes, np.uint8)
-    pins = [pinned_empty(nbytes, np.uint8) for _ in gpus]
     for ids, name in (([gpus[0]], "host_in_1_GBps"), (gpus, "host_in_all_GBps")):
         t0 = time.perf_counter()
         on_each(ids, lambda i: [parallel_copy(pins[i], src) for _ in range(reps)])
