@@ -200,7 +200,7 @@ def timeline():
     join()  # warm-up: pools, pinned arenas, compiled kernels
     for d in range(g):
         cp.cuda.Device(d).synchronize()
-    with tp.profile(activities=[tp.ProfilerActivity.CUDA]) as prof:
+    with tp.profile(activities=[tp.ProfilerActivity.CPU, tp.ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         res = join()
         wall = time.perf_counter() - t0
@@ -208,8 +208,9 @@ def timeline():
     assert res.total == want
     path = os.path.join(tempfile.gettempdir(), "hybrid_trace.json")
     prof.export_chrome_trace(path)
-    ev = [e for e in json.load(open(path))["traceEvents"]
-          if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    trace = json.load(open(path))["traceEvents"]
+    ev = [e for e in trace if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    api = [e for e in trace if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
     print(f"timeline x{g}: {wall:.3f} s wall, phases {({k: round(v, 4) for k, v in res.stats['phases'].items()})}, "
           f"{len(ev)} device events", flush=True)
 
@@ -250,6 +251,19 @@ def timeline():
                 for i in range(int(a // 20e3), int(b // 20e3) + 1):
                     over = min(b, (i + 1) * 20e3) - max(a, i * 20e3)
                     h2d_bins[i] = h2d_bins.get(i, 0) + nb * over / max(e["dur"], 1e-3)
+    # the CUDA calls of every GPU's thread, by pass (the host side of the bubbles above)
+    second = min(v for (d, w), v in starts.items() if w == "pass2")
+    for p, inside in (("pass 1", lambda e: e["ts"] < second), ("pass 2", lambda e: e["ts"] >= second)):
+        calls: dict = {}
+        for e in api:
+            if e["ts"] >= origin and inside(e):
+                c = calls.setdefault(e["name"], [0, 0.0, 0.0])
+                c[0] += 1
+                c[1] += e["dur"] / 1e3
+                c[2] = max(c[2], e["dur"] / 1e3)
+        top = sorted(calls.items(), key=lambda x: -x[1][1])[:10]
+        print(f"  CUDA calls in {p} (all threads; count, ms, longest ms): "
+              + ", ".join(f"{k} {c[0]} {c[1]:.1f} {c[2]:.2f}" for k, c in top), flush=True)
     print("  host to all GPUs, GB/s a 20 ms bin: " + " ".join(f"{h2d_bins.get(i, 0) / 20e-3 / 1e9:.0f}"
                                                                for i in range(max(h2d_bins) + 1)), flush=True)
 

@@ -599,12 +599,16 @@ class Uploader:
             t0 = time.perf_counter()
             self._copied[s].synchronize()  # the slot's previous DMA has left the staging buffer
             self.wait_s += time.perf_counter() - t0
-        if dest is None and self._dev[s] is None:
+        if dest is None and self._dev[s] is None:  # both slots at the first put, before any kernel reads one
             import cupy as cp
 
             with self.streams.compute:
-                self._dev[s] = cp.empty(self.slot_bytes, cp.uint8)
-            self.streams.compute.synchronize()
+                self._dev = [cp.empty(self.slot_bytes, cp.uint8) for _ in range(2)]
+            # the pool may hand the copy-in stream memory that the compute stream's work still
+            # reads: wait for that work on the GPU (a host sync here, at the second put, held
+            # the second chunk's DMA until the first chunk's partition ended: 10 ms a relation
+            # on each of four H200s)
+            self.streams.copy_in.wait_event(record(self.streams.compute))
         pos, out, staged = 0, [], []
         t0 = time.perf_counter()
         for a in arrays:
