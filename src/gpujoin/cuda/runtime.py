@@ -8,6 +8,8 @@ named up front; CuPy caches the binaries on disk.  Memory comes from CuPy's defa
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 from .kernels import NAME_EXPRESSIONS, OPTIONS, source
@@ -136,19 +138,40 @@ def ptr(a):
     return np.uint64(0) if a is None else a
 
 
+_untimed = contextvars.ContextVar("gpujoin_untimed_phases", default=False)
+
+
+@contextlib.contextmanager
+def untimed_phases():
+    """In-core operations run inside the block time no phases: no stream synchronization at
+    each phase, and empty ``phases``.  The streaming joins' pass 2 runs an in-core join a
+    partition pair and reads none of their phases; on four GPUs each synchronization made the
+    GPU's host thread wait for the interpreter lock once more."""
+    token = _untimed.set(True)
+    try:
+        yield
+    finally:
+        _untimed.reset(token)
+
+
 class PhaseTimer:
     """Wall time of an operation's phases (seconds), the current stream synchronized at each
-    mark (only that stream: copies that the out-of-core pipeline runs beside it go on)."""
+    mark (only that stream: copies that the out-of-core pipeline runs beside it go on); no
+    synchronization and no phases inside :func:`untimed_phases`."""
 
     def __init__(self):
         import time  # noqa: PLC0415
 
         self._now = time.perf_counter
         self.phases: dict[str, float] = {}
-        _cupy().cuda.get_current_stream().synchronize()
+        self._on = not _untimed.get()
+        if self._on:
+            _cupy().cuda.get_current_stream().synchronize()
         self._t = self._now()
 
     def mark(self, phase: str) -> None:
+        if not self._on:
+            return
         _cupy().cuda.get_current_stream().synchronize()
         t = self._now()
         self.phases[phase] = self.phases.get(phase, 0.0) + t - self._t

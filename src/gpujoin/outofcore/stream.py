@@ -571,7 +571,10 @@ class Uploader:
     def __init__(self, streams: Streams, slot_bytes: int):
         self.streams = streams
         self.slot_bytes = _aligned(max(1, slot_bytes))
-        self._host = [pinned_empty(self.slot_bytes, np.uint8) for _ in range(2)]
+        # staging buffers at the first pageable chunk: page-locked input needs none (on four
+        # H200s each join's eight cudaHostAlloc calls of 0.5 GB took up to 0.5 s each, holding
+        # the driver lock that the other GPUs' cudaMalloc calls wait on)
+        self._host = [None, None]
         self._dev = [None, None]  # allocated at first use: puts into ``dest`` need none
         self._copied = [None, None]   # DMA into the slot done (host may refill the staging)
         self._read = [None, None]     # compute done reading the slot's device buffer
@@ -616,6 +619,8 @@ class Uploader:
                 view = a
                 self.direct_bytes += a.nbytes
             else:
+                if self._host[s] is None:
+                    self._host[s] = pinned_empty(self.slot_bytes, np.uint8)
                 view = self._host[s][pos:pos + a.nbytes].view(a.dtype)
                 parallel_copy(view, np.ascontiguousarray(a))
             staged.append(view)

@@ -383,8 +383,11 @@ class TritonJoin:
     def pass2(self, R: PartitionedRelation, S: PartitionedRelation, mode: str, partitions: list[int] | None = None):
         """Pass 2 over ``partitions`` (default: all) of R and S, whose pieces may lie in any GPU's
         cache or the spill; every output block reaches the sink."""
+        from ..cuda.runtime import untimed_phases
+
         t0 = time.perf_counter()
-        with self.streams.compute:  # every allocation and kernel of pass 2 on one stream
+        # every allocation and kernel of pass 2 on one stream; the in-core joins' phases untimed
+        with self.streams.compute, untimed_phases():
             self._pass2(R, S, mode, partitions)
         self.streams.synchronize()
         self.transfer.phases["pass2"] = time.perf_counter() - t0

@@ -136,14 +136,16 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
     pairs = emits_pairs(mode)
     # oversized build partitions (heavy build keys, many-to-many): to the sort-merge path
     oversized = bsize > OVERSIZED_BUILD
-    heavy = None
-    if bool(oversized.any()):
-        per_unit[oversized] = 0
-        bpos, ppos = range_positions(boff, oversized), range_positions(poff, oversized)
-        heavy = sort_rows(tbk[bpos], tpk[ppos], bpos, ppos, pairs)
+    per_unit = cp.where(oversized, 0, per_unit)
     unit_off = cp.zeros(per_unit.size + 1, cp.int64)
     cp.cumsum(per_unit, out=unit_off[1:])
-    units = int(unit_off[-1])
+    # one read for both counts (each read waits for the GPU, and on several GPUs for the
+    # interpreter lock after it)
+    n_oversized, units = (int(x) for x in cp.stack([oversized.sum(dtype=cp.int64), unit_off[-1]]).get())
+    heavy = None
+    if n_oversized:
+        bpos, ppos = range_positions(boff, oversized), range_positions(poff, oversized)
+        heavy = sort_rows(tbk[bpos], tpk[ppos], bpos, ppos, pairs)
 
     pflag = cp.zeros(np_, cp.uint8) if needs_probe_flags(mode) else None
     bflag = cp.zeros(nb, cp.uint8) if needs_build_flags(mode) else None
@@ -169,7 +171,7 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
     probe_only, build_only = unmatched(mode, pflag, bflag)
     timer.mark("match")
     out = JoinOutput(space_b, space_p, params={"radix_bits": bits, "work_units": units, "method": method,
-                                               "oversized_partitions": 0 if heavy is None else int(oversized.sum())},
+                                               "oversized_partitions": n_oversized},
                      phases=timer.phases)
     if pairs:
         out.pairs_b, out.pairs_p, out.pair_keys = out_b, out_p, out_k
