@@ -104,6 +104,31 @@ def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, n, minb, monkeyp
     np.testing.assert_array_equal(np.sort(cp.asnumpy(moved[0])), ids)
 
 
+@pytest.mark.parametrize("n,bits,stable", [(0, 5, False), (1, 5, False), (4097, 5, False), (100_003, 11, False),
+                                           (100_003, 16, True), (70_001, 20, False)])
+def test_radix_partition_into_given_arrays(n, bits, stable):
+    """out=: the last pass writes into the caller's arrays (views of one allocation, as the
+    out-of-core pass 1 carves its cache), the same rows as a fresh partition; wrong dtypes or
+    sizes are refused."""
+    rng = np.random.default_rng(n)
+    keys = cp.asarray(rng.integers(-5000, 5000, n).astype(np.int64))
+    vals = cp.asarray(np.arange(n, dtype=np.int32))
+    arena = cp.zeros(2 * (n * 12 + 512), cp.uint8)  # keys and values side by side, 256-aligned
+    ko = arena[256:256 + n * 8].view(cp.int64)
+    vo = arena[256 + -(-n * 8 // 256) * 256 + 256:][:n * 4].view(cp.int32)
+    k, (v,), off = prim.radix_partition(keys, [vals], prim.Digits(bits=bits), stable=stable, out=(ko, [vo]))
+    assert k.data.ptr == ko.data.ptr and v.data.ptr == vo.data.ptr
+    k2, (v2,), off2 = prim.radix_partition(keys, [vals], prim.Digits(bits=bits), stable=stable)
+    np.testing.assert_array_equal(cp.asnumpy(off), cp.asnumpy(off2))
+    order, order2 = np.argsort(cp.asnumpy(v)), np.argsort(cp.asnumpy(v2))
+    np.testing.assert_array_equal(cp.asnumpy(k)[order], cp.asnumpy(k2)[order2])
+    np.testing.assert_array_equal(np.sort(cp.asnumpy(v)), np.arange(n))
+    if stable:
+        np.testing.assert_array_equal(cp.asnumpy(k), cp.asnumpy(k2))
+    with pytest.raises(ValueError, match="out must match"):
+        prim.radix_partition(keys, [vals], prim.Digits(bits=bits), out=(ko, [ko]))
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_radix_sort_matches_numpy_stable_sort(dtype):
     rng = np.random.default_rng(1)

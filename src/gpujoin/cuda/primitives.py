@@ -158,8 +158,8 @@ def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
 
 
 def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, bounds: bool = True,
-                    counts: cp.ndarray | None = None,
-                    stable: bool = True) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
+                    counts: cp.ndarray | None = None, stable: bool = True,
+                    out: tuple | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
     """Radix partition of ``keys`` and every column of ``values`` on ``digits``.
 
     Passes of at most 8 bits (histogram, scan, shared-memory staged scatter), so the output is
@@ -179,6 +179,8 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     bounds : also return the partition offsets
     counts : the first pass's histogram, from ``radix_histogram(keys, values, digits, stable=stable)``
     stable : keep input order within each partition
+    out : (keys, [values]) arrays of the same dtypes and sizes that the last pass writes (the
+        out-of-core pass 1 carves its cache from one allocation: no allocation a chunk)
 
     Returns
     -------
@@ -191,10 +193,18 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     n = keys.size
     passes = _passes(digits)
     src_k, src_v = keys, list(values)
+    if out is not None and (out[0].shape != keys.shape or out[0].dtype != keys.dtype or len(out[1]) != len(values)
+                            or any(o.shape != v.shape or o.dtype != v.dtype for o, v in zip(out[1], values))):
+        raise ValueError("radix_partition: out must match the keys' and values' dtypes and sizes")
     if n == 0 or not passes:
         offsets = cp.zeros((1 << digits.bits) + 1, cp.int64) if bounds else None
         if bounds and not passes:
             offsets[1] = n
+        if out is not None:
+            out[0][...] = keys
+            for o, v in zip(out[1], values):
+                o[...] = v
+            return out[0], list(out[1]), offsets
         return keys.copy(), [v.copy() for v in values], offsets
     kt, kb = key_type(keys), keys.dtype.itemsize
     launches = list(_width_groups(values).items()) or [(4, [])]
@@ -213,8 +223,11 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             _histogram(src_k, digits, shift, bits, tile, counts, None, segments)
         offs = cp.cumsum(counts, dtype=cp.int64)
         offs -= counts
-        dst_k = cp.empty_like(src_k)
-        dst_v = [cp.empty_like(v) for v in src_v]
+        if out is not None and p == len(passes) - 1:
+            dst_k, dst_v = out[0], list(out[1])
+        else:
+            dst_k = cp.empty_like(src_k)
+            dst_v = [cp.empty_like(v) for v in src_v]
         for g, (width, idx) in enumerate(launches):
             vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
             vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
