@@ -293,3 +293,40 @@ def test_page_ranges_cover_whole_pages_once():
     assert page_ranges([(4096 + 10, 100), (4096 + 200, 50)], 4096) == [(4096, 8192)]  # one page, two arrays
     assert page_ranges([(0, 4096), (4096, 1)], 4096) == [(0, 8192)]  # touching
     assert page_ranges([(3 * 4096, 5000), (0, 10), (20000, 0)], 4096) == [(0, 4096), (12288, 20480)]
+
+
+def test_streams_are_reused_by_the_next_pipeline_of_the_gpu(monkeypatch):
+    """A finished pipeline's CUDA streams serve the next one on the same GPU, each in its role
+    (CuPy's pool caches freed blocks per stream); never while the first is alive."""
+    import gc
+    import types
+
+    made = []
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            assert non_blocking
+            made.append(self)
+
+    class Device:
+        current = 0
+
+        def __init__(self, i=None):
+            self.id = Device.current if i is None else i
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream,
+                                                                                            Device=Device)))
+    from gpujoin.outofcore import stream
+
+    monkeypatch.setattr(stream, "_idle_streams", {})
+    a = stream.Streams(3)
+    first = (a.copy_in, a.compute, a.copy_out)
+    b = stream.Streams(3)  # a is alive: fresh streams
+    assert not set(map(id, first)) & {id(b.copy_in), id(b.compute), id(b.copy_out)}
+    del a
+    gc.collect()
+    c = stream.Streams(3)
+    assert (c.copy_in, c.compute, c.copy_out) == first and len(made) == 6
+    Device.current = 1  # another GPU: its own streams
+    d = stream.Streams(1)
+    assert d.compute is d.copy_in and len(made) == 7

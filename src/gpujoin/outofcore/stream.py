@@ -328,18 +328,41 @@ def pinned_empty(n: int, dtype) -> np.ndarray:
     return np.frombuffer(mem, dtype, n)
 
 
+#: Each GPU's streams of finished pipelines, for the next: CuPy's pool keeps freed blocks per
+#: stream, so a join on fresh streams found none of the last join's blocks, and near the
+#: memory_limit cap it freed every cached block and called cudaMalloc again (each call
+#: synchronizing the GPU: on four H200s about 100 ms at the start of the hybrid join's pass 1).
+_idle_streams: dict[int, list] = {}
+_idle_lock = threading.Lock()
+
+
+def _give_back(device: int, streams: list) -> None:
+    with _idle_lock:
+        _idle_streams.setdefault(device, []).extend(streams)
+
+
 class Streams:
     """The copy-in, compute and copy-out streams of the pipeline (``count`` 3), or one stream
     for all three (``count`` 1).  Non-blocking: CUDA's legacy default stream does not serialize
-    them."""
+    them.  The CUDA streams are the current GPU's from a finished pipeline where there are
+    some (handed back when this object is collected), so that the memory pool's blocks cached
+    for them serve the next operation."""
 
     def __init__(self, count: int = 3):
+        import weakref
+
         import cupy as cp
 
         if count not in (1, 3):
             raise ValueError(f"streams must be 1 or 3, got {count!r}")
         self.count = count
-        made = [cp.cuda.Stream(non_blocking=True) for _ in range(count)]
+        device = cp.cuda.Device().id
+        with _idle_lock:
+            idle = _idle_streams.setdefault(device, [])
+            made = idle[-count:] if len(idle) >= count else []  # as handed back: each keeps its role
+            del idle[len(idle) - len(made):]
+        made = made or [cp.cuda.Stream(non_blocking=True) for _ in range(count)]
+        weakref.finalize(self, _give_back, device, list(made))
         self.copy_in, self.compute, self.copy_out = (made * 3)[:3] if count == 1 else made
 
     def synchronize(self) -> None:
