@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
-#   scripts/device_check.sh [quick|gb-quick|tests|tests-join|tests-groupby|profile|bench|sweeps|groupby|
+#   scripts/device_check.sh [quick|gb-quick|tests|tests-files|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
 #                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
@@ -28,6 +28,19 @@ if [[ $stage == quick ]]; then
   python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_cuda_join.py -k "radix or gather or dict or errors or memory" 2>&1 | tail -30
   python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_cuda_join.py -k "matches_cpu_engine and int" 2>&1 | tail -30
   exit 0
+fi
+if [[ $stage == tests-files ]]; then
+  # the gpu tests of FILES one file at a time (xdist where carried), each file's whole log in $OUT and
+  # its summary line printed, so that a file cut off by its TEST_TIMEOUT is told apart from one that passed
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-8}"
+  for f in ${FILES:-tests/test_outofcore.py tests/test_multi_gpu.py tests/test_cuda_join.py}; do
+    log="$OUT/pytest_$(basename "$f" .py).log"
+    timeout ${TEST_TIMEOUT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf -W ignore::Warning \
+      $xdist "$f" ${PYTEST_K:+-k "$PYTEST_K"} > "$log" 2>&1
+    code=$?; [[ $code == 124 ]] && echo "$f: cut off after ${TEST_TIMEOUT:-200} s" || echo "$f: $(tail -1 "$log") (rc $code)"
+    [[ $code != 0 ]] && rc=1
+  done
+  exit $rc
 fi
 if [[ $stage == gb-quick ]]; then
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"

@@ -188,3 +188,43 @@ def test_cascaded_round_trips_any_integers(values, runs, dtype):
     for scheme in c.SCHEMES:
         back = c.from_bytes(c.to_bytes(c.encode(np, col, scheme)))
         assert back.dtype == col.dtype and np.array_equal(back, col), scheme
+
+
+def test_partition_copies_bring_every_row_of_a_range():
+    """PartitionedRelation.copies: the (destination, source, bytes) list that pass 2 issues in
+    one batch brings rows [lo, hi) of partition p, in piece order, from pieces in host memory,
+    this GPU's cache and another GPU's; the bytes from the host and from peers are counted."""
+    import ctypes
+
+    from gpujoin.outofcore.partition import PartitionedRelation, Piece
+
+    rng = np.random.default_rng(5)
+    bits = 3
+    for trial in range(30):
+        pieces, parts = [], []
+        for c in range(int(rng.integers(0, 6))):
+            n = int(rng.integers(0, 40))
+            digit = np.sort(rng.integers(0, 1 << bits, n))
+            key = rng.integers(-1 << 40, 1 << 40, n).astype(np.int64)
+            val = rng.integers(0, 1 << 15, n).astype(np.int16)
+            offsets = np.searchsorted(digit, np.arange((1 << bits) + 1)).astype(np.int64)
+            where = int(rng.integers(0, 3))  # host, this GPU (0), GPU 1
+            pc = Piece([key, val], offsets, where > 0, where - 1)
+            pc._addresses = [key.ctypes.data, val.ctypes.data]
+            pieces.append(pc)
+            parts.append((key, val, offsets, where))
+        rel = PartitionedRelation(bits, [np.dtype(np.int64), np.dtype(np.int16)], pieces)
+        p = int(rng.integers(0, 1 << bits))
+        whole_k = np.concatenate([k[o[p]:o[p + 1]] for k, _, o, _ in parts] or [np.zeros(0, np.int64)])
+        whole_v = np.concatenate([v[o[p]:o[p + 1]] for _, v, o, _ in parts] or [np.zeros(0, np.int16)])
+        lo = int(rng.integers(0, whole_k.size + 1))
+        hi = int(rng.integers(lo, whole_k.size + 1))
+        out_k, out_v = np.zeros(hi - lo, np.int64), np.zeros(hi - lo, np.int16)
+        dsts, srcs, sizes, h2d, p2p = rel.copies(p, lo, hi, [out_k.ctypes.data, out_v.ctypes.data], 0)
+        assert len(dsts) == len(srcs) == len(sizes) and all(n > 0 for n in sizes)
+        for d, s, n in zip(dsts, srcs, sizes):
+            ctypes.memmove(d, s, n)
+        np.testing.assert_array_equal(out_k, whole_k[lo:hi])
+        np.testing.assert_array_equal(out_v, whole_v[lo:hi])
+        origin = np.concatenate([np.full(o[p + 1] - o[p], w) for _, _, o, w in parts] or [np.zeros(0, int)])[lo:hi]
+        assert h2d == int((origin == 0).sum()) * 10 and p2p == int((origin == 2).sum()) * 10

@@ -91,18 +91,29 @@ class PartitionedRelation:
         (allocated here when None).  Returns (arrays, H2D bytes); ``stats`` also counts them,
         and the peer-to-peer bytes.
 
-        One copy a piece and column, issued by address: a partition of a 2^31-row relation in
-        2^26-row chunks is 32 pieces a column, and on 4 GPUs the threads issuing them share one
-        interpreter lock (CuPy slices cost ~10 us each; pass 2 on four H200s was bound by them)."""
+        One copy a piece and column, issued by address (CuPy slices cost ~10 us each, and on four
+        H200s pass 2 was bound by them), all of them in one call where the CUDA runtime batches
+        copies (``stream.copy_batch``): a partition of a 2^31-row relation in 2^26-row chunks is 32
+        pieces a column."""
         import cupy as cp
 
-        n = hi - lo
+        from .stream import copy_batch
+
         if out is None:
-            out = [cp.empty(n, d) for d in self.dtypes]
-        here = cp.cuda.Device().id
+            out = [cp.empty(hi - lo, d) for d in self.dtypes]
+        dsts, srcs, sizes, h2d, p2p = self.copies(p, lo, hi, [a.data.ptr for a in out], cp.cuda.Device().id)
+        copy_batch(dsts, srcs, sizes, stream)
+        if stats is not None:
+            stats.h2d += h2d
+            stats.p2p += p2p
+        return out, h2d
+
+    def copies(self, p: int, lo: int, hi: int, dst: list[int], here: int):
+        """The copies that bring rows [lo, hi) of partition ``p`` to the column addresses ``dst``
+        on GPU ``here``: (destination addresses, source addresses, byte counts, bytes from
+        host memory, bytes from other GPUs), one a piece and column."""
         sizes = [np.dtype(d).itemsize for d in self.dtypes]
-        dst = [a.data.ptr for a in out]
-        copy, default, sp = cp.cuda.runtime.memcpyAsync, cp.cuda.runtime.memcpyDefault, stream.ptr
+        dsts, srcs, nbytes = [], [], []
         pos, seen, h2d, p2p = 0, 0, 0, 0
         for pc in self.pieces:
             a, b = int(pc.offsets[p]), int(pc.offsets[p + 1])
@@ -113,7 +124,9 @@ class PartitionedRelation:
                 continue
             src0, rows = a + s0 - (seen - (b - a)), s1 - s0
             for base, d, w in zip(pc.addresses(), dst, sizes):  # (unified addressing: host or peer)
-                copy(d + pos * w, base + src0 * w, rows * w, default, sp)
+                dsts.append(d + pos * w)
+                srcs.append(base + src0 * w)
+                nbytes.append(rows * w)
             if not pc.cached:
                 h2d += rows * self.width
             elif pc.device != here:
@@ -121,10 +134,7 @@ class PartitionedRelation:
             pos += rows
             if seen >= hi:
                 break
-        if stats is not None:
-            stats.h2d += h2d
-            stats.p2p += p2p
-        return out, h2d
+        return dsts, srcs, nbytes, h2d, p2p
 
 
 @dataclass

@@ -547,6 +547,49 @@ class Downloader:
             f.result()
 
 
+_batch = {"api": None}  # cuda.bindings' cudaMemcpyBatchAsync and its attributes, or False where absent
+
+
+def _batch_api():
+    if _batch["api"] is None:
+        try:
+            from cuda.bindings import runtime as rt
+
+            attrs = rt.cudaMemcpyAttributes()
+            attrs.srcAccessOrder = rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
+            _batch["api"] = (rt, attrs)
+        except (ImportError, AttributeError):  # cuda-bindings older than CUDA 12.8's API, or none
+            _batch["api"] = False
+    return _batch["api"]
+
+
+def copy_batch(dsts: list[int], srcs: list[int], sizes: list[int], stream) -> None:
+    """Copies ``sizes[i]`` bytes from address ``srcs[i]`` to ``dsts[i]`` (device, peer device or
+    page-locked host: unified addressing) on ``stream``, in stream order, as one call
+    (cudaMemcpyBatchAsync, CUDA 12.8+) where cuda-bindings has it, else one cudaMemcpyAsync each.
+    Pass 2 of the hybrid join copies a partition's piece of every pass-1 chunk: on four H200s
+    4,420 single copies a join took 100 ms of the GPUs' threads (CUDA and interpreter locks)."""
+    import cupy as cp
+
+    if not sizes:
+        return
+    api = _batch_api() if len(sizes) > 1 else False
+    if api:
+        rt, attrs = api
+        err = rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(sizes), [attrs], [0], 1, stream.ptr)
+        err = err[0] if isinstance(err, tuple) else err
+        if err == rt.cudaError_t.cudaSuccess:
+            return
+        import warnings
+
+        warnings.warn(f"cudaMemcpyBatchAsync failed ({err!r}); gpujoin copies one at a time from now on",
+                      RuntimeWarning, stacklevel=2)
+        _batch["api"] = False
+    copy, default, sp = cp.cuda.runtime.memcpyAsync, cp.cuda.runtime.memcpyDefault, stream.ptr
+    for d, src, n in zip(dsts, srcs, sizes):
+        copy(d, src, n, default, sp)
+
+
 def download_async(dst: np.ndarray, src, stream) -> None:
     """DMA device array ``src`` into pinned host array ``dst`` on ``stream``."""
     import cupy as cp
