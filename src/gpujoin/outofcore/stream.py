@@ -576,8 +576,11 @@ def copy_batch(dsts: list[int], srcs: list[int], sizes: list[int], stream) -> No
     api = _batch_api() if len(sizes) > 1 else False
     if api:
         rt, attrs = api
-        err = rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(sizes), [attrs], [0], 1, stream.ptr)
-        err = err[0] if isinstance(err, tuple) else err
+        try:
+            err = rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(sizes), [attrs], [0], 1, stream.ptr)
+            err = err[0] if isinstance(err, tuple) else err
+        except (TypeError, ValueError) as e:  # another cuda-bindings signature
+            err = e
         if err == rt.cudaError_t.cudaSuccess:
             return
         import warnings
