@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import progress
-from .stream import HostArena, Keepalive, Streams, Uploader, _aligned, download_async, record
+from .stream import HostArena, Keepalive, Streams, Uploader, aligned, download_async, record
 
 
 @dataclass
@@ -167,7 +167,7 @@ class _CacheArena:
         import cupy as cp
 
         self.dtypes = [c.dtype for c in columns]
-        size = sum(_aligned(r * d.itemsize) for r in rows for d in self.dtypes)
+        size = sum(aligned(r * d.itemsize) for r in rows for d in self.dtypes)
         with streams.compute:
             self.buf = cp.empty(max(1, size), cp.uint8)
         self.pos = 0
@@ -177,7 +177,7 @@ class _CacheArena:
         views = []
         for d in self.dtypes:
             views.append(self.buf[self.pos:self.pos + rows * d.itemsize].view(d))
-            self.pos += _aligned(rows * d.itemsize)
+            self.pos += aligned(rows * d.itemsize)
         return views[0], views[1:]
 
 

@@ -484,7 +484,7 @@ class Downloader:
         import cupy as cp
 
         self.streams = streams
-        self._slots = [pinned_empty(_aligned(slot_bytes), np.uint8) for _ in range(2)]
+        self._slots = [pinned_empty(aligned(slot_bytes), np.uint8) for _ in range(2)]
         self._busy = [None, None]  # the worker's copy still reading each slot
         self._next = 0
         self._pending: list = []
@@ -622,7 +622,8 @@ class Keepalive:
         self._held.clear()
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
+    """``n`` bytes rounded up to 256 (CUDA's allocation alignment: full-speed DMA and loads)."""
     return -(-n // 256) * 256
 
 
@@ -639,7 +640,7 @@ class Uploader:
 
     def __init__(self, streams: Streams, slot_bytes: int):
         self.streams = streams
-        self.slot_bytes = _aligned(max(1, slot_bytes))
+        self.slot_bytes = aligned(max(1, slot_bytes))
         # staging buffers at the first pageable chunk: page-locked input needs none (on four
         # H200s each join's eight cudaHostAlloc calls of 0.5 GB took up to 0.5 s each, holding
         # the driver lock that the other GPUs' cudaMalloc calls wait on)
@@ -664,7 +665,7 @@ class Uploader:
         ``dest`` (one per array, same sizes) when given."""
         s = self._next
         self._next ^= 1
-        need = sum(_aligned(a.nbytes) for a in arrays)
+        need = sum(aligned(a.nbytes) for a in arrays)
         if need > self.slot_bytes:
             raise ValueError(f"a chunk of {need:,} bytes does not fit the {self.slot_bytes:,}-byte staging slot")
         if self._copied[s] is not None:
@@ -694,7 +695,7 @@ class Uploader:
                 parallel_copy(view, np.ascontiguousarray(a))
             staged.append(view)
             out.append(self._dev[s][pos:pos + a.nbytes].view(a.dtype) if dest is None else dest[len(out)])
-            pos += _aligned(a.nbytes)
+            pos += aligned(a.nbytes)
         self.stage_s += time.perf_counter() - t0
         stream = self.streams.copy_in
         if self._read[s] is not None:
