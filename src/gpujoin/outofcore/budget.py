@@ -149,7 +149,7 @@ def gpu_memory_cap(limit: int | None):
             entry = _caps[dev] = {"before": pool.get_limit(), "holders": {}}
         entry["holders"].setdefault(me, []).append(limit)
         _set_cap(pool, entry)
-    if pool.total_bytes() > limit:  # what the pool holds counts as the operation's (peak_gpu_bytes)
+    if pool.total_bytes() > limit:  # the pool's cached blocks count in the operation's peak_gpu_bytes
         pool.free_all_blocks()
     try:
         yield

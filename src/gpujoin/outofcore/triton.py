@@ -525,7 +525,9 @@ def triton_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     Returns
     -------
     JoinResult (host arrays; rows in unspecified order) with ``stats``: placement, pass-1 bits,
-    cache and spill bytes, bytes over PCIe each way, peak GPU memory of CuPy's pool, phase times.
+    cache and spill bytes, bytes over PCIe each way, GPU memory CuPy's pool holds at the end
+    (``peak_gpu_bytes``: the pool only grows within a join, and its blocks cached from earlier
+    operations count, up to ``memory_limit``), phase times.
 
     Raises
     ------
