@@ -330,3 +330,23 @@ def test_streams_are_reused_by_the_next_pipeline_of_the_gpu(monkeypatch):
     Device.current = 1  # another GPU: its own streams
     d = stream.Streams(1)
     assert d.compute is d.copy_in and len(made) == 7
+
+
+def test_untimed_phases_skip_the_phase_timer_syncs(monkeypatch):
+    """Inside runtime.untimed_phases (the streaming joins' pass 2) an in-core operation's
+    PhaseTimer neither synchronizes a stream nor records phases; outside, it does both."""
+    import types
+
+    from gpujoin.cuda import runtime
+
+    synced = []
+    stream = types.SimpleNamespace(synchronize=lambda: synced.append(1))
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+    monkeypatch.setattr(runtime, "_cupy", lambda: fake)
+    with runtime.untimed_phases():
+        t = runtime.PhaseTimer()
+        t.mark("transform")
+        assert t.phases == {} and synced == []
+    t = runtime.PhaseTimer()
+    t.mark("transform")
+    assert list(t.phases) == ["transform"] and len(synced) == 2
