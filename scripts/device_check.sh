@@ -104,8 +104,8 @@ if [[ $stage == scale ]]; then
     done
   fi
   if [[ $parts == *" tests "* ]]; then
-    GPUJOIN_TEST_GPUS=$G timeout ${TEST_TIMEOUT:-250} python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short \
-      -rf -W ignore::Warning tests/test_multi_gpu.py tests/test_dist_device.py 2>&1 | tail -8
+    GPUJOIN_TEST_GPUS=$G WORKERS=${WORKERS:-0} FILES="tests/test_multi_gpu.py tests/test_dist_device.py ${FILES:-}" \
+      TEST_TIMEOUT=${TEST_TIMEOUT:-250} bash "$0" tests-files
     for rpn in "''" 2; do
       timeout -k 5 150 bash -c "$(declare -f mpi); mpi -n $G python3 tests/mpi_dist_check.py $rpn cuda" 2>&1 \
         | grep -a "ok$\|rror" | tail -$((G + 2))
