@@ -13,6 +13,8 @@ stage=${1:-all}
 OUT=${OUT:-device_out}
 mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
+# NVLink multicast stays off on shared hosts (KINDS.md), for every process and thread we start
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # .whl-gpu/: the larger wheels that do not fit one call beside .whl/'s DuckDB: tpchgen-cli, nvCOMP (both
 # nvidia-nvcomp-cu13 and its library nvidia-libnvcomp-cu13, which pip download --no-deps leaves out)
 wheels=$( (compgen -G ".whl/*.whl"; compgen -G ".whl-gpu/*.whl") | awk -F/ '!seen[$NF]++')  # each wheel once
@@ -69,8 +71,6 @@ if [[ $stage == gb-ncu ]]; then
     --section LaunchStats --section Occupancy python3 scripts/profile_groupby.py ${LOG2N:-24} once 2>&1 \
     | grep -v "^g=2" | cut -c1-150 | tail -90
 fi
-# NVLink multicast stays off on shared hosts (KINDS.md), for every process and thread we start
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # paper 001's ranks under Open MPI, one a GPU, with those variables and the working tree's paths
 mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
         -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY "$@"; }
