@@ -228,3 +228,19 @@ def test_partition_copies_bring_every_row_of_a_range():
         np.testing.assert_array_equal(out_v, whole_v[lo:hi])
         origin = np.concatenate([np.full(o[p + 1] - o[p], w) for _, _, o, w in parts] or [np.zeros(0, int)])[lo:hi]
         assert h2d == int((origin == 0).sum()) * 10 and p2p == int((origin == 2).sum()) * 10
+
+
+def test_shuffle_chunk_rows_from_the_environment(monkeypatch):
+    """GPUJOIN_SHUFFLE_CHUNK_ROWS sets the pipelined shuffle's chunk (a count or 1e8-style);
+    anything else is refused by name, with the default it would have used."""
+    from gpujoin.dist import device_shuffle as ds
+
+    monkeypatch.delenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", raising=False)
+    assert ds.chunk_rows_default() == ds.CHUNK_ROWS
+    for given, rows in (("134217728", 1 << 27), ("1e8", 100_000_000), (" 4096 ", 4096)):
+        monkeypatch.setenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", given)
+        assert ds.chunk_rows_default() == rows
+    for bad in ("0", "-5", "2.5", "lots", "nan", "inf"):
+        monkeypatch.setenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", bad)
+        with pytest.raises(ValueError, match="GPUJOIN_SHUFFLE_CHUNK_ROWS"):
+            ds.chunk_rows_default()

@@ -144,6 +144,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     before one that fails are kept (on four H200s a failing compression setting had lost the
     whole run's records)."""
     from ..backend import resolve_device
+    from ..dist.device_shuffle import chunk_rows_default
     from ..dist.join import default_communicator, join
 
     device = resolve_device(device, "join")
@@ -222,7 +223,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     records[-1].update({"bytes_sent_per_rank": sent, "wire_bytes_per_rank": wire, "shuffle_GBps": rate,
                                         "shuffle_over_ceiling": rate / ceiling if rate else None,
                                         "tuples_per_s_per_gpu": total_rows / best / comm.size,
-                                        "one_gpu_s": one_gpu, "speedup_over_one_gpu": one_gpu / best})
+                                        "one_gpu_s": one_gpu, "speedup_over_one_gpu": one_gpu / best,
+                                        "shuffle_chunk_rows": chunk_rows_default()})
                     log(f"  shuffle {rate:.1f} GB/s a rank ({rate / ceiling:.0%} of NCCL's), one GPU "
                         f"{one_gpu * 1e3:.1f} ms: {one_gpu / best:.2f}x, "
                         f"{total_rows / best / comm.size / 1e9:.2f} G tuples/s a GPU")

@@ -128,14 +128,38 @@ def exchange(table, dest, comm: Communicator, stats: dict | None = None):
 
 #: Rows of one chunk of the pipelined shuffle: a chunk is partitioned while the one before it is
 #: on the links.  On two H200s at 2^28 rows a rank of 16 bytes (scripts/profile_dist_shuffle.py
-#: variants), chunks of 2^26 rows took 19.2-20.4 ms for both tables, of 2^25 20.8-22.0.
+#: variants), chunks of 2^26 rows took 19.2-20.4 ms for both tables, of 2^25 20.8-22.0.  The
+#: environment variable GPUJOIN_SHUFFLE_CHUNK_ROWS overrides it (the same on every rank), for
+#: measuring other sizes in the benchmark (at 4 ranks a peer's message is half the 2-rank size).
 CHUNK_ROWS = 1 << 26
 
 
+def chunk_rows_default() -> int:
+    """CHUNK_ROWS, or GPUJOIN_SHUFFLE_CHUNK_ROWS where set.
+
+    Raises
+    ------
+    ValueError
+        GPUJOIN_SHUFFLE_CHUNK_ROWS is not a positive whole number of rows.
+    """
+    given = os.environ.get("GPUJOIN_SHUFFLE_CHUNK_ROWS", "").strip()
+    if not given:
+        return CHUNK_ROWS
+    try:
+        value = float(given)  # "67108864" or "1e8"
+    except ValueError:
+        value = 0.0
+    rows = int(value) if value == value and abs(value) != float("inf") else 0
+    if rows < 1 or rows != value:
+        raise ValueError(f"GPUJOIN_SHUFFLE_CHUNK_ROWS={given!r}: expected a positive number of rows (e.g. "
+                         f"67108864 or 1e8); unset it for the default {CHUNK_ROWS:,}")
+    return rows
+
+
 def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,
-                  chunk_rows: int = CHUNK_ROWS, compress=None) -> list:
+                  chunk_rows: int | None = None, compress=None) -> list:
     """:func:`exchange` of several tables (a join's two sides), pipelined in chunks of
-    ``chunk_rows``: each chunk's rows to every rank are counted first (one histogram launch a
+    ``chunk_rows`` (default :func:`chunk_rows_default`): each chunk's rows to every rank are counted first (one histogram launch a
     table; every rank's counts gathered over MPI, so that each rank lays out its receive buffers
     before any data moves), then chunk c + 1 is partitioned by destination on a side stream
     while chunk c's NCCL group is on the links (:class:`_Chunks`: one launch a chunk, this
@@ -168,6 +192,7 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
 
     if comm.size == 1:
         return list(tables)
+    chunk_rows = chunk_rows or chunk_rows_default()
     P, me = comm.size, comm.rank
     zipped = [] if compress is None else [j for j in range(P) if j != me and compress(j)]
     every = comm.allgather([(sorted(t.validity), t.num_rows, bool(zipped)) for t in tables])
