@@ -237,8 +237,8 @@ def test_shuffle_chunk_rows_from_the_environment(monkeypatch):
 
     monkeypatch.delenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", raising=False)
     assert ds.chunk_rows_default() == ds.CHUNK_ROWS
-    for given, rows in (("134217728", 1 << 27), ("1e8", 100_000_000), (" 4096 ", 4096)):
-        monkeypatch.setenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", given)
+    for text, rows in (("134217728", 1 << 27), ("1e8", 100_000_000), (" 4096 ", 4096)):
+        monkeypatch.setenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", text)
         assert ds.chunk_rows_default() == rows
     for bad in ("0", "-5", "2.5", "lots", "nan", "inf"):
         monkeypatch.setenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", bad)
