@@ -18,6 +18,7 @@ rows partitioned by destination rank, the partitions exchanged over NCCL.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -149,11 +150,10 @@ def chunk_rows_default() -> int:
         value = float(given)  # "67108864" or "1e8"
     except ValueError:
         value = 0.0
-    rows = int(value) if value == value and abs(value) != float("inf") else 0
-    if rows < 1 or rows != value:
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
         raise ValueError(f"GPUJOIN_SHUFFLE_CHUNK_ROWS={given!r}: expected a positive number of rows (e.g. "
                          f"67108864 or 1e8); unset it for the default {CHUNK_ROWS:,}")
-    return rows
+    return int(value)
 
 
 def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | None = None,

@@ -89,24 +89,12 @@ class PartitionedRelation:
         copies enqueued on ``stream``: cached pieces device to device (over the peer link from
         another GPU's cache), spilled pieces host to device.  ``out``: the arrays to fill
         (allocated here when None).  Returns (arrays, H2D bytes); ``stats`` also counts them,
-        and the peer-to-peer bytes.
-
-        One copy a piece and column, issued by address (CuPy slices cost ~10 us each, and on four
-        H200s pass 2 was bound by them), all of them in one call where the CUDA runtime batches
-        copies (``stream.copy_batch``): a partition of a 2^31-row relation in 2^26-row chunks is 32
-        pieces a column."""
+        and the peer-to-peer bytes.  See :func:`fetch_ranges`."""
         import cupy as cp
-
-        from .stream import copy_batch
 
         if out is None:
             out = [cp.empty(hi - lo, d) for d in self.dtypes]
-        dsts, srcs, sizes, h2d, p2p = self.copies(p, lo, hi, [a.data.ptr for a in out], cp.cuda.Device().id)
-        copy_batch(dsts, srcs, sizes, stream)
-        if stats is not None:
-            stats.h2d += h2d
-            stats.p2p += p2p
-        return out, h2d
+        return out, fetch_ranges([(self, p, lo, hi, out)], stream, stats)
 
     def copies(self, p: int, lo: int, hi: int, dst: list[int], here: int):
         """The copies that bring rows [lo, hi) of partition ``p`` to the column addresses ``dst``
@@ -135,6 +123,35 @@ class PartitionedRelation:
             if seen >= hi:
                 break
         return dsts, srcs, nbytes, h2d, p2p
+
+
+def fetch_ranges(ranges: list, stream, stats: TransferStats | None = None) -> int:
+    """Rows [lo, hi) of partition p of each ``(relation, p, lo, hi, out)`` into the device arrays
+    ``out`` (a column each) on ``stream``; returns the bytes from host memory (``stats`` also
+    counts them, and the peer-to-peer bytes).
+
+    One copy a piece and column, issued by address (CuPy slices cost ~10 us each, and on four
+    H200s pass 2 was bound by them), all of them in one call where the CUDA runtime batches
+    copies (``stream.copy_batch``): a partition of a 2^31-row relation in 2^26-row chunks is 32
+    pieces a column."""
+    import cupy as cp
+
+    from .stream import copy_batch
+
+    here = cp.cuda.Device().id
+    dsts, srcs, sizes, h2d, p2p = [], [], [], 0, 0
+    for rel, p, lo, hi, out in ranges:
+        d, src, size, h, peer = rel.copies(p, lo, hi, [a.data.ptr for a in out], here)
+        dsts += d
+        srcs += src
+        sizes += size
+        h2d += h
+        p2p += peer
+    copy_batch(dsts, srcs, sizes, stream)
+    if stats is not None:
+        stats.h2d += h2d
+        stats.p2p += p2p
+    return h2d
 
 
 @dataclass

@@ -39,8 +39,8 @@ import numpy as np
 from .. import progress
 from ..plan.placement import PASS2_FACTOR, Placement, cached_chunks, slack
 from .budget import check_host
-from .partition import PartitionedRelation, TransferStats, partition_pass
-from .stream import Downloader, HostColumn, Streams, Uploader, copy_batch, record
+from .partition import PartitionedRelation, TransferStats, fetch_ranges, partition_pass
+from .stream import Downloader, HostColumn, Streams, Uploader, record
 
 MODES = ("inner", "probe_outer", "full", "semi", "anti")
 
@@ -468,15 +468,7 @@ class TritonJoin:
             sb = [cp.empty(int(ssz[p]), d) for d in S.dtypes]
         st.copy_in.wait_event(record(st.compute))
         # both sides' pieces in one batch of copies (one CUDA call where the runtime batches)
-        dsts, srcs, sizes = [], [], []
-        for rel, n, out in ((R, rsz[p], rb), (S, ssz[p], sb)):
-            d, src, size, h2d, p2p = rel.copies(p, 0, int(n), [a.data.ptr for a in out], here)
-            dsts += d
-            srcs += src
-            sizes += size
-            self.transfer.h2d += h2d
-            self.transfer.p2p += p2p
-        copy_batch(dsts, srcs, sizes, st.copy_in)
+        fetch_ranges([(R, p, 0, int(rsz[p]), rb), (S, p, 0, int(ssz[p]), sb)], st.copy_in, self.transfer)
         return (Rel(rb[0], rb[1:]), Rel(sb[0], sb[1:])), record(st.copy_in)
 
     def _join_big(self, R, S, p, nr, ns, limit, mode):

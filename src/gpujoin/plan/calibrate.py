@@ -109,8 +109,8 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
         with cp.cuda.Device(g):
             bufs[g] = (cp.empty(nbytes, cp.uint8), cp.empty(nbytes, cp.uint8))
             streams[g] = cp.cuda.Stream(non_blocking=True)
-    h2d = lambda g: cp.cuda.runtime.memcpyAsync(bufs[g][0].data.ptr, host.ctypes.data, nbytes, 1,  # noqa: E731
-                                                streams[g].ptr)
+    h2d = lambda g, src=host: cp.cuda.runtime.memcpyAsync(bufs[g][0].data.ptr, src.ctypes.data,  # noqa: E731
+                                                          nbytes, 1, streams[g].ptr)
     out = {}
     for g in gpus:
         with cp.cuda.Device(g):
@@ -118,13 +118,11 @@ def measure_links(gpus: list[int], nbytes: int = 1 << 30, reps: int = 5) -> dict
     pins = [pinned_empty(nbytes, np.uint8) for _ in gpus]
     for p in pins:
         p[:] = 1
-    # every GPU at once, each reading its own buffer as pass 1's chunks are (four H200s took
-    # 154-174 GB/s from one shared buffer, where pass 1 got about 110 from distinct ones)
+    # every GPU at once, each reading its own buffer as pass 1's chunks are, and all reading one
+    # (the probe's earlier way: 154-174 GB/s on four H200s, a buffer each 173-190)
     for name, src_of in (("h2d_all_GBps", lambda i: pins[i]), ("h2d_all_one_buffer_GBps", lambda i: host)):
         t0 = time.perf_counter()
-        on_each(gpus, lambda i: [cp.cuda.runtime.memcpyAsync(bufs[gpus[i]][0].data.ptr, src_of(i).ctypes.data,
-                                                             nbytes, 1, streams[gpus[i]].ptr)
-                                 for _ in range(reps)] and streams[gpus[i]].synchronize())
+        on_each(gpus, lambda i: [h2d(gpus[i], src_of(i)) for _ in range(reps)] and streams[gpus[i]].synchronize())
         out[name] = len(gpus) * reps * nbytes / (time.perf_counter() - t0) / 1e9
     # the staging copy (pageable into pinned, the copy threads shared) with every GPU's thread at once
     src = np.ones(nbytes, np.uint8)
