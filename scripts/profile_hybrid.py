@@ -12,6 +12,7 @@ every GPU under CUPTI: each GPU's copy engines and SMs busy or idle in each pass
 nsys: profile with ``-t cuda`` only (with osrt its importer failed on the H100 pair).
 """
 
+import os
 import sys
 import threading
 import time
@@ -25,6 +26,9 @@ from gpujoin.outofcore.stream import pinned_host
 from gpujoin.outofcore.triton import TritonJoin
 from gpujoin.plan.placement import plan_placement
 from gpujoin.plan.streaming import stream_join
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cupti  # noqa: E402
 
 log2_n = int(sys.argv[1]) if len(sys.argv) > 1 else 28
 inner = sys.argv[2] if len(sys.argv) > 2 else "phj-tr"
@@ -144,40 +148,12 @@ def switch_interval():
         sys.setswitchinterval(default)
 
 
-def _union(iv: list) -> float:
-    """Length covered by the intervals [(start, end)]."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(iv):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
-
-
-def _gaps(iv: list, lo: float, hi: float) -> list:
-    """The idle stretches [(start, length)] of [lo, hi) that no interval covers."""
-    out, end = [], lo
-    for a, b in sorted(iv):
-        if a > end:
-            out.append((end, a - end))
-        end = max(end, b)
-    if hi > end:
-        out.append((end, hi - end))
-    return out
-
-
 def timeline():
     """One join on every GPU recorded by CUPTI (PyTorch's profiler sees CuPy's kernels and
     copies): for each GPU and pass, each kind of copy's bytes and busy time, the kernels' busy
     time, and the idle stretches of the pass's bound (H2D in pass 1, kernels in pass 2); then
     the whole host's H2D rate in 20 ms bins.  Each pass's start is marked on every GPU by a
     one-thread kernel, so the passes are told apart on the device clock."""
-    import json
-    import os
-    import tempfile
-
-    import torch.profiler as tp
-
     g = device_count()
     marks = {w: cp.ElementwiseKernel("", "raw int32 x", "x[i] = 1", f"gpujoin_{w}_mark") for w in ("pass1", "pass2")}
     flags = {}
@@ -200,24 +176,13 @@ def timeline():
     join()  # warm-up: pools, pinned arenas, compiled kernels
     for d in range(g):
         cp.cuda.Device(d).synchronize()
-    with tp.profile(activities=[tp.ProfilerActivity.CPU, tp.ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        res = join()
-        wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res, ev, api, _ = cupti.record(join)
+    wall = time.perf_counter() - t0
     TritonJoin.pass1, TritonJoin.pass2 = orig
     assert res.total == want
-    path = os.path.join(tempfile.gettempdir(), "hybrid_trace.json")
-    prof.export_chrome_trace(path)
-    trace = json.load(open(path))["traceEvents"]
-    ev = [e for e in trace if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    api = [e for e in trace if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
     print(f"timeline x{g}: {wall:.3f} s wall, phases {({k: round(v, 4) for k, v in res.stats['phases'].items()})}, "
           f"{len(ev)} device events", flush=True)
-
-    def kind(e):
-        if e["cat"] != "gpu_memcpy":
-            return "kernel" if e["cat"] == "kernel" else "memset"
-        return next((k for k in ("HtoD", "DtoH", "PtoP", "DtoD") if k in e["name"]), "copy")
 
     starts = {}
     for e in ev:
@@ -232,21 +197,21 @@ def timeline():
             inside = [e for e in mine if lo <= e["ts"] < hi]
             parts = []
             for k in ("HtoD", "DtoH", "PtoP", "DtoD", "kernel"):
-                iv = [(e["ts"], e["ts"] + e["dur"]) for e in inside if kind(e) == k]
+                iv = [(e["ts"], e["ts"] + e["dur"]) for e in inside if cupti.kind(e) == k]
                 if not iv:
                     continue
-                nbytes = sum(e["args"].get("bytes", 0) for e in inside if kind(e) == k)
-                busy = _union(iv)
+                nbytes = sum(e["args"].get("bytes", 0) for e in inside if cupti.kind(e) == k)
+                busy = cupti.union(iv)
                 rate = f" {nbytes / 1e9:.2f} GB, {nbytes / busy / 1e3:.0f} GB/s busy" if nbytes else ""
                 parts.append(f"{k} {len(iv)} x {busy / 1e3:.1f} ms{rate}")
             bound = "HtoD" if p == "pass 1" else "kernel"
-            idle = sorted(_gaps([(e["ts"], e["ts"] + e["dur"]) for e in inside if kind(e) == bound], lo, hi),
+            idle = sorted(cupti.gaps([(e["ts"], e["ts"] + e["dur"]) for e in inside if cupti.kind(e) == bound], lo, hi),
                           key=lambda x: -x[1])
             print(f"  GPU {d} {p} {(lo - origin) / 1e3:.1f}+{(hi - lo) / 1e3:.1f} ms: " + "; ".join(parts), flush=True)
             print(f"    {bound} idle {sum(x[1] for x in idle) / 1e3:.1f} ms in {len(idle)} stretches; longest (at ms: "
                   "length): " + ", ".join(f"{(a - origin) / 1e3:.1f}: {b / 1e3:.2f}" for a, b in idle[:6]), flush=True)
         for e in mine:
-            if kind(e) == "HtoD":  # bytes spread over the 20 ms bins the copy spans
+            if cupti.kind(e) == "HtoD":  # bytes spread over the 20 ms bins the copy spans
                 a, b, nb = e["ts"] - origin, e["ts"] + e["dur"] - origin, e["args"].get("bytes", 0)
                 for i in range(int(a // 20e3), int(b // 20e3) + 1):
                     over = min(b, (i + 1) * 20e3) - max(a, i * 20e3)
