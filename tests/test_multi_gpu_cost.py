@@ -26,11 +26,22 @@ def test_gsm_and_hybrid_match_eqs_4_to_7():
     b = mc.transfer_bytes("gsm", r, s, m, n, 2)
     assert b["host"] + b["duplex"] == 3 * (r + s) + 2 * (r * math.log2(m) + s * math.log2(n))  # Eq. 4
     assert mc.transfer_seconds("gsm", r, s, m, n, 2, PAPER) == pytest.approx(
-        (r + s) / PAPER.h2d + (2 * (r + s) + 2 * (r * 4 + s * 5)) / PAPER.duplex)
+        (r + s) / PAPER.h2d + (2 * (r + s) + 2 * (r * 4 + s * 5)) / PAPER.duplex
+        + mc.pipeline_fill_seconds(r, s, m, n, 2, PAPER))
     h = mc.transfer_bytes("hybrid", r, s, m, n, 2)
     assert h["host"] + h["duplex"] == 3 * (r + s)  # Eq. 6
     # Eq. 7 with the paper's footnote: duplex at 22 GB/s against 12 one way
     assert mc.transfer_seconds("hybrid", r, s, m, n, 2, PAPER) == pytest.approx((r + s) / 12e9 + 2 * (r + s) / 22e9)
+
+
+def test_gsm_pipeline_fill_and_drain():
+    """Each phase's first upload (a run, then half a run in each of the 5 merge rounds) and last
+    download at the one-way rate instead of the duplex one; a GPU's share caps a task."""
+    alone = 1 / PAPER.h2d - 1 / PAPER.duplex
+    assert mc.pipeline_fill_seconds(4e9, 8e9, 16, 32, 2, PAPER) == pytest.approx(2 * alone * (0.25e9 + 5 * 0.125e9))
+    # one run a relation on each of 4 GPUs: a GPU's phase is all fill and drain, its share at most
+    assert mc.pipeline_fill_seconds(1e9, 1e9, 1, 1, 4, PAPER) == pytest.approx(2 * alone * 0.5e9)
+    assert mc.pipeline_fill_seconds(1e9, 1e9, 1, 1, 1, mc.Links(10e9, 20e9, 1e9)) == pytest.approx(0.1)
 
 
 def test_choice_prefers_hybrid_for_equi_joins_and_nl_is_the_theta_fallback():

@@ -57,10 +57,9 @@ class _Worker:
         self.d2h = 0
 
     def upload(self, cols: list[np.ndarray], lo: int, hi: int) -> list:
-        """Rows [lo, hi) of ``cols`` to the GPU on the copy-in stream; the compute stream's next
-        kernels wait for them (the host does not)."""
+        """Rows [lo, hi) of ``cols`` to the GPU on the copy-in stream (:func:`_on_gpus` makes the
+        compute stream wait for them when their task's work starts; the host does not wait)."""
         out = self.up.rows_to_device(cols, lo, hi)
-        self.st.compute.wait_event(record(self.st.copy_in))
         self.h2d += sum((hi - lo) * c.itemsize for c in cols)
         return out
 
@@ -79,7 +78,10 @@ def _on_gpus(gpus, tasks, fetch, work, slot_bytes: int, streams: int, workers: l
     """For every task, ``data = fetch(worker, task)`` (its uploads) then ``work(worker, task,
     data)``, task i on GPU i mod D (one thread a GPU, its pool held to ``memory_limit``).  Task
     i + 1's fetch is enqueued before task i's work: its copy-in waits only for the kernels
-    before task i's, and runs beside them (paper 000 §3.2.4's copy-in and compute streams)."""
+    before task i's, and runs beside them (paper 000 §3.2.4's copy-in and compute streams); the
+    compute stream waits for a task's uploads only when its work starts (had it waited when they
+    were enqueued, task i's kernels and copy-out would have waited for task i + 1's uploads: on
+    two H200s both copy directions were busy together only half of each merge round)."""
     from ..outofcore.budget import gpu_memory_cap
 
     def run(g):
@@ -87,35 +89,53 @@ def _on_gpus(gpus, tasks, fetch, work, slot_bytes: int, streams: int, workers: l
             workers[g] = _Worker(streams, slot_bytes)
         w = workers[g]
         mine = tasks[g::len(gpus)]
+        def fetched(task):
+            return fetch(w, task), record(w.st.copy_in)  # the task's data, and when it has arrived
+
         with gpu_memory_cap(memory_limit), w.st.compute:
-            data = fetch(w, mine[0]) if mine else None
+            data, ready = fetched(mine[0]) if mine else (None, None)
             for i, t in enumerate(mine):
-                nxt = fetch(w, mine[i + 1]) if i + 1 < len(mine) else None
+                nxt = fetched(mine[i + 1]) if i + 1 < len(mine) else (None, None)
+                w.st.compute.wait_event(ready)
                 work(w, t, data)
-                data = nxt
+                data, ready = nxt
             w.down.flush()
             w.st.synchronize()
     on_each(gpus, run)
 
 
-def sort_runs(src: list[np.ndarray], dst: list[np.ndarray], run_rows: int, gpus, workers, slot_bytes, streams,
-              memory_limit=None, pinned: bool = False, transfer_only: bool = False) -> list[tuple[int, int]]:
-    """Each run of ``run_rows`` rows of ``src`` (key first) sorted by key into the same rows of
-    ``dst`` (page-locked when ``pinned``); ``transfer_only``: the rows move, unsorted."""
+def _interleaved(per_relation: list[list]) -> list:
+    """The tasks of several relations taken in turns (one of each, then the next of each, ...):
+    one call of :func:`_on_gpus` runs them all, each GPU a share of every relation's, so that a
+    phase's pipeline fills and drains once, not once a relation (on two H200s each of GSM's
+    phases had moved only 8.6 GB a relation, and its first upload and last download ran alone)."""
+    out = []
+    for i in range(max((len(t) for t in per_relation), default=0)):
+        out += [t[i] for t in per_relation if i < len(t)]
+    return out
+
+
+def sort_runs(rels: list, gpus, workers, slot_bytes, streams, memory_limit=None, pinned: bool = False,
+              transfer_only: bool = False) -> list[list[tuple[int, int]]]:
+    """For each relation ``(src, dst, run_rows)`` of ``rels``, each run of ``run_rows`` rows of
+    ``src`` (key first) sorted by key into the same rows of ``dst`` (page-locked when
+    ``pinned``), the relations' runs in one phase; ``transfer_only``: the rows move, unsorted.
+    Returns each relation's runs [(lo, hi)]."""
     from ..cuda.primitives import radix_sort
 
-    n = src[0].size
-    runs = [(a, min(n, a + run_rows)) for a in range(0, n, run_rows)]
+    runs = [[(a, min(src[0].size, a + rows)) for a in range(0, src[0].size, rows)] for src, _, rows in rels]
 
-    def work(w, run, dev):
-        lo, hi = run
+    def work(w, task, dev):
+        k, lo, hi = task
         if not transfer_only:
             base, bits = _sort_key_range(dev[0])
             dev = radix_sort(dev[0], dev[1:], base, bits)
             dev = [dev[0], *dev[1]]
-        w.download(dev, [c[lo:hi] for c in dst], pinned)
+        w.download(dev, [c[lo:hi] for c in rels[k][1]], pinned)
 
-    _on_gpus(gpus, runs, lambda w, run: w.upload(src, *run), work, slot_bytes, streams, workers, memory_limit)
+    tasks = _interleaved([[(k, lo, hi) for lo, hi in r] for k, r in enumerate(runs)])
+    _on_gpus(gpus, tasks, lambda w, t: w.upload(rels[t[0]][0], t[1], t[2]), work, slot_bytes, streams, workers,
+             memory_limit)
     return runs
 
 
@@ -135,36 +155,42 @@ def _merge_on_gpu(a: list, b: list) -> list:
     return out
 
 
-def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[int, int]], piece_rows: int,
-                gpus, workers, slot_bytes, streams, memory_limit=None, pinned: bool = False,
-                transfer_only: bool = False) -> list[tuple[int, int]]:
-    """Merge runs 0+1, 2+3, ... of ``src`` into ``dst`` (a last odd run is copied); returns the
-    merged runs.  Each merge is cut by merge path into pieces of at most ``piece_rows`` rows
-    (``transfer_only``: the pieces' rows move, not merged)."""
-    tasks, merged = [], []
-    for i in range(0, len(runs) - 1, 2):
-        (lo, mid), (_, hi) = runs[i], runs[i + 1]
-        a, b = src[0][lo:mid], src[0][mid:hi]
-        total = hi - lo
-        parts = len(gpus) * -(-total // (piece_rows * len(gpus)))  # as many pieces for every GPU
-        if transfer_only:  # unsorted runs have no merge path: even cuts of both, the same bytes
-            cuts = [(a.size * p // parts, b.size * p // parts) for p in range(parts + 1)]
-        else:
-            cuts = [split(a, b, total * p // parts) for p in range(parts + 1)]
-        tasks += [(lo, mid, cuts[p], cuts[p + 1]) for p in range(parts) if cuts[p] != cuts[p + 1]]
-        merged.append((lo, hi))
-    if len(runs) % 2:  # rare: global_sort makes a power of two of runs unless the rows are few
-        lo, hi = runs[-1]
-        for s, d in zip(src, dst):
-            parallel_copy(d[lo:hi], s[lo:hi])
-        merged.append((lo, hi))
+def merge_round(rels: list, gpus, workers, slot_bytes, streams, memory_limit=None, pinned: bool = False,
+                transfer_only: bool = False) -> list[list[tuple[int, int]]]:
+    """For each relation ``(src, dst, runs, piece_rows)`` of ``rels``, runs 0+1, 2+3, ... of
+    ``src`` merged into ``dst`` (a last odd run is copied), the relations' merges in one phase;
+    returns each relation's merged runs.  Each merge is cut by merge path into pieces of at most
+    ``piece_rows`` rows (``transfer_only``: the pieces' rows move, not merged)."""
+    per_relation, merged_of = [], []
+    for k, (src, dst, runs, piece_rows) in enumerate(rels):
+        tasks, merged = [], []
+        for i in range(0, len(runs) - 1, 2):
+            (lo, mid), (_, hi) = runs[i], runs[i + 1]
+            a, b = src[0][lo:mid], src[0][mid:hi]
+            total = hi - lo
+            parts = len(gpus) * -(-total // (piece_rows * len(gpus)))  # as many pieces for every GPU
+            if transfer_only:  # unsorted runs have no merge path: even cuts of both, the same bytes
+                cuts = [(a.size * p // parts, b.size * p // parts) for p in range(parts + 1)]
+            else:
+                cuts = [split(a, b, total * p // parts) for p in range(parts + 1)]
+            tasks += [(k, lo, mid, cuts[p], cuts[p + 1]) for p in range(parts) if cuts[p] != cuts[p + 1]]
+            merged.append((lo, hi))
+        if len(runs) % 2:  # rare: global_sort makes a power of two of runs unless the rows are few
+            lo, hi = runs[-1]
+            for s, d in zip(src, dst):
+                parallel_copy(d[lo:hi], s[lo:hi])
+            merged.append((lo, hi))
+        per_relation.append(tasks)
+        merged_of.append(merged)
 
     def fetch(w, task):
-        lo, mid, (i0, j0), (i1, j1) = task
+        k, lo, mid, (i0, j0), (i1, j1) = task
+        src = rels[k][0]
         return w.upload(src, lo + i0, lo + i1), w.upload(src, mid + j0, mid + j1)
 
     def work(w, task, ab):
-        lo, mid, (i0, j0), (i1, j1) = task
+        k, lo, mid, (i0, j0), (i1, j1) = task
+        dst = rels[k][1]
         a, b = ab
         at = lo + i0 + j0
         if transfer_only:
@@ -173,8 +199,8 @@ def merge_round(src: list[np.ndarray], dst: list[np.ndarray], runs: list[tuple[i
             return
         w.download(_merge_on_gpu(a, b), [d[at:at + (i1 - i0) + (j1 - j0)] for d in dst], pinned)
 
-    _on_gpus(gpus, tasks, fetch, work, slot_bytes, streams, workers, memory_limit)
-    return merged
+    _on_gpus(gpus, _interleaved(per_relation), fetch, work, slot_bytes, streams, workers, memory_limit)
+    return merged_of
 
 
 def _host_copy_of(cols: list[np.ndarray], arenas: list | None) -> list[np.ndarray]:
@@ -187,35 +213,45 @@ def _host_copy_of(cols: list[np.ndarray], arenas: list | None) -> list[np.ndarra
     return [arena.take(c.size, c.dtype) for c in cols]
 
 
-def global_sort(cols: list[np.ndarray], run_rows: int, gpus, workers, slot_bytes, streams, stats: dict,
-                label: str, memory_limit=None, arenas: list | None = None, transfer_only: bool = False
-                ) -> list[np.ndarray]:
-    """``cols`` (key first) sorted by key on the GPUs: sorted runs written from ``cols`` into a
-    host buffer, then merge rounds between two (page-locked ones, in ``arenas``, when given);
-    ``cols`` is not modified."""
+def global_sort(rels: list[list[np.ndarray]], run_rows: int, gpus, workers, slot_bytes, streams, stats: dict,
+                labels: list[str], memory_limit=None, arenas: list | None = None, transfer_only: bool = False
+                ) -> list[list[np.ndarray]]:
+    """Each relation of ``rels`` (its columns, key first) sorted by key on the GPUs, all of them
+    in the same phases: sorted runs written from the columns into a host buffer, then merge
+    rounds between two (page-locked ones, in ``arenas``, when given); the columns are not
+    modified.  Returns each relation's sorted columns."""
     t0 = time.perf_counter()
     pinned = arenas is not None
-    bufs = [_host_copy_of(cols, arenas)]
+    bufs = [[_host_copy_of(cols, arenas)] for cols in rels]
     # a power of two of runs, at least one a GPU: every merge round pairs them all (no odd run
     # copied by the host) and the GPUs get as many runs each (5 runs on two H200s: 3 and 2)
-    n = cols[0].size
-    count = 1 << max(0, math.ceil(math.log2(max(len(gpus), -(-n // run_rows), 1))))
-    runs = sort_runs(cols, bufs[0], max(1, -(-n // count)), gpus, workers, slot_bytes, streams, memory_limit, pinned,
-                     transfer_only)
-    stats[f"{label}_runs"] = len(runs)
+    rows = []
+    for cols in rels:
+        n = cols[0].size
+        count = 1 << max(0, math.ceil(math.log2(max(len(gpus), -(-n // run_rows), 1))))
+        rows.append(max(1, -(-n // count)))
+    runs = sort_runs([(cols, b[0], r) for cols, b, r in zip(rels, bufs, rows)], gpus, workers, slot_bytes, streams,
+                     memory_limit, pinned, transfer_only)
+    for label, r in zip(labels, runs):
+        stats[f"{label}_runs"] = len(r)
     t1 = time.perf_counter()
-    rounds = 0
-    if len(runs) > 1:
-        bufs.append(_host_copy_of(cols, arenas))
-    while len(runs) > 1:
+    for cols, b, r in zip(rels, bufs, runs):
+        if len(r) > 1:
+            b.append(_host_copy_of(cols, arenas))
+    rounds = [0] * len(rels)
+    while any(len(r) > 1 for r in runs):
         # pieces of half a run: more of them a GPU keep its copy-in and copy-out busy at once
-        runs = merge_round(bufs[rounds % 2], bufs[(rounds + 1) % 2], runs, max(1, run_rows // 2), gpus, workers,
-                           slot_bytes, streams, memory_limit, pinned, transfer_only)
-        rounds += 1
-    stats[f"{label}_sort_s"] = t1 - t0
-    stats[f"{label}_merge_s"] = time.perf_counter() - t1
-    stats[f"{label}_merge_rounds"] = rounds
-    return bufs[rounds % 2]
+        live = [k for k, r in enumerate(runs) if len(r) > 1]
+        done = merge_round([(bufs[k][rounds[k] % 2], bufs[k][(rounds[k] + 1) % 2], runs[k], max(1, run_rows // 2))
+                            for k in live], gpus, workers, slot_bytes, streams, memory_limit, pinned, transfer_only)
+        for k, r in zip(live, done):
+            runs[k] = r
+            rounds[k] += 1
+    stats["sort_s"] = t1 - t0
+    stats["merge_s"] = time.perf_counter() - t1
+    for label, r in zip(labels, rounds):
+        stats[f"{label}_merge_rounds"] = r
+    return [b[r % 2] for b, r in zip(bufs, rounds)]
 
 
 def _band_bounds(xp, keys, band: int):
@@ -329,10 +365,8 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
     stats: dict = {"gpus": list(gpus), "algorithm": "gsm", "run_rows": run_rows, "pinned": pin}
     try:
         t0 = time.perf_counter()
-        R = global_sort(build_cols, run_rows, gpus, workers, slot, streams, stats, "build", memory_limit, arenas,
-                        transfer_only)
-        S = global_sort(probe_cols, run_rows, gpus, workers, slot, streams, stats, "probe", memory_limit, arenas,
-                        transfer_only)
+        R, S = global_sort([build_cols, probe_cols], run_rows, gpus, workers, slot, streams, stats, ["build", "probe"],
+                           memory_limit, arenas, transfer_only)
         t1 = time.perf_counter()
         n_r, n_s = R[0].size, S[0].size
         # enough pieces that each fits a sixth of the budget (a multiple of the GPUs, so that
@@ -396,8 +430,7 @@ def gsm_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], budget:
         nb = len(R) - 1
         stats.update({"pieces": len(pieces), "join_s": t2 - t1, "sort_merge_s": t1 - t0,
                       "h2d_bytes": sum(w.h2d for w in workers if w), "d2h_bytes": sum(w.d2h for w in workers if w),
-                      "phases": {"sort": stats["build_sort_s"] + stats["probe_sort_s"],
-                                 "merge": stats["build_merge_s"] + stats["probe_merge_s"], "join": t2 - t1},
+                      "phases": {"sort": stats["sort_s"], "merge": stats["merge_s"], "join": t2 - t1},
                       "per_gpu": [{"device": gpus[g], "rows": rows[g]} for g in range(d)]})
         return JoinResult(key, [(c, None) for c in cols[:nb]], [(c, None) for c in cols[nb:]], sum(rows),
                           sum(totals) if aggregate else None, stats)

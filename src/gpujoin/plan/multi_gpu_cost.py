@@ -12,7 +12,10 @@ paper (§3.4: transfers dominate out of core).  Sizes are in bytes, bandwidths i
 - ``gsm`` (global sort-merge, §3.2): run generation reads and writes both tables (2(|R| + |S|)
   at the duplex rate), log2 M and log2 N merge rounds each read and write them again, and the
   final merge join reads them once (Eqs. 4-5).  Rounds of pairwise merges: ⌈log2 M⌉ where M is
-  not a power of two (the paper's are).
+  not a power of two (the paper's are).  Beyond the paper: each phase (the runs, each merge
+  round, both relations' tasks together) is a pipeline on each GPU whose first upload and last
+  download have nothing beside them on the link's other direction (its fill and drain), a
+  term of a run's bytes a phase (:func:`pipeline_fill_seconds`).
 - ``hybrid`` (radix partition, then per-partition sort-merge, §3.3): the partition pass reads
   and writes both tables (duplex), the join reads them once (Eqs. 6-7).
 
@@ -120,8 +123,24 @@ def transfer_seconds(algorithm: str, r: float, s: float, m: int, n: int, gpus: i
     host = b["host"] / one_way + b["duplex"] / both
     if links.host_in and algorithm == "gsm":  # run generation: max(read through staging, read + write)
         host += max(0.0, (r + s) / links.host_in - 2 * (r + s) / both)
+    if algorithm == "gsm":
+        host += pipeline_fill_seconds(r, s, m, n, gpus, links)
     peer = b["p2p"] / (links.p2p * gpus) if b["p2p"] else 0.0  # Eq. 3: D links in parallel
     return host + peer
+
+
+def pipeline_fill_seconds(r: float, s: float, m: int, n: int, gpus: int, links: Links) -> float:
+    """GSM's pipeline fill and drain (not in paper 000's Eqs. 4-5): in each phase a GPU uploads
+    a task's rows and downloads them sorted or merged, task after task, the next upload beside
+    the last download; its first upload and last download run alone, at the one-way rate, where
+    Eq. 5 counts them at the duplex rate.  Tasks: a run (|R|/m or |S|/n bytes, the larger) in the
+    first phase, half a run in each of the max(⌈log2 m⌉, ⌈log2 n⌉) merge rounds (both relations'
+    in the same phases, as ``dist.gsm`` runs them); at most a GPU's share of the phase's bytes."""
+    share = (r + s) / max(1, gpus)  # one way, a GPU, a phase
+    run = max(r / max(1, m), s / max(1, n))
+    rounds = max(math.ceil(math.log2(max(m, 1))), math.ceil(math.log2(max(n, 1))))
+    alone = 1 / links.h2d - 1 / links.duplex  # a byte each way alone rather than beside the other
+    return 2 * alone * (min(run, share) + rounds * min(run / 2, share))
 
 
 def choose(r: float, s: float, m: int, n: int, gpus: int, links: Links, algorithms=ALGORITHMS,
