@@ -42,6 +42,9 @@ def main():
     extra = (lambda t: pa.concat_tables([mine(t)] + [t.take(np.arange(r, t.num_rows, comm.size)) for r in rest])) \
         if comm.rank == 0 else mine
     layout = comm.allgather((comm.node, comm.local_rank))
+    got = comm.allgather_array(np.array([[comm.rank, -comm.rank], [1, 2**40]], np.int64))  # the device shuffle's counts
+    assert got.shape == (comm.size, 2, 2) and [g[0, 0] for g in got] == list(range(comm.size))
+    assert (got[:, 1, 1] == 2**40).all() and (got[:, 0, 1] == -np.arange(comm.size)).all()
     if comm.rank == 0:
         print("layout (node, local rank):", layout, flush=True)
     for method in ("one-level", "two-level"):

@@ -51,6 +51,7 @@ def test_one_rank_job_equals_the_join():
     t = pa.table({"x": [1, 2, 3]})
     assert_tables_equal(exchange(t, np.zeros(3, np.int64), comm), t, check_row_order=True)
     assert_tables_equal(shuffle(t, np.zeros(3, np.int64), comm, "two-level"), t, check_row_order=True)
+    assert comm.allgather_array(np.arange(6).reshape(2, 3)).tolist() == [[[0, 1, 2], [3, 4, 5]]]
 
 
 def test_bad_arguments():

@@ -195,6 +195,9 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     chunk_rows = chunk_rows or chunk_rows_default()
     P, me = comm.size, comm.rank
     zipped = [] if compress is None else [j for j in range(P) if j != me and compress(j)]
+    # each tile's rows to every rank counted first, the GPU busy while the ranks agree on the
+    # tables' shapes (an MPI round trip)
+    plans = [_Chunks(None, d, P) for d in dests]
     every = comm.allgather([(sorted(t.validity), t.num_rows, bool(zipped)) for t in tables])
     cols_of = []
     for i, t in enumerate(tables):
@@ -204,8 +207,8 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     row = [sum(c.dtype.itemsize for c in cols) for _, cols in cols_of]
     # every rank cuts each table into the same number of chunks (its largest slice's), each
     # chunk's rows to every rank counted before any moves
-    plans = [_Chunks(cols, d, P, max(1, -(-max(e[i][1] for e in every) // chunk_rows)))
-             for i, ((_, cols), d) in enumerate(zip(cols_of, dests))]
+    for i, (p, (_, cols)) in enumerate(zip(plans, cols_of)):
+        p.cut(max(1, -(-max(e[i][1] for e in every) // chunk_rows)), cols)
     compressed = any(e[0][2] for e in every)  # some rank compresses: every rank takes that path
     pipelined = not compressed and comm.nccl() is not None
     # the first chunk partitioned while the host exchanges the counts (it had waited for them:
@@ -218,7 +221,8 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     # memory_limit holds one: past it an allocation would fail on that rank alone while the
     # others wait in NCCL), so that each rank lays out what it receives and all agree on
     # whether every rank has room
-    all_cnt = comm.allgather((cnt, free_bytes() + early))
+    everyone = comm.allgather_array(np.append(cnt.ravel(), free_bytes() + early))  # no pickling: 0.1 ms
+    all_cnt = [(r[:-1].reshape(cnt.shape), int(r[-1])) for r in everyone]
     their_cnt = np.stack([c[:, me] for c, _ in all_cnt], axis=1)
     their_starts = np.stack([(np.cumsum(c, axis=1) - c)[:, me] for c, _ in all_cnt], axis=1)
     of = [[u for u, (i, _) in enumerate(units) if i == t] for t in range(len(tables))]
@@ -339,21 +343,20 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
     from .comm import DeviceLayout
 
     main = cp.cuda.get_current_stream()
-    layouts = [DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us]) for us in of]
-    msgs = [[lay.unit(k) for k in range(len(us))] for lay, us in zip(layouts, of)]  # (sends, recvs, own)
-    outs = [[cp.empty(lay.rows, c.dtype) for c in cols] for lay, (_, cols) in zip(layouts, cols_of)]
-    for p, m, out, us in zip(plans, msgs, outs, of):
-        p.prepare(out, [starts[u] for u in us], [own[1] for _, _, own in m], [cnt[u][comm.rank] for u in us], comm.rank)
     # partitions on side streams taking turns (GPUJOIN_SHUFFLE_SIDE_STREAMS; with the first
     # chunk partitioned early, one did best: 18.4 against 19.0 ms at 2^28 rows a rank on two
     # H200s), NCCL's groups on a stream of the highest priority (GPUJOIN_SHUFFLE_NCCL_PRIORITY),
     # whose blocks the SMs then take first (19.2 against 20.3 ms)
     side = _side_streams(int(os.environ.get("GPUJOIN_SHUFFLE_SIDE_STREAMS", "1")))
     net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "1") == "1" else main
-    ready = main.record()
-    net.wait_event(ready)
-    todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
-    posted = []
+    net.wait_event(main.record())
+    msgs, outs = [], []
+
+    def lay_out(i):
+        us = of[i]
+        lay = DeviceLayout(comm.rank, [(starts[u], cnt[u], their_starts[u], their_cnt[u]) for u in us])
+        msgs.append([lay.unit(k) for k in range(len(us))])  # (sends, recvs, own)
+        outs.append([cp.empty(lay.rows, c.dtype) for c in cols_of[i][1]])
 
     def post(i, k, part, done):
         net.wait_event(done)
@@ -361,15 +364,27 @@ def _pipelined(plans: list, of: list, cols_of: list, cnt, starts, their_starts, 
         with net:
             comm.post_device(part, outs[i], sends, recvs)
 
+    lay_out(0)
+    early = plans[0].early_done is not None
+    if early:
+        # partitioned already: its group goes first, before the other tables are laid out and
+        # the scatters' addresses copied (the host's exchange, not the GPU, had held the first
+        # byte back: 0.6-0.7 ms after the early chunk's scatter at 2^28 rows a rank)
+        post(0, 0, plans[0].sent(0), plans[0].early_done)
+    for i in range(1, len(of)):
+        lay_out(i)
+    for p, m, out, us in zip(plans, msgs, outs, of):
+        p.prepare(out, [starts[u] for u in us], [own[1] for _, _, own in m], [cnt[u][comm.rank] for u in us], comm.rank)
+    ready = main.record()  # the scatters' addresses are on the GPU
+    todo = [(i, k) for i, us in enumerate(of) for k in range(len(us))]
+    posted = []
+
     for q in range(len(todo) + 1):
         if q < len(todo):
             i, k = todo[q]
             s = side[q % len(side)]
             s.wait_event(ready)
-            if q == 0 and plans[0].early_done is not None:
-                # partitioned already: its group goes first (it had waited for the copy of this
-                # rank's rows and the next chunk's launch: 0.6 ms at 2^28 rows a rank)
-                post(0, 0, plans[0].sent(0), plans[0].early_done)
+            if q == 0 and early:  # (posted above) this rank's rows copied to their place
                 with s:
                     plans[0].place(0, outs[0])
                 posted.append(None)
@@ -419,28 +434,46 @@ class _Chunks:
     and column width (shuffle.cu), this rank's rows written straight into the receive buffer;
     more ranks, gpujoin's radix partition (passes of 8 bits) of each chunk and a self-copy."""
 
-    def __init__(self, cols: list, dest, parts: int, k: int):
+    def __init__(self, cols: list | None, dest, parts: int, k: int | None = None):
+        """The histogram of every tile's rows to each rank launched; :meth:`cut` into ``k``
+        chunks then (at once when ``k`` is given; ``cols`` may come with the cut)."""
         import cupy as cp
 
         from ..cuda.runtime import kernel
 
         n = int(dest.size)
-        self.bounds = chunk_bounds(n, k)
         self.direct = parts <= DEST_MAX_PARTS
         small = self.direct and dest.dtype == cp.uint8
         self.cols, self.dest, self.parts = cols, dest if small else dest.astype(cp.int32, copy=False), parts
         self.buf, self.early_done = None, None
         self.dtype = "u8" if small else "i32"
+        if self.direct:  # a row of counts a tile: the chunks, cut later, are whole tiles
+            self.tiles = cp.zeros((-(-n // DEST_TILE), parts), cp.int32)
+            if n:
+                kernel("shuffle.cu", f"dest_histogram<{self.dtype}>")((self.tiles.shape[0],), (256,),
+                                                       (self.dest, np.int64(n), np.int32(parts), self.tiles))
+        if k is not None:
+            self.cut(k)
+
+    def cut(self, k: int, cols: list | None = None) -> None:
+        """``k`` chunks of whole tiles (``bounds``) and each chunk's rows to every rank
+        (``counts``), from the tiles' histogram (the radix path: counted here)."""
+        import cupy as cp
+
+        if cols is not None:
+            self.cols = cols
+        parts, n = self.parts, int(self.dest.size)
+        self.bounds = chunk_bounds(n, k)
         if not self.direct:  # (a radix histogram counts one pass's 8 bits: more ranks take more)
             self.counts = cp.stack([cp.bincount(self.dest[lo:hi], minlength=parts).astype(cp.int64)
                                     for lo, hi in self.bounds])
             return
         per = -(-self.bounds[0][1] // DEST_TILE)  # tiles a chunk (the first is the longest)
-        counts = cp.zeros((k * per, parts), cp.int32)
-        if n:
-            kernel("shuffle.cu", f"dest_histogram<{self.dtype}>")((-(-n // DEST_TILE),), (256,),
-                                                   (self.dest, np.int64(n), np.int32(parts), counts))
-        a = counts.reshape(k, per, parts)
+        counts = self.tiles
+        if k * per > counts.shape[0]:  # the last chunks' missing tiles count nothing
+            counts = cp.zeros((k * per, parts), cp.int32)
+            counts[:self.tiles.shape[0]] = self.tiles
+        a = counts[:k * per].reshape(k, per, parts)
         self.counts = a.sum(axis=1, dtype=cp.int64)
         # per chunk and destination, each tile's first row among the chunk's rows for it
         self.scan = cp.ascontiguousarray((cp.cumsum(a, axis=1, dtype=cp.int64) - a).transpose(0, 2, 1))
