@@ -129,10 +129,12 @@ def exchange(table, dest, comm: Communicator, stats: dict | None = None):
 
 #: Rows of one chunk of the pipelined shuffle: a chunk is partitioned while the one before it is
 #: on the links.  On two H200s at 2^28 rows a rank of 16 bytes (scripts/profile_dist_shuffle.py
-#: variants), chunks of 2^26 rows took 19.2-20.4 ms for both tables, of 2^25 20.8-22.0.  The
-#: environment variable GPUJOIN_SHUFFLE_CHUNK_ROWS overrides it (the same on every rank), for
-#: measuring other sizes in the benchmark (at 4 ranks a peer's message is half the 2-rank size).
-CHUNK_ROWS = 1 << 26
+#: variants), chunks of 2^26 rows took 19.2-20.4 ms for both tables, of 2^25 20.8-22.0; once the
+#: early chunk's group was posted before the host laid out the rest, 2^27 took 15.98 ms, 2^26
+#: 17.62 and 2^25 19.8-20.1 (fewer groups, each beside one scatter fewer).  The environment
+#: variable GPUJOIN_SHUFFLE_CHUNK_ROWS overrides it (the same on every rank), for measuring
+#: other sizes in the benchmark (at 4 ranks a peer's message is half the 2-rank size).
+CHUNK_ROWS = 1 << 27
 
 
 def chunk_rows_default() -> int:
