@@ -204,12 +204,18 @@ def timeline():
                 busy = cupti.union(iv)
                 rate = f" {nbytes / 1e9:.2f} GB, {nbytes / busy / 1e3:.0f} GB/s busy" if nbytes else ""
                 parts.append(f"{k} {len(iv)} x {busy / 1e3:.1f} ms{rate}")
-            bound = "HtoD" if p == "pass 1" else "kernel"
-            idle = sorted(cupti.gaps([(e["ts"], e["ts"] + e["dur"]) for e in inside if cupti.kind(e) == bound], lo, hi),
-                          key=lambda x: -x[1])
             print(f"  GPU {d} {p} {(lo - origin) / 1e3:.1f}+{(hi - lo) / 1e3:.1f} ms: " + "; ".join(parts), flush=True)
-            print(f"    {bound} idle {sum(x[1] for x in idle) / 1e3:.1f} ms in {len(idle)} stretches; longest (at ms: "
-                  "length): " + ", ".join(f"{(a - origin) / 1e3:.1f}: {b / 1e3:.2f}" for a, b in idle[:6]), flush=True)
+            for bound in ("HtoD",) if p == "pass 1" else ("HtoD", "kernel"):
+                idle = sorted(cupti.gaps([(e["ts"], e["ts"] + e["dur"]) for e in inside if cupti.kind(e) == bound],
+                                         lo, hi), key=lambda x: -x[1])
+                print(f"    {bound} idle {sum(x[1] for x in idle) / 1e3:.1f} ms in {len(idle)} stretches; longest (at "
+                      "ms: length): " + ", ".join(f"{(a - origin) / 1e3:.1f}: {b / 1e3:.2f}" for a, b in idle[:8]),
+                      flush=True)
+            if p == "pass 2":  # the pipeline's shape: bursts of copies in and of kernels (gaps under 0.3 ms merged)
+                for k in ("HtoD", "kernel"):
+                    bursts = cupti.merged([(e["ts"], e["ts"] + e["dur"] + 300) for e in inside if cupti.kind(e) == k])
+                    print(f"    {k} bursts (start+length ms): " + " ".join(
+                        f"{(a - origin) / 1e3:.1f}+{(b - a - 300) / 1e3:.1f}" for a, b in bursts[:40]), flush=True)
         for e in mine:
             if cupti.kind(e) == "HtoD":  # bytes spread over the 20 ms bins the copy spans
                 a, b, nb = e["ts"] - origin, e["ts"] + e["dur"] - origin, e["args"].get("bytes", 0)
