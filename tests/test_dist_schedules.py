@@ -220,7 +220,7 @@ def test_partition_copies_bring_every_row_of_a_range():
         lo = int(rng.integers(0, whole_k.size + 1))
         hi = int(rng.integers(lo, whole_k.size + 1))
         out_k, out_v = np.zeros(hi - lo, np.int64), np.zeros(hi - lo, np.int16)
-        dsts, srcs, sizes, h2d, p2p = rel.copies(p, lo, hi, [out_k.ctypes.data, out_v.ctypes.data], 0)
+        dsts, srcs, sizes, h2d, p2p, on_host = rel.copies(p, lo, hi, [out_k.ctypes.data, out_v.ctypes.data], 0)
         assert len(dsts) == len(srcs) == len(sizes) and all(n > 0 for n in sizes)
         for d, s, n in zip(dsts, srcs, sizes):
             ctypes.memmove(d, s, n)
@@ -228,6 +228,7 @@ def test_partition_copies_bring_every_row_of_a_range():
         np.testing.assert_array_equal(out_v, whole_v[lo:hi])
         origin = np.concatenate([np.full(o[p + 1] - o[p], w) for _, _, o, w in parts] or [np.zeros(0, int)])[lo:hi]
         assert h2d == int((origin == 0).sum()) * 10 and p2p == int((origin == 2).sum()) * 10
+        assert len(on_host) == len(sizes) and sum(n for n, h in zip(sizes, on_host) if h) == h2d  # by source
 
 
 def test_shuffle_chunk_rows_from_the_environment(monkeypatch):

@@ -468,7 +468,8 @@ class TritonJoin:
             sb = [cp.empty(int(ssz[p]), d) for d in S.dtypes]
         st.copy_in.wait_event(record(st.compute))
         # both sides' pieces in one batch of copies (one CUDA call where the runtime batches)
-        fetch_ranges([(R, p, 0, int(rsz[p]), rb), (S, p, 0, int(ssz[p]), sb)], st.copy_in, self.transfer)
+        fetch_ranges([(R, p, 0, int(rsz[p]), rb), (S, p, 0, int(ssz[p]), sb)], st.copy_in, self.transfer,
+                     device_stream=st.copy_out)
         return (Rel(rb[0], rb[1:]), Rel(sb[0], sb[1:])), record(st.copy_in)
 
     def _join_big(self, R, S, p, nr, ns, limit, mode):
