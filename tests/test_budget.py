@@ -350,3 +350,32 @@ def test_untimed_phases_skip_the_phase_timer_syncs(monkeypatch):
     t = runtime.PhaseTimer()
     t.mark("transform")
     assert list(t.phases) == ["transform"] and len(synced) == 2
+
+
+def test_keepalive_waits_for_the_oldest_past_its_bound():
+    """Keepalive(max_held): past the bound the host waits for the oldest batch's event, so the
+    device memory that in-flight downloads hold stays bounded; done batches are dropped."""
+    from gpujoin.outofcore.stream import Keepalive
+
+    class Event:
+        def __init__(self):
+            self.done, self.waited = False, False
+
+        def synchronize(self):
+            self.waited = self.done = True
+
+    k = Keepalive(max_held=2)
+    evs = [Event() for _ in range(4)]
+    for e in evs[:2]:
+        k.hold(e, ["a"])
+    assert not any(e.waited for e in evs)
+    k.hold(evs[2], ["b"])
+    assert evs[0].waited and not evs[1].waited and len(k._held) == 2
+    evs[1].done = True
+    k.release_done()
+    k.hold(evs[3], ["c"])
+    assert [e for e, _ in k._held] == [evs[2], evs[3]] and not evs[2].waited
+    unbounded = Keepalive()
+    for _ in range(10):
+        unbounded.hold(Event(), [])
+    assert len(unbounded._held) == 10

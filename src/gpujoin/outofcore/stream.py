@@ -490,7 +490,9 @@ class Downloader:
         self._pending: list = []
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpujoin-download")
         self._device = cp.cuda.Device().id
-        self._direct = Keepalive()  # device arrays of DMAs straight into page-locked memory
+        # device arrays of DMAs straight into page-locked memory: a few tasks' worth in flight
+        # (GSM's merge rounds enqueue every task without waiting for one)
+        self._direct = Keepalive(max_held=DIRECT_IN_FLIGHT)
         self.bytes = 0
 
     def _copy_out(self, event, slot, dst, keep) -> None:
@@ -602,16 +604,27 @@ def download_async(dst: np.ndarray, src, stream) -> None:
                                     cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
 
 
+#: Batches of device arrays that a Downloader's DMAs into page-locked memory may still read
+#: before the host waits for the oldest (two GSM tasks' two downloads each).
+DIRECT_IN_FLIGHT = 4
+
+
 class Keepalive:
     """Device arrays that copies on other streams still read, released once their event has
     passed (CuPy's pool would otherwise hand the memory to the next allocation while a copy
     still reads it)."""
 
-    def __init__(self):
+    def __init__(self, max_held: int | None = None):
         self._held: list[tuple[object, list]] = []
+        self.max_held = max_held
 
     def hold(self, event, arrays: list) -> None:
+        """Keep ``arrays`` until ``event`` has passed; past ``max_held`` batches the host waits
+        for the oldest, so that a caller enqueuing faster than the GPU copies cannot hold an
+        unbounded share of the GPU's memory (a memory_limit would otherwise fail mid-join)."""
         self._held.append((event, arrays))
+        while self.max_held and len(self._held) > self.max_held:
+            self._held.pop(0)[0].synchronize()
 
     def release_done(self) -> None:
         self._held = [(e, a) for e, a in self._held if not e.done]
