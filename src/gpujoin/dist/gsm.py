@@ -89,6 +89,7 @@ def _on_gpus(gpus, tasks, fetch, work, slot_bytes: int, streams: int, workers: l
             workers[g] = _Worker(streams, slot_bytes)
         w = workers[g]
         mine = tasks[g::len(gpus)]
+
         def fetched(task):
             return fetch(w, task), record(w.st.copy_in)  # the task's data, and when it has arrived
 
