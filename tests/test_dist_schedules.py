@@ -231,6 +231,62 @@ def test_partition_copies_bring_every_row_of_a_range():
         assert len(on_host) == len(sizes) and sum(n for n, h in zip(sizes, on_host) if h) == h2d  # by source
 
 
+def test_fetch_ranges_puts_gpu_pieces_on_the_device_stream(monkeypatch):
+    """fetch_ranges: with a device stream, the copies from GPU memory go on it (after what the
+    host stream waits for) and the host stream waits for them after its own batch; without one,
+    every copy goes on the host stream.  The copies themselves run on the host here."""
+    import ctypes
+    import sys
+    import types
+
+    from gpujoin.outofcore import partition as part_mod
+    from gpujoin.outofcore import stream as st_mod
+    from gpujoin.outofcore.partition import PartitionedRelation, Piece, TransferStats
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    log = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_event(self, ev):
+            log.append((self.name, "waits", ev))
+
+    def copy_batch(dsts, srcs, sizes, stream):
+        log.append((stream.name, "copies", len(sizes)))
+        for d, src, n in zip(dsts, srcs, sizes):
+            ctypes.memmove(d, src, n)
+
+    monkeypatch.setattr(st_mod, "copy_batch", copy_batch)
+    monkeypatch.setattr(st_mod, "record", lambda s: f"after {s.name}")
+    keys = [np.arange(10, dtype=np.int64) + 100 * i for i in range(3)]
+    pieces = []
+    for i, k in enumerate(keys):  # host, this GPU's cache, GPU 1's cache
+        pc = Piece([k], np.array([0, 4, 10]), i > 0, i - 1)
+        pc._addresses = [k.ctypes.data]
+        pieces.append(pc)
+    rel = PartitionedRelation(1, [np.dtype(np.int64)], pieces)
+    want = np.concatenate([k[4:] for k in keys])
+
+    class Out:  # a device array's address, host memory here
+        def __init__(self, a):
+            self.data = types.SimpleNamespace(ptr=a.ctypes.data)
+
+    for device_stream in (None, Stream("copy-out")):
+        log.clear()
+        got, stats = np.zeros(18, np.int64), TransferStats()
+        assert part_mod.fetch_ranges([(rel, 1, 0, 18, [Out(got)])], Stream("copy-in"), stats, device_stream) == 48
+        np.testing.assert_array_equal(got, want)
+        assert (stats.h2d, stats.p2p) == (48, 48)
+        if device_stream is None:
+            assert log == [("copy-in", "copies", 3)]
+        else:
+            assert log == [("copy-out", "waits", "after copy-in"), ("copy-out", "copies", 2),
+                           ("copy-in", "copies", 1), ("copy-in", "waits", "after copy-out")]
+
+
 def test_shuffle_chunk_rows_from_the_environment(monkeypatch):
     """GPUJOIN_SHUFFLE_CHUNK_ROWS sets the pipelined shuffle's chunk (a count or 1e8-style);
     anything else is refused by name, with the default it would have used."""

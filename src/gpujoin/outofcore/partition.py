@@ -144,21 +144,19 @@ def fetch_ranges(ranges: list, stream, stats: TransferStats | None = None, devic
     from .stream import copy_batch, record
 
     here = cp.cuda.Device().id
-    host, dev = ([], [], []), ([], [], [])
-    h2d = p2p = 0
+    copies, h2d, p2p = [], 0, 0  # (destination, source, bytes, reads host memory)
     for rel, p, lo, hi, out in ranges:
         d, src, size, h, peer, on_host = rel.copies(p, lo, hi, [a.data.ptr for a in out], here)
-        for c in zip(d, src, size, on_host):
-            side = host if c[3] or device_stream is None else dev
-            for lst, v in zip(side, c[:3]):
-                lst.append(v)
+        copies += zip(d, src, size, on_host)
         h2d += h
         p2p += peer
-    if dev[0]:
+    dev = [c for c in copies if not c[3]] if device_stream is not None else []
+    batch = lambda cs: [[c[i] for c in cs] for i in range(3)]  # noqa: E731 (destinations, sources, bytes)
+    if dev:
         device_stream.wait_event(record(stream))  # after what ``stream`` waits for (the pool's reuse)
-        copy_batch(*dev, device_stream)
-    copy_batch(*host, stream)
-    if dev[0]:
+        copy_batch(*batch(dev), device_stream)
+    copy_batch(*batch([c for c in copies if c[3]] if dev else copies), stream)
+    if dev:
         stream.wait_event(record(device_stream))
     if stats is not None:
         stats.h2d += h2d
