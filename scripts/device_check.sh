@@ -158,7 +158,7 @@ if [[ $stage == bench-multi ]]; then
   gj bench multi-gpu --log2-n "${LOG2N-28}" --gpus ${GPUS:-1,2} --memory-limit ${LIMIT:-16GB} \
     --inner ${INNER:-phj-tr} --zipf ${ZIPF:-0} --output-ratio ${OUTRATIO:-1} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} \
     --r-share ${RSHARE:-0.5} ${TRANSFER:+--transfer-only} --peers "${PEERS:-}" --input ${INPUT:-pageable} \
-    -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
+    --pools ${POOLS:-cold} -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
 fi
 if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline || $stage == tpch-dist ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the

@@ -7,7 +7,7 @@ GPU, the GPUs' joins do not run side by side (a host-side lock: the GIL, the dri
 
 MODE: sides (default), cprofile (the host's own time in one GPU's pass 2 of 16 partitions),
 warm (the GPUs' pools never emptied between or inside runs), async (cudaMallocAsync pools),
-nopeer (peer access off), switch (the GIL's switch interval shortened), timeline (one run on
+nopeer (peer access off), threads (cProfile of every GPU's pass 2 side by side), switch (the GIL's switch interval shortened), timeline (one run on
 every GPU under CUPTI: each GPU's copy engines and SMs busy or idle in each pass).
 nsys: profile with ``-t cuda`` only (with osrt its importer failed on the H100 pair).
 """
@@ -90,6 +90,43 @@ def host_time():
     pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
 
 
+def thread_profile():
+    """The host's own time in every GPU's pass 2 side by side (one cProfile over the worker
+    threads from the first pass 2's start to the last one's end, second run; Python 3.12's
+    profiler sees every thread): what each partition pair costs the interpreter, whose lock the
+    GPUs' threads share."""
+    import cProfile
+    import pstats
+
+    g = device_count()
+    prof, orig, lock, inside = cProfile.Profile(), TritonJoin.pass2, threading.Lock(), [0]
+
+    def profiled(self, *a, **k):
+        with lock:
+            inside[0] += 1
+            if inside[0] == 1:
+                prof.enable()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            with lock:
+                inside[0] -= 1
+                if inside[0] == 0:
+                    prof.disable()
+
+    pl = plan_placement([n, n], [8, 8], budget, gpus=g, force_out_of_core=True)
+    stream_join([rk, rp], [sk, sp], "inner", pl, list(range(g)), algorithm=inner, memory_limit=budget, aggregate="sum")
+    TritonJoin.pass2 = profiled
+    res = stream_join([rk, rp], [sk, sp], "inner", pl, list(range(g)), algorithm=inner, memory_limit=budget,
+                      aggregate="sum")
+    TritonJoin.pass2 = orig
+    print(f"x{g} pass 2 under cProfile, {1 << pl.bits} partitions:",
+          {k: round(v, 4) for k, v in res.stats["phases"].items()})
+    st = pstats.Stats(prof)
+    st.sort_stats("tottime").print_stats(35)
+    st.sort_stats("cumulative").print_stats(50)
+
+
 def warm_pools():
     """As sides(), the pools never emptied (CuPy's free_all_blocks a no-op): cudaMalloc and
     cudaFree out of the joins."""
@@ -153,7 +190,7 @@ def timeline():
     copies): for each GPU and pass, each kind of copy's bytes and busy time, the kernels' busy
     time, and the idle stretches of the pass's bound (H2D in pass 1, kernels in pass 2); then
     the whole host's H2D rate in 20 ms bins.  Each pass's start is marked on every GPU by a
-    one-thread kernel, so the passes are told apart on the device clock."""
+    one-thread kernel, so the passes are told apart on the device clock.  COLD=1: the pools emptied first."""
     g = device_count()
     marks = {w: cp.ElementwiseKernel("", "raw int32 x", "x[i] = 1", f"gpujoin_{w}_mark") for w in ("pass1", "pass2")}
     flags = {}
@@ -176,6 +213,9 @@ def timeline():
     join()  # warm-up: pools, pinned arenas, compiled kernels
     for d in range(g):
         cp.cuda.Device(d).synchronize()
+        if os.environ.get("COLD"):  # as the bench runs it: every GPU's pool emptied between runs
+            with cp.cuda.Device(d):
+                cp.get_default_memory_pool().free_all_blocks()
     t0 = time.perf_counter()
     res, ev, api, _ = cupti.record(join)
     wall = time.perf_counter() - t0
@@ -240,7 +280,7 @@ def timeline():
 
 
 modes = {"cprofile": host_time, "warm": warm_pools, "sides": sides, "async": async_pools, "nopeer": no_peers,
-         "switch": switch_interval, "timeline": timeline}
+         "switch": switch_interval, "timeline": timeline, "threads": thread_profile}
 with pinned_host(rk, rp, sk, sp):
     for mode in (sys.argv[4] if len(sys.argv) > 4 else "sides").split(","):
         modes[mode]()

@@ -139,6 +139,23 @@ def test_assign_partitions_balances_pairs():
     assert assign_partitions(np.zeros(4, np.int64), 2) == [[], []]
 
 
+def test_partition_queue_hands_each_id_to_one_thread():
+    """The hybrid join's pass-2 queue: threads draining it at once get every id once, in order."""
+    import threading
+
+    from gpujoin.outofcore.triton import PartitionQueue
+
+    q = PartitionQueue(np.arange(20_000)[::-1])
+    got = [[] for _ in range(4)]
+    threads = [threading.Thread(target=lambda mine: mine.extend(q), args=(g,)) for g in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(p for g in got for p in g) == list(range(20_000))
+    assert all(g == sorted(g, reverse=True) for g in got) and next(q, None) is None
+
+
 def test_multi_gpu_placement():
     from gpujoin.plan.placement import plan_placement
 

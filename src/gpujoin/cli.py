@@ -460,7 +460,7 @@ def cmd_bench_multi_gpu(a):
                     output_ratios=[int(x) for x in _csv_list(a.output_ratio)],
                     r_shares=[float(x) for x in _csv_list(a.r_share)], transfer_only=a.transfer_only,
                     peers=peers, inputs=_choices(a.input, ("pageable", "pinned"), "--input"),
-                    emit=lambda r: _write_records([r], a.output))
+                    emit=lambda r: _write_records([r], a.output), pools=a.pools)
 
 
 def cmd_bench_dist(a):
@@ -693,6 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "workload: duckdb, polars, cpu-radix")
     bm.add_argument("--input", default="pageable", help="comma-separated: pageable (NumPy's memory: the chunks "
                     "pass through pinned staging buffers), pinned (page-locked in place first, paper 000's setting)")
+    bm.add_argument("--pools", default="cold", choices=["cold", "warm"], help="cold: every GPU's memory pool "
+                    "emptied between runs (each pays its cudaMalloc calls, as a process's first join); warm: kept "
+                    "(a process's later joins, as cuDF under an RMM pool)")
     bm.add_argument("--band-log2-n", default="24", help="comma-separated log2 of |L| = |R| of the ring's band join")
     bm.add_argument("--band-width", type=int, default=4)
     bm.add_argument("--streams", type=int, default=3, choices=[1, 3])

@@ -56,7 +56,7 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                  streams: int = 3, seed: int = 42, log=print, base: dict | None = None,
                  zipf: list[float] = (0.0,), output_ratios: list[int] = (1,), r_shares: list[float] = (0.5,),
                  transfer_only: bool = False, peers: list[str] = (), inputs: list[str] = ("pageable",),
-                 emit=None) -> list[dict]:
+                 emit=None, pools: str = "cold") -> list[dict]:
     """One record a (size, |R| share, Zipf exponent of S's keys, output ratio, GPUs, in-core
     join): the hybrid join's SUM over int32 tuples (``inner`` "gsm": the global sort-merge join
     instead).  Output ratio k (paper 000 Fig. 11): R's keys folded onto |R|/k values, each held
@@ -71,7 +71,10 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
     ``inputs``: "pageable" and/or "pinned", the latter the four columns page-locked in place
     (``outofcore.stream.pinned_host``, paper 000's pinned inputs): the chunks' DMA reads them
     with no staging copy.  ``emit(record)``: called with each record once made (the CLI
-    writes it then, so that a later failure keeps it)."""
+    writes it then, so that a later failure keeps it).  ``pools``: "cold" empties every GPU's
+    CuPy pool between runs (each run pays its cudaMalloc calls, as a process's first join: on
+    four H200s 40 of them took 206 ms of pass 1's threads, one GPU waiting on another's),
+    "warm" keeps them (a process's later joins, as cuDF under an RMM pool)."""
     import itertools
 
     import cupy as cp
@@ -97,7 +100,7 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
                 times.append(dt)
                 stats = res.stats
             del res
-            for g in ids:
+            for g in ids if pools == "cold" else ():
                 with cp.cuda.Device(g):
                     cp.get_default_memory_pool().free_all_blocks()
         return times, stats
@@ -115,7 +118,7 @@ def bench_hybrid(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner
             label = (f"2^{log2_n}" + (f" |R|:|S| = {nr:,}:{ns:,}" if nr != ns else "")
                      + (" pinned" if pinned_input else ""))
             shape = {"log2_r": log2_n, "log2_s": log2_n, "tuple_bytes": 8, "memory_limit": limit, "mode": "sum",
-                     "zipf": z, "output_ratio": k, "input": input_kind,
+                     "zipf": z, "output_ratio": k, "input": input_kind, "pools": pools,
                      **({} if nr == ns else {"r_rows": nr, "s_rows": ns, "r_share": share})}
             with input_memory(input_kind, [rk, rp, sk, sp], log):
                 for d, algo in itertools.product(gpu_counts, inner):
@@ -288,7 +291,8 @@ def bench_ring(log2_sizes: list[int], width: int, gpu_counts: list[int], runs: i
 def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, inner: list[str], band_log2: list[int],
                     band_width: int, runs: int, streams: int = 3, log=print, zipf: list[float] = (0.0,),
                     output_ratios: list[int] = (1,), r_shares: list[float] = (0.5,), transfer_only: bool = False,
-                    peers: list[str] = (), inputs: list[str] = ("pageable",), emit=None) -> list[dict]:
+                    peers: list[str] = (), inputs: list[str] = ("pageable",), emit=None,
+                    pools: str = "cold") -> list[dict]:
     """The link ceilings, then the hybrid join and the ring's band join over ``gpu_counts``
     (``emit(record)``: each record once made)."""
     from ..dist.devices import device_count
@@ -304,7 +308,7 @@ def bench_multi_gpu(log2_sizes: list[int], gpu_counts: list[int], limit: str, in
             "date": time.strftime("%Y-%m-%d"), "links": links}
     records = bench_hybrid(log2_sizes, gpu_counts, limit, inner, runs, streams, log=log, base=base,
                            zipf=zipf, output_ratios=output_ratios, r_shares=r_shares, transfer_only=transfer_only,
-                           peers=peers, inputs=inputs, emit=emit) if log2_sizes else []
+                           peers=peers, inputs=inputs, emit=emit, pools=pools) if log2_sizes else []
     if band_log2:
         records += bench_ring(band_log2, band_width, gpu_counts, runs, log=log, base=base, transfer_only=transfer_only,
                               emit=emit)

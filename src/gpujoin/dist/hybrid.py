@@ -7,8 +7,9 @@ thread each with its own streams and pinned buffers (``devices.on_each``):
 - pass 1: the chunks of R, then of S, go round-robin to the GPUs (chunk c to GPU c mod D, paper
   000 §3.1); each GPU partitions its chunks on the same hash bits into its own cache, and what
   its cache cannot hold spills to pinned host memory;
-- pass 2: the partition pairs are assigned to GPUs by size (longest first to the least loaded
-  GPU: no GPU gets much more than 1/D of the bytes, paper 000 §4.4's load balance); each GPU
+- pass 2: the partition pairs go to the GPUs largest first, each to the next GPU free to take
+  one (dynamic list scheduling, in the spirit of paper 000 §4.4's load balance: a GPU slowed
+  by its links or by the interpreter lock takes fewer bytes, and the GPUs finish together); each GPU
   gathers its pairs' pieces from its own cache, from the other GPUs' caches over the peer links
   (NVLink), and from the spill over its PCIe link, and joins them with an in-core algorithm
   (paper 000 sorts and merges, ``smj-tr``; PHJ-TR is gpujoin's faster default).  A pair past a
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..outofcore.partition import PartitionedRelation
 from ..outofcore.stream import concatenate
-from ..outofcore.triton import MODES, JoinResult, TritonJoin
+from ..outofcore.triton import MODES, JoinResult, PartitionQueue, TritonJoin
 from ..plan.placement import Placement
 from .devices import enable_peer_access, two_passes
 
@@ -78,7 +79,8 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     Returns
     -------
     JoinResult with ``stats`` of the whole join (bytes summed over GPUs; ``p2p_bytes`` read over
-    peer links) and ``per_gpu``: each GPU's partitions, pair bytes, output rows and pass times.
+    peer links) and ``per_gpu``: each GPU's partitions (those it took from the shared queue),
+    pair bytes, output rows and pass times.
 
     Raises
     ------
@@ -121,11 +123,14 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     def between(_):
         R, S = _merged([r[0] for r in rels]), _merged([r[1] for r in rels])
         rsz, ssz = R.sizes(), S.sizes()
-        return {"R": R, "S": S, "rsz": rsz, "ssz": ssz, "share": assign_partitions(rsz * R.width + ssz * S.width, d)}
+        pair_bytes = rsz * R.width + ssz * S.width
+        # largest first, to whichever GPU is free (a GPU's pieces lie in every GPU's cache: any may take any)
+        return {"R": R, "S": S, "rsz": rsz, "ssz": ssz,
+                "queue": PartitionQueue(np.argsort(-pair_bytes, kind="stable")[:int(np.count_nonzero(pair_bytes))])}
 
     def second(g, plan):
         w = workers[g]
-        w.pass2(plan["R"], plan["S"], mode, plan["share"][g])
+        w.pass2(plan["R"], plan["S"], mode, plan["queue"])
         t = time.perf_counter()
         cols = w.sink.columns()
         w.transfer.phases["assemble"] = time.perf_counter() - t
@@ -144,7 +149,8 @@ def hybrid_join(build_cols: list[np.ndarray], probe_cols: list[np.ndarray], mode
     build = [_concat_columns([c[1][i] for c in cols]) for i in range(len(cols[0][1]))]
     probe = [_concat_columns([c[2][i] for c in cols]) for i in range(len(cols[0][2]))]
     t3 = time.perf_counter()
-    R, S, rsz, ssz, share = plan["R"], plan["S"], plan["rsz"], plan["ssz"], plan["share"]
+    R, S, rsz, ssz = plan["R"], plan["S"], plan["rsz"], plan["ssz"]
+    share = [w.joined for w in workers]
     import cupy as cp
 
     with cp.cuda.Device(gpus[0]):
