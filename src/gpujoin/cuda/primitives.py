@@ -105,6 +105,9 @@ def _order(digits: Digits, unstable: bool) -> list[tuple[int, int]]:
     return passes[::-1] if unstable else passes
 
 
+_TILES: list = []  # _Segments.of's kernel, made on first use
+
+
 @dataclass
 class _Segments:
     """The partitions that a segmented (MSD) pass partitions further: offsets (int64 (P + 1,))
@@ -117,7 +120,12 @@ class _Segments:
 
     @classmethod
     def of(cls, offsets: cp.ndarray, n: int, tile: int) -> "_Segments":
-        tiles = (cp.diff(offsets) + (tile - 1)) // tile
+        if not _TILES:  # each partition's tiles in one kernel (a segmented pass runs once a pair of pass 2)
+            _TILES.append(cp.ElementwiseKernel("raw int64 off, int64 tile", "int32 tiles",
+                                               "tiles = (int)((off[i + 1] - off[i] + tile - 1) / tile);",
+                                               "gpujoin_segment_tiles"))
+        tiles = cp.empty(offsets.size - 1, cp.int32)
+        _TILES[0](offsets, tile, tiles)
         tile_start = cp.zeros(offsets.size, cp.int32)
         cp.cumsum(tiles, out=tile_start[1:])
         return cls(offsets, tile_start, -(-n // tile) + offsets.size - 1)
@@ -229,8 +237,11 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             dst_k = cp.empty_like(src_k)
             dst_v = [cp.empty_like(v) for v in src_v]
         for g, (width, idx) in enumerate(launches):
-            vin = cp.asarray([src_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
-            vout = cp.asarray([dst_v[i].data.ptr for i in idx] or [0], dtype=cp.uint64)
+            # both tables of column addresses in one upload (each cupy.asarray of a list is a copy
+            # from host memory, ~40 us of the interpreter's time)
+            ptrs = cp.asarray([src_v[i].data.ptr for i in idx] + [dst_v[i].data.ptr for i in idx] or [0, 0],
+                              dtype=cp.uint64)
+            vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
             # a register cap pays for 4-byte keys; 8-byte keys would spill under it
             scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
                                                           SCATTER_MINB if kt == "i32" else 1))

@@ -137,10 +137,11 @@ class _Sink:
             if n == 0:
                 return (0, None)
             vals, valid = out.probe_column(0)
-            v = vals.astype(cp.int64)
             # a 0-d device array: the blocks' sums add up on the GPU and are read once, at the end
             # (a read a block made each GPU's thread wait for the interpreter lock once more)
-            return (n, (v if valid is None else cp.where(valid.astype(bool), v, 0)).sum())
+            if valid is None:
+                return (n, vals.sum(dtype=cp.int64))  # widened inside the reduction: no int64 copy
+            return (n, cp.where(valid.astype(bool), vals.astype(cp.int64), 0).sum())
         pairs = mode not in ("semi", "anti")
         return (n, out.key_column() if self.emit_keys and n else None,
                 [out.build_column(i) for i in range(len(self.build))] if pairs else None,

@@ -97,6 +97,20 @@ def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, b
     return max(b_peak, b_part + p_peak, b_part + p_part + flags + out)
 
 
+_UNITS: list = []
+
+
+def _units_kernel():
+    """(boff, poff: int64 (P + 1,) raw, cap, chunk, oversized past) -> per co-partition, its work
+    units (int64, 0 for an oversized build partition) and whether it is oversized (bool)."""
+    if not _UNITS:
+        _UNITS.append(cp.ElementwiseKernel(
+            "raw int64 boff, raw int64 poff, int64 cap, int64 chunk, int64 past", "int64 units, bool over",
+            "long long b = boff[i + 1] - boff[i], p = poff[i + 1] - poff[i]; over = b > past;"
+            " units = over ? 0 : ((b + cap - 1) / cap) * ((p + chunk - 1) / chunk);", "gpujoin_phj_units"))
+    return _UNITS[0]
+
+
 def range_positions(offsets: cp.ndarray, chosen: cp.ndarray) -> cp.ndarray:
     """Positions (int64, ascending) of the rows of the ``chosen`` partitions (bool (P,)) of a
     partitioned array with partition ``offsets`` (int64 (P + 1,))."""
@@ -130,14 +144,14 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
         raise ValueError(f"unknown PHJ method {method!r}; use 'tr' or 'ur'")
 
     timer.mark("transform")
-    bsize = cp.diff(boff)
-    psize = cp.diff(poff)
-    per_unit = ((bsize + CAP_BUILD - 1) // CAP_BUILD) * ((psize + PROBE_CHUNK - 1) // PROBE_CHUNK)
+    nparts = boff.size - 1
     pairs = emits_pairs(mode)
-    # oversized build partitions (heavy build keys, many-to-many): to the sort-merge path
-    oversized = bsize > OVERSIZED_BUILD
-    per_unit = cp.where(oversized, 0, per_unit)
-    unit_off = cp.zeros(per_unit.size + 1, cp.int64)
+    # each co-partition's work units; oversized build partitions (heavy build keys, many-to-many)
+    # go to the sort-merge path: one kernel for what took nine CuPy calls (on four GPUs pass 2
+    # of the hybrid join is bound by its threads' calls, which take turns on the interpreter lock)
+    per_unit, oversized = cp.empty(nparts, cp.int64), cp.empty(nparts, cp.bool_)
+    _units_kernel()(boff, poff, CAP_BUILD, PROBE_CHUNK, OVERSIZED_BUILD, per_unit, oversized)
+    unit_off = cp.zeros(nparts + 1, cp.int64)
     cp.cumsum(per_unit, out=unit_off[1:])
     # one read for both counts (each read waits for the GPU, and on several GPUs for the
     # interpreter lock after it)
@@ -159,7 +173,7 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
 
     def launch(out_b, out_p, out_k, counter, cap):
         if units:
-            fn((units,), (BLOCK,), (tbk, boff, tpk, poff, unit_off, np.int32(bsize.size), np.int32(CAP_BUILD),
+            fn((units,), (BLOCK,), (tbk, boff, tpk, poff, unit_off, np.int32(nparts), np.int32(CAP_BUILD),
                                     np.int32(PROBE_CHUNK), np.int32(NBUCKETS), np.int32(bits),
                                     ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k), counter, cap,
                                     ptr(bflag), ptr(pflag)),
