@@ -7,8 +7,9 @@ GPU, the GPUs' joins do not run side by side (a host-side lock: the GIL, the dri
 
 MODE: sides (default), cprofile (the host's own time in one GPU's pass 2 of 16 partitions),
 warm (the GPUs' pools never emptied between or inside runs), async (cudaMallocAsync pools),
-nopeer (peer access off), threads (cProfile of every GPU's pass 2 side by side), switch (the GIL's switch interval shortened), timeline (one run on
-every GPU under CUPTI: each GPU's copy engines and SMs busy or idle in each pass).
+nopeer (peer access off), threads (cProfile of every GPU's pass 2 side by side; SERIAL=1: one
+at a time), switch (the GIL's switch interval shortened), timeline (one run on every GPU under
+CUPTI: each GPU's copy engines and SMs busy or idle in each pass; COLD=1: pools emptied first).
 nsys: profile with ``-t cuda`` only (with osrt its importer failed on the H100 pair).
 """
 
@@ -100,7 +101,6 @@ def thread_profile():
 
     g = device_count()
     prof, orig, lock, inside = cProfile.Profile(), TritonJoin.pass2, threading.Lock(), [0]
-
     serial = threading.Lock()  # SERIAL=1: one GPU's pass 2 at a time: the host time of a pair alone
 
     def profiled(self, *a, **k):
@@ -195,7 +195,8 @@ def timeline():
     copies): for each GPU and pass, each kind of copy's bytes and busy time, the kernels' busy
     time, and the idle stretches of the pass's bound (H2D in pass 1, kernels in pass 2); then
     the whole host's H2D rate in 20 ms bins.  Each pass's start is marked on every GPU by a
-    one-thread kernel, so the passes are told apart on the device clock.  COLD=1: the pools emptied first."""
+    one-thread kernel, so the passes are told apart on the device clock.  COLD=1: the pools
+    emptied first."""
     g = device_count()
     marks = {w: cp.ElementwiseKernel("", "raw int32 x", "x[i] = 1", f"gpujoin_{w}_mark") for w in ("pass1", "pass2")}
     flags = {}

@@ -110,8 +110,8 @@ def test_hybrid_core_sum_columns_and_balance(streams, algorithm):
     assert pl.spill_bytes > 0
     res = hybrid_join([rk, rp], [sk, sp], "inner", pl, WORKERS, aggregate="sum", streams=streams, algorithm=algorithm)
     assert res.total == int(sp.sum()) and res.rows == n
-    each = res.stats["per_gpu"]  # the pairs, taken from one queue: every one once, every GPU some
-    assert sum(g["partitions"] for g in each) == 1 << pl.bits and all(g["partitions"] for g in each)
+    each = res.stats["per_gpu"]  # the pairs, taken from one queue: every one once
+    assert sum(g["partitions"] for g in each) == 1 << pl.bits
     assert sum(g["pair_bytes"] for g in each) == 32 * n
     assert res.stats["spill_bytes"] > 0
     assert (res.stats["p2p_bytes"] > 0) == (GPUS >= 2)  # the other worker's cache: a peer read only on another GPU

@@ -125,8 +125,9 @@ class PartitionedRelation:
         h2d = int(rows[host].sum()) * self.width
         p2p = int(rows[~host & (device[take] != here)].sum()) * self.width
         # one copy a piece and column (unified addressing: host or peer), piece by piece
-        return ((np.asarray(dst, np.int64) + pos[:, None] * sizes).ravel(), (addr[take] + src0[:, None] * sizes).ravel(),
-                (rows[:, None] * sizes).ravel(), h2d, p2p, np.repeat(host, len(sizes)))
+        return ((np.asarray(dst, np.int64) + pos[:, None] * sizes).ravel(),
+                (addr[take] + src0[:, None] * sizes).ravel(), (rows[:, None] * sizes).ravel(), h2d, p2p,
+                np.repeat(host, len(sizes)))
 
     def copies(self, p: int, lo: int, hi: int, dst: list[int], here: int):
         """The copies that bring rows [lo, hi) of partition ``p`` to the column addresses ``dst``
