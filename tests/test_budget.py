@@ -152,6 +152,22 @@ def test_placement_predicts_the_streaming_path_from_its_bytes():
     assert in_core.spill_bytes == 0 and in_core.predict()["pass2"] < 1e-3
 
 
+def test_placement_pass2_bound_by_the_hosts_turns_on_four_gpus():
+    """Pass 2's pairs take host time that no GPU count divides: four H200s, 2^31 x 2^31 int32
+    tuples under 16 GB a GPU, 32 pairs (measured 0.129 s, its transfers 0.05 s); one GPU stays
+    transfer bound (0.49 s), and the transfer-only time leaves the host term out."""
+    from gpujoin.plan.placement import HOST_PAIR_S, plan_placement
+
+    n = 1 << 31
+    rates = {"pcie": 55.4e9, "host_in": float("inf"), "pcie_all": 168.9e9, "p2p": 395e9}
+    one = plan_placement([n, n], [8, 8], 16 << 30, force_out_of_core=True)
+    four = plan_placement([n, n], [8, 8], 16 << 30, force_out_of_core=True, gpus=4)
+    assert four.bits == 5 and four.predict(0, rates)["pass2"] == pytest.approx(32 * HOST_PAIR_S)
+    assert 0.129 * 0.9 < four.predict(0, rates)["pass2"] < 0.129 * 1.1
+    assert four.predict(0, {**rates, "gpu_join": float("inf")})["pass2"] < 0.07
+    assert 32 * HOST_PAIR_S < 0.49 * 0.9 < one.predict(0, rates)["pass2"] < 0.49 * 1.25
+
+
 def test_placement_pass1_bound_by_both_directions_of_the_links():
     """Page-locked input (no staging copy) with a spill: pass 1 sends the spill out while the
     input comes in, bounded by the links' measured two-way rate; two H100s at 2^31 x 2^31 int32

@@ -33,6 +33,11 @@ PCIE_BPS, HOST_IN_BPS, HOST_OUT_BPS, GPU_JOIN_BPS = 55e9, 30e9, 18e9, 300e9
 #: One way between two GPUs of a host (the hybrid join's pass 2 reads the other GPUs' caches):
 #: 391-393 GB/s measured between the two NVLink-connected (NV18) H200s of nvidia-h200-x2.
 P2P_BPS = 390e9
+#: The interpreter's time a partition pair of pass 2 takes (its fetch, the in-core join's CuPy
+#: calls and launches, the SUM): the GPUs' threads take turns on one interpreter lock, so every
+#: GPU's pairs add up.  Four H200s of one host, 2^31 x 2^31 int32 tuples in 32 pairs: pass 2
+#: 0.129 s against 0.05 s of transfers, 4.0 ms a pair (ed21da9, docs/BENCHMARKS.md issue 18).
+HOST_PAIR_S = 4.0e-3
 #: Partitions a GPU at least, when several share a join: pairs of unequal size still balance.
 MULTI_GPU_PARTITIONS = 8
 #: Room left for CuPy's rounding, the kernels' counters and the output guess of one block
@@ -96,9 +101,11 @@ class Placement:
         summed, one GPU / every GPU together: ``measure_links``' duplex), which bound pass 1
         when its spill leaves while the chunks come in (two H100s, pinned input: pass 1 moved
         70 GB/s both ways on one GPU, 56 a GPU on two, against 52.6 GB/s one way); without
-        them that term is left out."""
+        them that term is left out.  Pass 2 takes at least its pairs' host time
+        (``host_pair``, seconds a pair: ``HOST_PAIR_S``; not in the transfer-only time), which
+        no GPU count divides: one interpreter lock."""
         r = {"pcie": PCIE_BPS, "host_in": HOST_IN_BPS, "host_out": HOST_OUT_BPS, "p2p": P2P_BPS,
-             "gpu_join": GPU_JOIN_BPS, **(rates or {})}
+             "gpu_join": GPU_JOIN_BPS, "host_pair": HOST_PAIR_S, **(rates or {})}
         d = self.gpus  # each GPU its own link; the host's copies and memory are shared
         pass1 = self.input_bytes / min(links_rate(r["pcie"], r.get("pcie_all"), d), r["host_in"])
         duplex = links_rate(r.get("duplex_1"), r.get("duplex_all"), d)
@@ -107,6 +114,8 @@ class Placement:
         # a partition's cached pieces are spread over the GPUs: (d - 1)/d of them cross a peer link
         p2p = (self.input_bytes - self.spill_bytes) * (d - 1) / d / (d * r["p2p"])
         pass2 = self.spill_bytes / (d * r["pcie"]) + p2p + self.input_bytes / (d * r["gpu_join"])
+        if self.bits and r["gpu_join"] != float("inf"):  # every GPU's pairs in turn on the host
+            pass2 = max(pass2, (1 << self.bits) * r["host_pair"])
         return {"pass1": pass1, "pass2": pass2 + output_bytes / min(d * r["pcie"], r["host_out"])}
 
 
