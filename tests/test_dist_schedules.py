@@ -318,3 +318,43 @@ def test_shuffle_chunk_rows_from_the_environment(monkeypatch):
         monkeypatch.setenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", bad)
         with pytest.raises(ValueError, match="GPUJOIN_SHUFFLE_CHUNK_ROWS"):
             ds.chunk_rows_default()
+
+
+def test_pass2_takes_each_pair_once_and_prefetches_the_next():
+    """TritonJoin._pass2's schedule, the GPU work stubbed: two workers sharing a PartitionQueue
+    (taking turns, as two GPUs' threads might) fetch every non-empty pair once, each fetch of
+    the next pair before the join of the one before, and the pairs past the limit last, in
+    blocks; a list of partitions does the same on one worker."""
+    import types
+
+    from gpujoin.outofcore.triton import PartitionQueue, TritonJoin
+    from gpujoin.plan.placement import Placement
+
+    rsz = np.array([5, 0, 7, 1 << 20, 3, 0, 9, 2])  # partition 3: a pair past the limit
+    ssz = np.array([5, 0, 0, 1 << 20, 0, 0, 9, 2])
+    rel = types.SimpleNamespace(sizes=lambda: rsz, width=8, fanout=8)
+    rel_s = types.SimpleNamespace(sizes=lambda: ssz, width=8, fanout=8)
+
+    def worker(log):
+        w = object.__new__(TritonJoin)
+        w.placement = Placement("out-of-core", 64 << 20, 3, 1024, 0, 0)
+        w.transfer_only, w.split_partitions = False, 0
+        w.streams = types.SimpleNamespace(compute=types.SimpleNamespace(wait_event=lambda ev: None))
+        w._fetch_pair = lambda R, S, p, a, b: (log.append(("fetch", p)) or ((p, p), None))
+        w._join_pair = lambda Rp, Sp, mode: log.append(("join", Rp))
+        w._join_big = lambda R, S, p, nr, ns, limit, mode: log.append(("big", p))
+        return w
+
+    logs = [[], []]
+    workers = [worker(log) for log in logs]
+    q = PartitionQueue(range(8))
+    workers[0]._pass2(rel, rel_s, "inner", q)  # the first worker takes them all ...
+    workers[1]._pass2(rel, rel_s, "inner", q)  # ... and the second finds the queue empty
+    assert logs[0] == [("fetch", 0), ("fetch", 2), ("join", 0), ("fetch", 4), ("join", 2), ("fetch", 6),
+                       ("join", 4), ("fetch", 7), ("join", 6), ("join", 7), ("big", 3)]
+    assert logs[1] == [] and workers[0].joined == [0, 2, 3, 4, 6, 7] and workers[1].joined == []
+    assert workers[0].split_partitions == 1
+    one = []
+    w = worker(one)
+    w._pass2(rel, rel_s, "inner", [6, 1, 3, 0])
+    assert one == [("fetch", 6), ("fetch", 0), ("join", 6), ("join", 0), ("big", 3)] and w.joined == [6, 3, 0]
