@@ -8,6 +8,7 @@ arrays on the current device; keys are int32 or int64, carried columns any 1/2/4
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -105,7 +106,12 @@ def _order(digits: Digits, unstable: bool) -> list[tuple[int, int]]:
     return passes[::-1] if unstable else passes
 
 
-_TILES: list = []  # _Segments.of's kernel, made on first use
+@functools.lru_cache(maxsize=None)
+def _tiles_kernel():
+    """(offsets: int64 (P + 1,) raw, tile) -> each partition's tiles (int32 (P,)): one kernel,
+    as a segmented pass runs once a pair of pass 2."""
+    return cp.ElementwiseKernel("raw int64 off, int64 tile", "int32 tiles",
+                                "tiles = (int)((off[i + 1] - off[i] + tile - 1) / tile);", "gpujoin_segment_tiles")
 
 
 @dataclass
@@ -120,12 +126,8 @@ class _Segments:
 
     @classmethod
     def of(cls, offsets: cp.ndarray, n: int, tile: int) -> "_Segments":
-        if not _TILES:  # each partition's tiles in one kernel (a segmented pass runs once a pair of pass 2)
-            _TILES.append(cp.ElementwiseKernel("raw int64 off, int64 tile", "int32 tiles",
-                                               "tiles = (int)((off[i + 1] - off[i] + tile - 1) / tile);",
-                                               "gpujoin_segment_tiles"))
         tiles = cp.empty(offsets.size - 1, cp.int32)
-        _TILES[0](offsets, tile, tiles)
+        _tiles_kernel()(offsets, tile, tiles)
         tile_start = cp.zeros(offsets.size, cp.int32)
         cp.cumsum(tiles, out=tile_start[1:])
         return cls(offsets, tile_start, -(-n // tile) + offsets.size - 1)

@@ -118,7 +118,8 @@ class PartitionedRelation:
         a, b = offs[:, p], offs[:, p + 1]
         end = np.cumsum(b - a)
         start = end - (b - a)  # the piece holds partition rows [start, end); take their overlap with [lo, hi)
-        s0, rows = np.maximum(lo, start), np.minimum(hi, end) - np.maximum(lo, start)
+        s0 = np.maximum(lo, start)
+        rows = np.minimum(hi, end) - s0
         take = rows > 0
         rows, src0 = rows[take], (a + s0 - start)[take]
         pos = np.cumsum(rows) - rows
@@ -159,12 +160,12 @@ def fetch_ranges(ranges: list, stream, stats: TransferStats | None = None, devic
     parts = [rel._copy_arrays(p, lo, hi, [a.data.ptr for a in out], here) for rel, p, lo, hi, out in ranges]
     dsts, srcs, sizes, host = (np.concatenate([c[i] for c in parts]) for i in (0, 1, 2, 5))
     dev = ~host if device_stream is not None else np.zeros(host.size, bool)
-    if dev.any():
+    split = bool(dev.any())
+    if split:
         device_stream.wait_event(record(stream))  # after what ``stream`` waits for (the pool's reuse)
         copy_batch(dsts[dev].tolist(), srcs[dev].tolist(), sizes[dev].tolist(), device_stream)
-    on = ~dev
-    copy_batch(dsts[on].tolist(), srcs[on].tolist(), sizes[on].tolist(), stream)
-    if dev.any():
+    copy_batch(dsts[~dev].tolist(), srcs[~dev].tolist(), sizes[~dev].tolist(), stream)
+    if split:
         stream.wait_event(record(device_stream))
     h2d = sum(c[3] for c in parts)
     if stats is not None:

@@ -452,7 +452,8 @@ class TritonJoin:
         rsz, ssz = R.sizes(), S.sizes()
         limit = max(1, int((self.placement.budget // 2 - slack(self.placement.budget)) // PASS2_FACTOR))  # bytes of a pair joined at once
         # taken one at a time (a PartitionQueue that several GPUs share hands each to whichever asks first)
-        source = iter(range(R.fanout) if partitions is None else partitions)
+        ids = range(R.fanout) if partitions is None else partitions
+        source = iter(ids)
         big: list[int] = []  # pairs past the limit: joined in blocks, after the others
         self.joined = []  # the partitions this pass 2 took
 
@@ -468,10 +469,9 @@ class TritonJoin:
             return None
 
         st = self.streams
-        shared = isinstance(partitions, PartitionQueue)  # how many this GPU takes is known at the end
+        # (from a shared queue, how many this GPU takes is known only at the end)
         shown = progress.task("pass 2: join partition pairs" if self.placement.bits else "join",
-                              None if shared else sum(1 for p in (partitions if partitions is not None
-                                                                  else range(R.fanout)) if rsz[p] or ssz[p]))
+                              None if isinstance(ids, PartitionQueue) else sum(1 for p in ids if rsz[p] or ssz[p]))
         p = next_small()
         pending = self._fetch_pair(R, S, p, rsz, ssz) if p is not None else None
         while pending is not None:

@@ -22,6 +22,8 @@ column a side, the match kernel writes the payloads themselves (early materializ
 
 from __future__ import annotations
 
+import functools
+
 import cupy as cp
 import numpy as np
 
@@ -97,18 +99,14 @@ def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, b
     return max(b_peak, b_part + p_peak, b_part + p_part + flags + out)
 
 
-_UNITS: list = []
-
-
+@functools.lru_cache(maxsize=None)
 def _units_kernel():
     """(boff, poff: int64 (P + 1,) raw, cap, chunk, oversized past) -> per co-partition, its work
     units (int64, 0 for an oversized build partition) and whether it is oversized (bool)."""
-    if not _UNITS:
-        _UNITS.append(cp.ElementwiseKernel(
-            "raw int64 boff, raw int64 poff, int64 cap, int64 chunk, int64 past", "int64 units, bool over",
-            "long long b = boff[i + 1] - boff[i], p = poff[i + 1] - poff[i]; over = b > past;"
-            " units = over ? 0 : ((b + cap - 1) / cap) * ((p + chunk - 1) / chunk);", "gpujoin_phj_units"))
-    return _UNITS[0]
+    return cp.ElementwiseKernel(
+        "raw int64 boff, raw int64 poff, int64 cap, int64 chunk, int64 past", "int64 units, bool over",
+        "long long b = boff[i + 1] - boff[i], p = poff[i + 1] - poff[i]; over = b > past;"
+        " units = over ? 0 : ((b + cap - 1) / cap) * ((p + chunk - 1) / chunk);", "gpujoin_phj_units")
 
 
 def range_positions(offsets: cp.ndarray, chosen: cp.ndarray) -> cp.ndarray:
