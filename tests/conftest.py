@@ -3,6 +3,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# GPUJOIN_SPREAD_GPUS=G: xdist worker gwN sees GPU N mod G alone (set before CuPy starts CUDA), so
+# that the single-GPU test files of a machine of G GPUs run on all of them
+_spread, _worker = os.environ.get("GPUJOIN_SPREAD_GPUS"), os.environ.get("PYTEST_XDIST_WORKER", "")
+if _spread and _worker.startswith("gw") and "CUDA_VISIBLE_DEVICES" not in os.environ:
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(int(_worker[2:]) % int(_spread))
+
 settings.register_profile("ci", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("thorough", max_examples=400, deadline=None,

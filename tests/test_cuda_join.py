@@ -160,6 +160,46 @@ def test_gather_compact_and_merge_bounds():
         np.testing.assert_array_equal(cp.asnumpy(got), np.searchsorted(a, b, side=side))
 
 
+@pytest.mark.parametrize("n", [0, 1, 1023, 8192, 8193, 3 * 8192 + 5, 1024 * 8192 + 1])
+@pytest.mark.parametrize("types", [(np.int32, np.int64), (np.int64, np.int64), (np.int32, np.int32)])
+def test_exclusive_scan_matches_numpy(n, types):
+    """scan.cu: one tile (one launch), several, and more tile sums than one block scans at once
+    (1024 * 8192 + 1); the total after the prefix sums; counts as large as the
+    total's type allows."""
+    src, dst = types
+    rng = np.random.default_rng(n)
+    hi = min(np.iinfo(src).max, np.iinfo(dst).max // max(1, n))  # the total fits
+    vals = rng.integers(0, hi, n).astype(src)
+    got = cp.asnumpy(prim.exclusive_scan(cp.asarray(vals), dst))
+    want = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)]).astype(dst)
+    assert got.dtype == dst
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_sum_into_adds_to_a_device_total(dtype):
+    """sum_into: int64 sums of negative and positive values (int64's wrap-around, as numpy's)
+    added to what the total holds, over empty, one-row and many-block inputs."""
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    total, want = cp.zeros((), cp.int64), np.int64(0)
+    for n in (0, 1, 1000, 3 * 1024 * 132 * 4 + 7):
+        vals = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+        prim.sum_into(cp.asarray(vals), total)
+        with np.errstate(over="ignore"):
+            want = want + vals.sum(dtype=np.int64)
+    assert int(total) == int(want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 8, 9, 20])
+def test_device_words_writes_addresses(n):
+    """device_words: up to WORDS_BY_ARGUMENT words by a kernel's arguments, more by a copy."""
+    words = [(1 << 63) - 1 - 977 * i for i in range(n)]
+    got = prim.device_words(words)
+    assert got.dtype == cp.uint64 and got.size == n
+    np.testing.assert_array_equal(cp.asnumpy(got), np.array(words, np.uint64))
+
+
 # ---------------------------------------------------------------- joins through the API
 
 

@@ -273,8 +273,8 @@ def test_fetch_ranges_puts_gpu_pieces_on_the_device_stream(monkeypatch):
 
     def copy_batch(dsts, srcs, sizes, stream):
         log.append((stream.name, "copies", len(sizes)))
-        for d, src, n in zip(dsts, srcs, sizes):
-            ctypes.memmove(d, src, n)
+        for d, src, n in zip(dsts, srcs, sizes):  # (int64 arrays of addresses)
+            ctypes.memmove(int(d), int(src), int(n))
 
     monkeypatch.setattr(st_mod, "copy_batch", copy_batch)
     monkeypatch.setattr(st_mod, "record", lambda s: f"after {s.name}")

@@ -266,30 +266,33 @@ def test_group_by_key_types_with_and_without_first_rows(typ, limit):
     assert_tables_equal(got, want)
 
 
-@pytest.mark.parametrize("batched", [True, False])
-def test_copy_batch_moves_host_and_device_pieces_in_stream_order(batched, monkeypatch):
+@pytest.mark.parametrize("api", ["driver", "runtime", "one at a time"])
+def test_copy_batch_moves_host_and_device_pieces_in_stream_order(api, monkeypatch):
     """stream.copy_batch: pieces from page-locked host memory and from device memory land at
-    their destinations, after the stream's earlier work (a fill of the target); batched
-    (cudaMemcpyBatchAsync) and one copy at a time alike."""
+    their destinations, after the stream's earlier work (a fill of the target); batched (the
+    driver's cuMemcpyBatchAsync through ctypes, or cuda-bindings' cudaMemcpyBatchAsync) and one
+    copy at a time alike, from lists and from int64 arrays."""
     from gpujoin.outofcore import stream as st_mod
 
-    if not batched:
-        monkeypatch.setitem(st_mod._batch, "api", False)
-    elif not st_mod._batch_api():
-        pytest.skip("cuda-bindings has no cudaMemcpyBatchAsync here")
+    monkeypatch.setitem(st_mod._batch, "api", None if api != "one at a time" else False)
+    if api == "runtime":
+        monkeypatch.setattr(st_mod, "_driver_batch", lambda: None)
+    if api != "one at a time" and (not st_mod._batch_api() or st_mod._batch_api()[0] != api):
+        pytest.skip(f"no batched copy through the {api} API here")
     rng = np.random.default_rng(1)
     host = st_mod.pinned_empty(3000, np.int64)
     host[:] = rng.integers(0, 1 << 40, 3000)
     dev = cp.asarray(rng.integers(0, 1 << 40, 2000))
     out = cp.empty(5000, cp.int64)
     s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        out.fill(-1)
     pieces = [(0, host.ctypes.data, 1000), (1000, dev.data.ptr + 8 * 500, 1500), (2500, host.ctypes.data + 8000, 2000),
               (4500, dev.data.ptr, 500)]
-    st_mod.copy_batch([out.data.ptr + 8 * a for a, _, _ in pieces], [src for _, src, _ in pieces],
-                      [8 * n for _, _, n in pieces], s)
-    s.synchronize()
+    args = ([out.data.ptr + 8 * a for a, _, _ in pieces], [src for _, src, _ in pieces], [8 * n for _, _, n in pieces])
     want = np.concatenate([host[:1000], cp.asnumpy(dev[500:2000]), host[1000:3000], cp.asnumpy(dev[:500])])
-    np.testing.assert_array_equal(cp.asnumpy(out), want)
-    assert st_mod._batch["api"] is not False or not batched  # no failure fell back
+    for form in (list, lambda a: np.array(a, np.int64)):
+        with s:
+            out.fill(-1)
+        st_mod.copy_batch(*map(form, args), s)
+        s.synchronize()
+        np.testing.assert_array_equal(cp.asnumpy(out), want)
+    assert (st_mod._batch["api"] is False) == (api == "one at a time")  # no failure fell back

@@ -114,6 +114,70 @@ def _tiles_kernel():
                                 "tiles = (int)((off[i + 1] - off[i] + tile - 1) / tile);", "gpujoin_segment_tiles")
 
 
+#: Elements a block of scan.cu scans (SCAN_BLOCK threads of SCAN_ITEMS).
+SCAN_TILE, SCAN_BLOCK = 8192, 1024
+_SCAN_TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def exclusive_scan(values: cp.ndarray, dtype=cp.int64, out: cp.ndarray | None = None) -> cp.ndarray:
+    """Exclusive prefix sums of ``values`` (int32 or int64 (n,)) and their total: (n + 1,) of
+    ``dtype`` (int32 or int64; the caller knows the total fits), ``out[i] = values[:i].sum()``.
+    Three launches of scan.cu (one for n <= 8192) and no cast: ``cupy.cumsum`` took ~70 us of
+    the interpreter's time a call, then a subtraction (``out``: the (n + 1,) array to write)."""
+    n = values.size
+    if out is None:
+        out = cp.empty(n + 1, dtype)
+    it, ot = _SCAN_TYPES[values.dtype], _SCAN_TYPES[out.dtype]
+    if n == 0:
+        out.fill(0)
+        return out
+    m = -(-n // SCAN_TILE)
+    sums = None
+    if m > 1:
+        sums = cp.empty(m + 1, cp.int64)
+        kernel("scan.cu", f"scan_reduce<{it}>")((m,), (SCAN_BLOCK,), (values, np.int64(n), sums))
+        kernel("scan.cu", "scan_sums")((1,), (SCAN_BLOCK,), (sums, np.int32(m)))
+    kernel("scan.cu", f"scan_down<{it}, {ot}>")((m,), (SCAN_BLOCK,), (values, np.int64(n), ptr(sums), out))
+    return out
+
+
+def sum_into(values: cp.ndarray, total: cp.ndarray) -> None:
+    """``total`` (int64 0-d or (1,) on the device) += the sum of ``values`` (int32 or int64 (n,)),
+    in int64 arithmetic (wrapping, as numpy's), in one launch."""
+    n = values.size
+    if n:
+        grid = min(-(-n // SCAN_BLOCK), device_properties(cp.cuda.Device().id)["sms"] * 4)
+        kernel("scan.cu", f"sum_into<{_SCAN_TYPES[values.dtype]}>")((grid,), (SCAN_BLOCK,), (values, np.int64(n), total))
+
+
+#: Words that device_words passes as kernel arguments (more go through a copy from host memory).
+WORDS_BY_ARGUMENT = 8
+
+
+@functools.lru_cache(maxsize=None)
+def _words_kernel():
+    ws = ", ".join(f"unsigned long long w{i}" for i in range(WORDS_BY_ARGUMENT))
+    return cp.RawKernel(f"""extern "C" __global__ void gpujoin_words(unsigned long long* out, int n, {ws}) {{
+        const unsigned long long w[] = {{{", ".join(f"w{i}" for i in range(WORDS_BY_ARGUMENT))}}};
+        if (threadIdx.x < n) out[threadIdx.x] = w[threadIdx.x];
+    }}""", "gpujoin_words")
+
+
+def device_words(words: list[int]) -> cp.ndarray:
+    """``words`` (Python ints below 2**64: column addresses) as a uint64 device array, written
+    by one kernel from its arguments: ``cupy.asarray`` of a list copies from host memory
+    through a page-locked staging block (~90 us of the interpreter's time, four a pair of the
+    hybrid join's pass 2, whose GPU threads take turns on the interpreter lock)."""
+    n = len(words)
+    if n > WORDS_BY_ARGUMENT:
+        return cp.asarray(words, dtype=cp.uint64)
+    out = cp.empty(n, cp.uint64)
+    if n:
+        args = [np.uint64(w) for w in words] + [np.uint64(0)] * (WORDS_BY_ARGUMENT - n)
+        _words_kernel()((1,), (WORDS_BY_ARGUMENT,), (out, np.int32(n), *args))
+    return out
+
+
 @dataclass
 class _Segments:
     """The partitions that a segmented (MSD) pass partitions further: offsets (int64 (P + 1,))
@@ -128,8 +192,7 @@ class _Segments:
     def of(cls, offsets: cp.ndarray, n: int, tile: int) -> "_Segments":
         tiles = cp.empty(offsets.size - 1, cp.int32)
         _tiles_kernel()(offsets, tile, tiles)
-        tile_start = cp.zeros(offsets.size, cp.int32)
-        cp.cumsum(tiles, out=tile_start[1:])
+        tile_start = exclusive_scan(tiles, cp.int32)
         return cls(offsets, tile_start, -(-n // tile) + offsets.size - 1)
 
     def args(self) -> tuple:
@@ -231,18 +294,15 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         else:
             counts = cp.empty(256 * nblocks, cp.int32)
             _histogram(src_k, digits, shift, bits, tile, counts, None, segments)
-        offs = cp.cumsum(counts, dtype=cp.int64)
-        offs -= counts
+        offs = exclusive_scan(counts)  # (one more entry than counts: the total)
         if out is not None and p == len(passes) - 1:
             dst_k, dst_v = out[0], list(out[1])
         else:
             dst_k = cp.empty_like(src_k)
             dst_v = [cp.empty_like(v) for v in src_v]
         for g, (width, idx) in enumerate(launches):
-            # both tables of column addresses in one upload (each cupy.asarray of a list is a copy
-            # from host memory, ~40 us of the interpreter's time)
-            ptrs = cp.asarray([src_v[i].data.ptr for i in idx] + [dst_v[i].data.ptr for i in idx] or [0, 0],
-                              dtype=cp.uint64)
+            # both tables of column addresses in one array, written by a kernel
+            ptrs = device_words([src_v[i].data.ptr for i in idx] + [dst_v[i].data.ptr for i in idx] or [0, 0])
             vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
             # a register cap pays for 4-byte keys; 8-byte keys would spill under it
             scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
@@ -271,13 +331,20 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     return src_k, src_v, offsets
 
 
+@functools.lru_cache(maxsize=None)
+def _bounds_kernel():
+    """(offs: int64 raw, tiles a digit, n) -> offsets (int64 (2**bits + 1,)): where tile 0 of each
+    digit starts, then n (one kernel for a strided copy and a fill)."""
+    return cp.ElementwiseKernel("raw int64 offs, int64 stride, int64 n", "int64 out",
+                                "out = i == _ind.size() - 1 ? n : offs[i * stride];", "gpujoin_scan_bounds")
+
+
 def _scan_bounds(offs: cp.ndarray, nblocks: int, bits: int, n: int, segments: _Segments | None) -> cp.ndarray:
     """Partition offsets (int64 (P * 2**bits + 1,)) from a pass's exclusive scan ``offs``: global
     (P = 1), where tile 0 of each digit starts; segmented, segment_bounds."""
     if segments is None:
         offsets = cp.empty((1 << bits) + 1, cp.int64)
-        offsets[:-1] = offs[: (1 << bits) * nblocks: nblocks]
-        offsets[-1] = n
+        _bounds_kernel()(offs, nblocks, n, offsets)
         return offsets
     nseg = segments.offsets.size - 1
     offsets = cp.empty((nseg << bits) + 1, cp.int64)

@@ -163,8 +163,8 @@ def fetch_ranges(ranges: list, stream, stats: TransferStats | None = None, devic
     split = bool(dev.any())
     if split:
         device_stream.wait_event(record(stream))  # after what ``stream`` waits for (the pool's reuse)
-        copy_batch(dsts[dev].tolist(), srcs[dev].tolist(), sizes[dev].tolist(), device_stream)
-    copy_batch(dsts[~dev].tolist(), srcs[~dev].tolist(), sizes[~dev].tolist(), stream)
+        copy_batch(dsts[dev], srcs[dev], sizes[dev], device_stream)
+    copy_batch(dsts[~dev], srcs[~dev], sizes[~dev], stream)
     if split:
         stream.wait_event(record(device_stream))
     h2d = sum(c[3] for c in parts)

@@ -549,49 +549,94 @@ class Downloader:
             f.result()
 
 
-_batch = {"api": None}  # cuda.bindings' cudaMemcpyBatchAsync and its attributes, or False where absent
+_batch = {"api": None}  # how copy_batch batches: ("driver", fn, attrs, idx), ("runtime", rt, attrs) or False
+
+
+def _driver_batch():
+    """The driver's cuMemcpyBatchAsync (CUDA 13's signature, ``_v2``: no failure index) through
+    ctypes, which takes the address arrays as they are: cuda-bindings' wrapper converts every
+    address of its Python lists (~280 us for a pair's 64 copies on four H200s, each on the
+    interpreter lock).  None where the driver lacks it."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").cuMemcpyBatchAsync_v2
+    except (OSError, AttributeError):
+        return None
+
+    class Location(ctypes.Structure):  # CUmemLocation
+        _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+    class Attributes(ctypes.Structure):  # CUmemcpyAttributes
+        _fields_ = [("srcAccessOrder", ctypes.c_int), ("srcLocHint", Location), ("dstLocHint", Location),
+                    ("flags", ctypes.c_uint)]
+
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                           ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    attrs = Attributes(srcAccessOrder=1)  # CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: sources read in stream order
+    return ("driver", fn, attrs, (ctypes.c_size_t * 1)(0))
 
 
 def _batch_api():
     if _batch["api"] is None:
-        try:
-            from cuda.bindings import runtime as rt
+        api = _driver_batch()
+        if api is None:
+            try:
+                from cuda.bindings import runtime as rt
 
-            attrs = rt.cudaMemcpyAttributes()
-            attrs.srcAccessOrder = rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
-            _batch["api"] = (rt, attrs)
-        except (ImportError, AttributeError):  # cuda-bindings older than CUDA 12.8's API, or none
-            _batch["api"] = False
+                attrs = rt.cudaMemcpyAttributes()
+                attrs.srcAccessOrder = rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
+                api = ("runtime", rt, attrs)
+            except (ImportError, AttributeError):  # cuda-bindings older than CUDA 12.8's API, or none
+                api = False
+        _batch["api"] = api
     return _batch["api"]
 
 
-def copy_batch(dsts: list[int], srcs: list[int], sizes: list[int], stream) -> None:
+def _batched(api, dsts, srcs, sizes, stream):
+    """One batch call; the error, or None when it was enqueued."""
+    import ctypes
+
+    n = len(sizes)
+    if api[0] == "driver":
+        _, fn, attrs, idx = api
+        arrays = [np.ascontiguousarray(a, np.int64) for a in (dsts, srcs, sizes)]
+        err = fn(*(a.ctypes.data for a in arrays), n, ctypes.byref(attrs), idx, 1, stream.ptr)
+        return None if err == 0 else f"CUresult {err}"
+    _, rt, attrs = api
+    as_list = lambda a: a.tolist() if isinstance(a, np.ndarray) else list(a)  # noqa: E731
+    try:
+        err = rt.cudaMemcpyBatchAsync(as_list(dsts), as_list(srcs), as_list(sizes), n, [attrs], [0], 1, stream.ptr)
+        err = err[0] if isinstance(err, tuple) else err
+    except (TypeError, ValueError) as e:  # another cuda-bindings signature
+        return e
+    return None if err == rt.cudaError_t.cudaSuccess else err
+
+
+def copy_batch(dsts, srcs, sizes, stream) -> None:
     """Copies ``sizes[i]`` bytes from address ``srcs[i]`` to ``dsts[i]`` (device, peer device or
     page-locked host: unified addressing) on ``stream``, in stream order, as one call
-    (cudaMemcpyBatchAsync, CUDA 12.8+) where cuda-bindings has it, else one cudaMemcpyAsync each.
+    (cuMemcpyBatchAsync, CUDA 12.8+) where the driver or cuda-bindings has it, else one
+    cudaMemcpyAsync each.  The three are sequences or int64 arrays of equal length.
     Pass 2 of the hybrid join copies a partition's piece of every pass-1 chunk: on four H200s
     4,420 single copies a join took 100 ms of the GPUs' threads (CUDA and interpreter locks)."""
     import cupy as cp
 
-    if not sizes:
+    if not len(sizes):
         return
     api = _batch_api() if len(sizes) > 1 else False
     if api:
-        rt, attrs = api
-        try:
-            err = rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(sizes), [attrs], [0], 1, stream.ptr)
-            err = err[0] if isinstance(err, tuple) else err
-        except (TypeError, ValueError) as e:  # another cuda-bindings signature
-            err = e
-        if err == rt.cudaError_t.cudaSuccess:
+        err = _batched(api, dsts, srcs, sizes, stream)
+        if err is None:
             return
         import warnings
 
-        warnings.warn(f"cudaMemcpyBatchAsync failed ({err!r}); gpujoin copies one at a time from now on",
+        warnings.warn(f"the batched copy ({api[0]} API) failed ({err!r}); gpujoin copies one at a time from now on",
                       RuntimeWarning, stacklevel=2)
         _batch["api"] = False
     copy, default, sp = cp.cuda.runtime.memcpyAsync, cp.cuda.runtime.memcpyDefault, stream.ptr
-    for d, src, n in zip(dsts, srcs, sizes):
+    for d, src, n in zip(*(a.tolist() if isinstance(a, np.ndarray) else a for a in (dsts, srcs, sizes))):
         copy(d, src, n, default, sp)
 
 

@@ -129,7 +129,7 @@ class _Sink:
 
     def materialize(self, out, mode: str):
         """A block's JoinOutput as device columns: (rows, key, build [(values, mask)] or None,
-        probe [...]), or (rows, sum) for ``aggregate``."""
+        probe [...]), or (rows, the int32/int64 values to sum) for ``aggregate``."""
         import cupy as cp
 
         n = out.num_rows
@@ -137,11 +137,11 @@ class _Sink:
             if n == 0:
                 return (0, None)
             vals, valid = out.probe_column(0)
-            # a 0-d device array: the blocks' sums add up on the GPU and are read once, at the end
-            # (a read a block made each GPU's thread wait for the interpreter lock once more)
-            if valid is None:
-                return (n, vals.sum(dtype=cp.int64))  # widened inside the reduction: no int64 copy
-            return (n, cp.where(valid.astype(bool), vals.astype(cp.int64), 0).sum())
+            if valid is not None:
+                vals = cp.where(valid.astype(bool), vals.astype(cp.int64), 0)
+            elif vals.dtype not in (cp.int32, cp.int64):
+                vals = vals.astype(cp.int64)
+            return (n, vals)  # summed by push
         pairs = mode not in ("semi", "anti")
         return (n, out.key_column() if self.emit_keys and n else None,
                 [out.build_column(i) for i in range(len(self.build))] if pairs else None,
@@ -164,7 +164,15 @@ class _Sink:
         n = block[0]
         self.rows += n
         if self.aggregate == "sum":
-            self._sum = block[1] if self._sum is None else self._sum + block[1]
+            import cupy as cp
+
+            from ..cuda.primitives import sum_into
+
+            # a 0-d device array: the blocks' sums add up on the GPU and are read once, at the end
+            # (a read a block made each GPU's thread wait for the interpreter lock once more)
+            if self._sum is None:
+                self._sum = cp.zeros((), cp.int64)
+            sum_into(block[1], self._sum)
             return
         _, key, cols_b, cols_p = block
         width = sum(c.values.itemsize for c in self.build + self.probe) + \

@@ -27,7 +27,8 @@ import functools
 import cupy as cp
 import numpy as np
 
-from ..primitives import Digits, _passes, hash_partition_bits, key_type, radix_partition, word_type
+from ..primitives import (Digits, _passes, exclusive_scan, hash_partition_bits, key_type, radix_partition,
+                          word_type)
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, position_dtype, unmatched)
@@ -101,12 +102,16 @@ def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, b
 
 @functools.lru_cache(maxsize=None)
 def _units_kernel():
-    """(boff, poff: int64 (P + 1,) raw, cap, chunk, oversized past) -> per co-partition, its work
-    units (int64, 0 for an oversized build partition) and whether it is oversized (bool)."""
+    """(boff, poff: int64 (P + 1,) raw, cap, chunk, oversized past, totals: int64 (2,) raw,
+    zeroed) -> per co-partition, its work units (int64, 0 for an oversized build partition) and
+    whether it is oversized (bool); ``totals`` gains the oversized partitions and the units."""
     return cp.ElementwiseKernel(
-        "raw int64 boff, raw int64 poff, int64 cap, int64 chunk, int64 past", "int64 units, bool over",
+        "raw int64 boff, raw int64 poff, int64 cap, int64 chunk, int64 past, raw int64 totals",
+        "int64 units, bool over",
         "long long b = boff[i + 1] - boff[i], p = poff[i + 1] - poff[i]; over = b > past;"
-        " units = over ? 0 : ((b + cap - 1) / cap) * ((p + chunk - 1) / chunk);", "gpujoin_phj_units")
+        " units = over ? 0 : ((b + cap - 1) / cap) * ((p + chunk - 1) / chunk);"
+        " if (over) atomicAdd((unsigned long long*)&totals[0], 1ULL);"
+        " if (units) atomicAdd((unsigned long long*)&totals[1], (unsigned long long)units);", "gpujoin_phj_units")
 
 
 def range_positions(offsets: cp.ndarray, chosen: cp.ndarray) -> cp.ndarray:
@@ -145,15 +150,15 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
     nparts = boff.size - 1
     pairs = emits_pairs(mode)
     # each co-partition's work units; oversized build partitions (heavy build keys, many-to-many)
-    # go to the sort-merge path: one kernel for what took nine CuPy calls (on four GPUs pass 2
-    # of the hybrid join is bound by its threads' calls, which take turns on the interpreter lock)
-    per_unit, oversized = cp.empty(nparts, cp.int64), cp.empty(nparts, cp.bool_)
-    _units_kernel()(boff, poff, CAP_BUILD, PROBE_CHUNK, OVERSIZED_BUILD, per_unit, oversized)
-    unit_off = cp.zeros(nparts + 1, cp.int64)
-    cp.cumsum(per_unit, out=unit_off[1:])
+    # go to the sort-merge path: one kernel for what took eleven CuPy calls, both totals counted
+    # in it (on four GPUs pass 2 of the hybrid join is bound by its threads' calls, which take
+    # turns on the interpreter lock)
+    per_unit, oversized, totals = cp.empty(nparts, cp.int64), cp.empty(nparts, cp.bool_), cp.zeros(2, cp.int64)
+    _units_kernel()(boff, poff, CAP_BUILD, PROBE_CHUNK, OVERSIZED_BUILD, totals, per_unit, oversized)
+    unit_off = exclusive_scan(per_unit)
     # one read for both counts (each read waits for the GPU, and on several GPUs for the
     # interpreter lock after it)
-    n_oversized, units = (int(x) for x in cp.stack([oversized.sum(dtype=cp.int64), unit_off[-1]]).get())
+    n_oversized, units = (int(x) for x in totals.get())
     heavy = None
     if n_oversized:
         bpos, ppos = range_positions(boff, oversized), range_positions(poff, oversized)
