@@ -147,7 +147,8 @@ def sum_into(values: cp.ndarray, total: cp.ndarray) -> None:
     n = values.size
     if n:
         grid = min(-(-n // SCAN_BLOCK), device_properties(cp.cuda.Device().id)["sms"] * 4)
-        kernel("scan.cu", f"sum_into<{_SCAN_TYPES[values.dtype]}>")((grid,), (SCAN_BLOCK,), (values, np.int64(n), total))
+        fn = kernel("scan.cu", f"sum_into<{_SCAN_TYPES[values.dtype]}>")
+        fn((grid,), (SCAN_BLOCK,), (values, np.int64(n), total))
 
 
 #: Words that device_words passes as kernel arguments (more go through a copy from host memory).

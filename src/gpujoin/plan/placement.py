@@ -36,8 +36,10 @@ P2P_BPS = 390e9
 #: The interpreter's time a partition pair of pass 2 takes (its fetch, the in-core join's CuPy
 #: calls and launches, the SUM): the GPUs' threads take turns on one interpreter lock, so every
 #: GPU's pairs add up.  Four H200s of one host, 2^31 x 2^31 int32 tuples in 32 pairs: pass 2
-#: 0.129 s against 0.05 s of transfers, 4.0 ms a pair (ed21da9, docs/BENCHMARKS.md issue 18).
-HOST_PAIR_S = 4.0e-3
+#: 0.129 s against 0.05 s of transfers at ed21da9 (4.0 ms a pair); 0.064 s against 0.047 at
+#: 91539d6, whose host path batches copies through the driver and scans with scan.cu (at most
+#: 2.0 ms a pair; docs/BENCHMARKS.md issue 18).
+HOST_PAIR_S = 2.0e-3
 #: Partitions a GPU at least, when several share a join: pairs of unequal size still balance.
 MULTI_GPU_PARTITIONS = 8
 #: Room left for CuPy's rounding, the kernels' counters and the output guess of one block
