@@ -3,7 +3,7 @@
 // The digit of a key is bits [shift, shift+bits) of either its murmur3 hash (partitioning for
 // hash joins: skew in the key bits does not matter) or of (key - base) as an unsigned number
 // (sorting: order-preserving when base is the minimum key).  One pass is a histogram kernel
-// (per-tile digit counts, digit-major), an exclusive scan of those counts (CuPy's CUB scan),
+// (per-tile digit counts, digit-major), an exclusive scan of those counts (scan.cu),
 // and a scatter kernel that ranks each tile stably in shared memory (warp ballots + per-warp
 // counters, in memory order) and writes it out digit run by digit run, so global writes are
 // coalesced.  The same offsets scatter any number of value columns to the same positions:

@@ -15,19 +15,11 @@
 __device__ __forceinline__ i64 block_exclusive(i64 v, i64* total) {
     __shared__ i64 warp_sums[SCAN_BLOCK / 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    i64 x = v;
-    for (int d = 1; d < 32; d <<= 1) {
-        const i64 y = __shfl_up_sync(FULL_MASK, x, d);
-        if (lane >= d) x += y;
-    }
+    const i64 x = warp_inclusive_sum<i64>(v);
     if (lane == 31) warp_sums[warp] = x;
     __syncthreads();
     if (warp == 0) {
-        i64 w = lane < warps ? warp_sums[lane] : 0;
-        for (int d = 1; d < 32; d <<= 1) {
-            const i64 y = __shfl_up_sync(FULL_MASK, w, d);
-            if (lane >= d) w += y;
-        }
+        const i64 w = warp_inclusive_sum<i64>(lane < warps ? warp_sums[lane] : 0);
         if (lane < warps) warp_sums[lane] = w;
     }
     __syncthreads();
