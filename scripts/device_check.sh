@@ -33,12 +33,13 @@ if [[ $stage == quick ]]; then
 fi
 if [[ $stage == tests-files ]]; then
   # the gpu tests of FILES one file at a time (xdist where carried), each file's whole log in $OUT and
-  # its summary line printed, so that a file cut off by its TEST_TIMEOUT is told apart from one that passed
+  # its summary line printed, so that a file cut off by its TEST_TIMEOUT is told apart from one that passed;
+  # each test's time in $OUT/times_FILE.txt as it ends (the slow ones of a file that was cut off)
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-8}"
   for f in ${FILES:-tests/test_outofcore.py tests/test_multi_gpu.py tests/test_cuda_join.py}; do
     log="$OUT/pytest_$(basename "$f" .py).log"
-    timeout ${TEST_TIMEOUT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf -W ignore::Warning \
-      $xdist "$f" ${PYTEST_K:+-k "$PYTEST_K"} > "$log" 2>&1
+    GPUJOIN_TEST_TIMES="$OUT/times_$(basename "$f" .py).txt" timeout ${TEST_TIMEOUT:-200} python3 -m pytest -m gpu -q \
+      -p no:cacheprovider --tb=short -rf -W ignore::Warning $xdist "$f" ${PYTEST_K:+-k "$PYTEST_K"} > "$log" 2>&1
     code=$?; [[ $code == 124 ]] && echo "$f: cut off after ${TEST_TIMEOUT:-200} s" || echo "$f: $(tail -1 "$log") (rc $code)"
     [[ $code != 0 ]] && rc=1
   done

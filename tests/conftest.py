@@ -22,3 +22,15 @@ def duck():
     con = duckdb.connect()
     yield con
     con.close()
+
+
+_times = os.environ.get("GPUJOIN_TEST_TIMES")
+
+
+def pytest_runtest_logreport(report):
+    """GPUJOIN_TEST_TIMES=FILE: each test's call time appended as it ends (seconds, node id), by
+    the controlling process only, so that a file cut off by its time limit still shows its slow
+    tests (pytest's --durations prints only at the end)."""
+    if _times and report.when == "call" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(_times, "a") as f:
+            f.write(f"{report.duration:.2f} {report.outcome} {report.nodeid}\n")
