@@ -100,7 +100,7 @@ class PartitionedRelation:
     def _table(self):
         """The pieces as arrays, made once their list stops growing: offsets int64 (pieces,
         fanout + 1), column addresses int64 (pieces, columns), cached bool and device int64
-        (pieces,).  (Pass 2 asks for a partition of every piece a pair, on four GPUs in turn on
+        (pieces,), and the columns' item sizes int64 (columns,).  (Pass 2 asks for a partition of every piece a pair, on four GPUs in turn on
         one interpreter lock: for 32 pieces of two columns the Python loop took 58 us a side
         on a 2-core host, these arrays 31 us with the lists made of them.)"""
         if self._tab is None or self._tab[0] != len(self.pieces):
@@ -108,13 +108,13 @@ class PartitionedRelation:
             self._tab = (k, np.array([pc.offsets for pc in self.pieces], np.int64).reshape(k, self.fanout + 1),
                          np.array([pc.addresses() for pc in self.pieces], np.int64).reshape(k, ncols),
                          np.array([pc.cached for pc in self.pieces], bool),
-                         np.array([pc.device for pc in self.pieces], np.int64))
+                         np.array([pc.device for pc in self.pieces], np.int64),
+                         np.array([np.dtype(d).itemsize for d in self.dtypes], np.int64))
         return self._tab[1:]
 
     def _copy_arrays(self, p: int, lo: int, hi: int, dst: list[int], here: int):
         """:meth:`copies` as int64 arrays (and a bool array of reads from host memory)."""
-        offs, addr, cached, device = self._table()
-        sizes = np.array([np.dtype(d).itemsize for d in self.dtypes], np.int64)
+        offs, addr, cached, device, sizes = self._table()
         a, b = offs[:, p], offs[:, p + 1]
         end = np.cumsum(b - a)
         start = end - (b - a)  # the piece holds partition rows [start, end); take their overlap with [lo, hi)

@@ -594,20 +594,18 @@ def _batch_api():
     return _batch["api"]
 
 
-def _batched(api, dsts, srcs, sizes, stream):
-    """One batch call; the error, or None when it was enqueued."""
+def _batched(api, dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, stream):
+    """One batch call over int64 arrays; the error, or None when it was enqueued."""
     import ctypes
 
-    n = len(sizes)
+    n = sizes.size
     if api[0] == "driver":
         _, fn, attrs, idx = api
-        arrays = [np.ascontiguousarray(a, np.int64) for a in (dsts, srcs, sizes)]
-        err = fn(*(a.ctypes.data for a in arrays), n, ctypes.byref(attrs), idx, 1, stream.ptr)
+        err = fn(dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, n, ctypes.byref(attrs), idx, 1, stream.ptr)
         return None if err == 0 else f"CUresult {err}"
     _, rt, attrs = api
-    as_list = lambda a: a.tolist() if isinstance(a, np.ndarray) else list(a)  # noqa: E731
     try:
-        err = rt.cudaMemcpyBatchAsync(as_list(dsts), as_list(srcs), as_list(sizes), n, [attrs], [0], 1, stream.ptr)
+        err = rt.cudaMemcpyBatchAsync(dsts.tolist(), srcs.tolist(), sizes.tolist(), n, [attrs], [0], 1, stream.ptr)
         err = err[0] if isinstance(err, tuple) else err
     except (TypeError, ValueError) as e:  # another cuda-bindings signature
         return e
@@ -623,9 +621,10 @@ def copy_batch(dsts, srcs, sizes, stream) -> None:
     4,420 single copies a join took 100 ms of the GPUs' threads (CUDA and interpreter locks)."""
     import cupy as cp
 
-    if not len(sizes):
+    dsts, srcs, sizes = (np.ascontiguousarray(a, np.int64) for a in (dsts, srcs, sizes))
+    if not sizes.size:
         return
-    api = _batch_api() if len(sizes) > 1 else False
+    api = _batch_api() if sizes.size > 1 else False
     if api:
         err = _batched(api, dsts, srcs, sizes, stream)
         if err is None:
@@ -636,7 +635,7 @@ def copy_batch(dsts, srcs, sizes, stream) -> None:
                       RuntimeWarning, stacklevel=2)
         _batch["api"] = False
     copy, default, sp = cp.cuda.runtime.memcpyAsync, cp.cuda.runtime.memcpyDefault, stream.ptr
-    for d, src, n in zip(*(a.tolist() if isinstance(a, np.ndarray) else a for a in (dsts, srcs, sizes))):
+    for d, src, n in zip(dsts.tolist(), srcs.tolist(), sizes.tolist()):
         copy(d, src, n, default, sp)
 
 
