@@ -119,14 +119,13 @@ SCAN_TILE, SCAN_BLOCK = 8192, 1024
 _SCAN_TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 
 
-def exclusive_scan(values: cp.ndarray, dtype=cp.int64, out: cp.ndarray | None = None) -> cp.ndarray:
+def exclusive_scan(values: cp.ndarray, dtype=cp.int64) -> cp.ndarray:
     """Exclusive prefix sums of ``values`` (int32 or int64 (n,)) and their total: (n + 1,) of
     ``dtype`` (int32 or int64; the caller knows the total fits), ``out[i] = values[:i].sum()``.
     Three launches of scan.cu (one for n <= 8192) and no cast: ``cupy.cumsum`` took ~70 us of
-    the interpreter's time a call, then a subtraction (``out``: the (n + 1,) array to write)."""
+    the interpreter's time a call, then a subtraction."""
     n = values.size
-    if out is None:
-        out = cp.empty(n + 1, dtype)
+    out = cp.empty(n + 1, dtype)
     it, ot = _SCAN_TYPES[values.dtype], _SCAN_TYPES[out.dtype]
     if n == 0:
         out.fill(0)
