@@ -48,6 +48,11 @@ def pcie_bandwidth(nbytes: int = 1 << 30, reps: int = 5) -> dict:
     return {"h2d_pinned_GBps": h2d, "d2h_pinned_GBps": d2h, "h2d_pageable_GBps": pageable_h2d}
 
 
+#: Rows of a uniform column generated on the GPU at once (16 GB as int64; the sizes timed before
+#: 2026-11-26 were made in one piece and draw the same numbers).
+GEN_ROWS = 1 << 31
+
+
 def make_relations(log2_n: int, seed: int = 42, item_bytes: int = 8, rows: tuple[int, int] | None = None):
     """(R keys, R payloads, S keys, S payloads) as pageable host arrays of ``item_bytes``-byte
     integers, generated on the GPU (a host permutation of 2^30 keys alone takes half a minute)
@@ -60,15 +65,18 @@ def make_relations(log2_n: int, seed: int = 42, item_bytes: int = 8, rows: tuple
     top = 1 << 40 if item_bytes == 8 else 1 << 20
     rs = cp.random.RandomState(seed)
     out = []
-    for n, make in ((nr, lambda: rs.permutation(nr).astype(dt)),
-                    (nr, lambda: rs.randint(0, top, nr, dtype=cp.int64).astype(dt)),
-                    (ns, lambda: rs.randint(0, nr, ns, dtype=cp.int64).astype(dt)),
-                    (ns, lambda: rs.randint(0, top, ns, dtype=cp.int64).astype(dt))):
-        d = make()
+    for n, make in ((nr, lambda m: rs.permutation(m).astype(dt)),
+                    (nr, lambda m: rs.randint(0, top, m, dtype=cp.int64).astype(dt)),
+                    (ns, lambda m: rs.randint(0, nr, m, dtype=cp.int64).astype(dt)),
+                    (ns, lambda m: rs.randint(0, top, m, dtype=cp.int64).astype(dt))):
         h = np.empty(n, dt)
-        d.get(out=h)
+        # uniform columns past GEN_ROWS in pieces (GPU memory), the permutation whole (unique keys)
+        step = n if not out else GEN_ROWS
+        for lo in range(0, n, max(step, 1)):
+            d = make(min(step, n - lo))
+            d.get(out=h[lo:lo + d.size])
+            del d
         out.append(h)
-        del d
     cp.get_default_memory_pool().free_all_blocks()
     return out
 
