@@ -24,6 +24,9 @@ if [[ -n $wheels ]]; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 gj() { python3 -m gpujoin.cli "$@"; }
+# Numba's and CuPy's kernel caches filled by one process before xdist's workers start (a fresh
+# machine's workers each compiled every signature: ~35 s of a small test's 50 s)
+warm() { [[ -n $1 ]] && timeout 240 python3 scripts/warm_caches.py cuda 2>&1 | tail -2; }
 rc=0
 
 if [[ $stage == quick ]]; then
@@ -35,7 +38,7 @@ if [[ $stage == tests-files ]]; then
   # the gpu tests of FILES one file at a time (xdist where carried), each file's whole log in $OUT and
   # its summary line printed, so that a file cut off by its TEST_TIMEOUT is told apart from one that passed;
   # each test's time in $OUT/times_FILE.txt as it ends (the slow ones of a file that was cut off)
-  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-8}"
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-8}"; warm "$xdist"
   for f in ${FILES:-tests/test_outofcore.py tests/test_multi_gpu.py tests/test_cuda_join.py}; do
     log="$OUT/pytest_$(basename "$f" .py).log"
     GPUJOIN_TEST_TIMES="$OUT/times_$(basename "$f" .py).txt" timeout ${TEST_TIMEOUT:-200} python3 -m pytest -m gpu -q \
@@ -46,7 +49,7 @@ if [[ $stage == tests-files ]]; then
   exit $rc
 fi
 if [[ $stage == gb-quick ]]; then
-  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"; warm "$xdist"
   timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m "gpu and not slow" -q -x -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist tests/test_cuda_groupby.py 2>&1 | tee "$OUT/pytest_gb.log" | tail -40
   timeout 200 python3 -m gpujoin.cli bench group-by --device cuda --algorithm all --log2-rows 26 \
@@ -318,7 +321,7 @@ fi
 if [[ $stage == part-msd ]]; then
   # the radix partition's passes (MSD, unstable) and the joins and group-bys over them, then the
   # stable-LSD / MSD A/B of profile_scatter.py (variants taking turns on one machine)
-  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"; warm "$xdist"
   timeout ${TEST_TIMEOUT:-330} python3 -m pytest -m "gpu and not slow" -q -x -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist tests/test_cuda_join.py tests/test_cuda_groupby.py -k "${TESTS_K:-not matches_cpu_engine or phj or pgb}" \
     2>&1 | tee "$OUT/pytest_part.log" | tail -25
@@ -327,7 +330,7 @@ if [[ $stage == part-msd ]]; then
 fi
 if [[ $stage == tests-join || $stage == tests-groupby ]]; then
   # one GPU test file in one call (the two together take longer than a device call may run)
-  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"; warm "$xdist"
   file=tests/test_cuda_join.py; [[ $stage == tests-groupby ]] && file=tests/test_cuda_groupby.py
   timeout ${TEST_TIMEOUT:-500} python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist $file 2>&1 | tee "$OUT/pytest_$stage.log" | tail -30
@@ -336,7 +339,7 @@ fi
 if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
   # (join and group-by tests together need about 8 minutes: see tests-join, tests-groupby)
-  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"; warm "$xdist"
   timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and not slow" -q -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
   rc=${PIPESTATUS[0]}
