@@ -9,6 +9,12 @@ _spread, _worker = os.environ.get("GPUJOIN_SPREAD_GPUS"), os.environ.get("PYTEST
 if _spread and _worker.startswith("gw") and "CUDA_VISIBLE_DEVICES" not in os.environ:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(int(_worker[2:]) % int(_spread))
 
+# xdist's workers share the cores: Numba's parallel kernels each started a thread a core in every
+# worker (14 workers x 16 threads on a 16-core GPU host), and a 60-row join took 2-3 s instead of 0.1
+if _worker:
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
+                                                      // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
+
 settings.register_profile("ci", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("thorough", max_examples=400, deadline=None,
