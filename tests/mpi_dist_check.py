@@ -166,6 +166,20 @@ def device_tables(comm, extra, left, right):
         if comm.rank == 0:
             assert_tables_equal(got, gpujoin.group_by(right, ["s"], device="cpu").agg(
                 n=(None, "size"), m=("k", "max"), c=("c", "sum")))
+    # the local join in hash buckets, each joined as its rows arrive (3 and 7: not powers of two,
+    # and on these small slices some of a rank's 7 x ranks runs are empty); where ranks share a
+    # GPU (no NCCL) the tables are exchanged whole, one bucket
+    for b in (3, 7):
+        for how in ("inner", "left", "right", "full", "semi", "anti"):
+            for on in ("k", ["k", "s"]):
+                stats = {}
+                out = join(dev(left), dev(right), on, how=how, comm=comm, shuffle="one-level", buckets=b,
+                           stats=stats)
+                assert stats["buckets"] == (b if comm.size > 1 and comm.nccl() is not None else 1), stats
+                got = gathered(comm, out.to_arrow())
+                if comm.rank == 0:
+                    print(f"device buckets={b} {how} {on}", flush=True)
+                    assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu"))
     # shuffle="auto" of tables in GPU memory: the crossover model with the links measured over
     # the device transport (NCCL; host memory and MPI where ranks share a GPU)
     got = gathered(comm, join(dev(left), dev(right), "k", how="full", comm=comm).to_arrow())

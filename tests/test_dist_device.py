@@ -79,6 +79,40 @@ def test_chunks_are_partitioned_by_destination_in_row_order(parts, n, k, skew, e
         np.testing.assert_array_equal(cp.asnumpy(o)[3:], col[dest == me])
 
 
+@pytest.mark.parametrize("parts,buckets", [(2, 4), (3, 5), (1, 3), (2, 128)])
+def test_bucket_destinations_put_equal_keys_in_one_rank_and_bucket(parts, buckets):
+    """bucket_destinations: bucket-major (rank d % parts, bucket d // parts) over parts x buckets,
+    every value used on spread keys, equal keys together, rows without a key on the given rank
+    in bucket 0."""
+    rng = np.random.default_rng(parts * buckets)
+    keys = cp.asarray(np.concatenate([rng.integers(-2**62, 2**62, 50_000), np.full(1000, 7)]))
+    valid = cp.asarray(rng.random(keys.size) > 0.1)
+    d = cp.asnumpy(device_shuffle.bucket_destinations([keys], SEED_FIRST, parts, buckets, parts - 1, valid))
+    k, v = cp.asnumpy(keys), cp.asnumpy(valid)
+    assert d.dtype == (np.uint8 if parts * buckets <= 256 else np.int32) and d.max() < parts * buckets
+    assert len(np.unique(d[v])) == parts * buckets
+    assert (d[~v] == parts - 1).all()
+    for key in (7, int(k[3])):
+        assert len(set(d[(k == key) & v])) == 1
+
+
+def test_concat_tables_keeps_masks_types_and_dictionaries():
+    from gpujoin.cuda.table import concat_tables
+
+    a = DeviceTable.from_arrow(pa.table({"k": [1, None, 3], "s": ["x", "y", "x"]}))
+    b = DeviceTable({"k": a["k"][:0] + 0, "s": a["s"][:0]}, {}, dict(a.types), dict(a.dictionaries))
+    c = DeviceTable({"k": cp.asarray([9, 8]), "s": cp.asarray([1, 0], a["s"].dtype)}, {}, dict(a.types),
+                    dict(a.dictionaries))
+    got = concat_tables([a, b, c]).to_arrow()
+    assert got.column("k").to_pylist() == [1, None, 3, 9, 8]
+    assert got.column("s").to_pylist() == ["x", "y", "x", "y", "x"]
+    assert concat_tables([a]) is a
+    with pytest.raises(ValueError, match="differ"):
+        concat_tables([a, a.select(["k"])])
+    with pytest.raises(ValueError, match="at least one"):
+        concat_tables([])
+
+
 def test_one_rank_job_of_device_tables_equals_the_join():
     comm = Communicator.single()
     rng = np.random.default_rng(2)
@@ -89,10 +123,11 @@ def test_one_rank_job_of_device_tables_equals_the_join():
     for how in ("inner", "left", "right", "full", "semi", "anti"):
         for on in ("k", ["k", "s"]):
             stats = {}
-            got = join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how, comm=comm,
-                       stats=stats)
-            assert isinstance(got, DeviceTable) and stats["transport"] == "nccl"
-            assert_tables_equal(got.to_arrow(), gpujoin.join(left, right, on, how=how, device="cpu"))
+            for buckets in ("auto", 3):  # (one rank: the tables whole, one bucket)
+                got = join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how, comm=comm,
+                           stats=stats, buckets=buckets)
+                assert isinstance(got, DeviceTable) and stats["transport"] == "nccl" and stats["buckets"] == 1
+                assert_tables_equal(got.to_arrow(), gpujoin.join(left, right, on, how=how, device="cpu"))
     g = group_by(DeviceTable.from_arrow(right), "s", comm=comm).agg(n=(None, "size"), m=("k", "max"))
     assert_tables_equal(g.to_arrow(), gpujoin.group_by(right, "s", device="cpu").agg(n=(None, "size"),
                                                                                       m=("k", "max")))

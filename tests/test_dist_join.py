@@ -67,6 +67,30 @@ def test_bad_arguments():
         join(t, t, "k", comm=comm, shuffle="three-level")
 
 
+def test_bucket_count_follows_the_shuffle_and_refuses_bad_values():
+    """The local join's hash buckets: "auto" only for a one-level uncompressed shuffle of large
+    slices on several ranks; an explicit count falls back to 1 where the buckets cannot ride the
+    shuffle (two levels, compression); anything but "auto" or a whole number from 1 refused."""
+    from gpujoin.dist.join import AUTO_BUCKETS, BUCKET_MIN_ROWS, _bucket_count
+
+    class Ranks:
+        size = 2
+
+    big, one = BUCKET_MIN_ROWS, Communicator.single()
+    assert _bucket_count("auto", "one-level", "none", Ranks, big) == AUTO_BUCKETS
+    assert _bucket_count("auto", "one-level", "none", Ranks, big - 1) == 1
+    assert _bucket_count("auto", "two-level", "none", Ranks, big) == 1
+    assert _bucket_count("auto", "one-level", "cascaded", Ranks, big) == 1
+    assert _bucket_count("auto", "one-level", "none", one, big) == 1
+    assert _bucket_count(5, "one-level", "none", Ranks, 10) == 5
+    assert _bucket_count(np.int64(3), "one-level", "none", Ranks, 10) == 3
+    assert _bucket_count(5, "two-level", "none", Ranks, 10) == 1
+    assert _bucket_count(5, "one-level", "auto", Ranks, 10) == 1
+    for bad in (0, -1, 2.5, "4", True, None):
+        with pytest.raises(ValueError, match="buckets"):
+            _bucket_count(bad, "one-level", "none", Ranks, 10)
+
+
 @pytest.mark.parametrize("column", ["sorted", "small", "runs", "ids", "extremes", "empty", "one", "uniform"])
 def test_cascaded_codec_round_trips_and_selects(column):
     """Every scheme decodes to the column exactly (dtype too, through the wire format); the

@@ -125,6 +125,13 @@ def _choices(spec: str | None, valid, option: str) -> list[str]:
     return values
 
 
+def _whole(value: str, option: str) -> int:
+    """``value`` of ``option`` as a whole number from 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{option}: expected 'auto' or a whole number from 1, got {value!r}")
+    return int(value)
+
+
 def _stderr(message: str) -> None:
     """A benchmark's progress line, on stderr (stdout may carry the records)."""
     Console(stderr=True).print(message, markup=False, highlight=False)
@@ -469,9 +476,10 @@ def cmd_bench_dist(a):
     shuffles = _choices(a.shuffle, ("auto", "one-level", "two-level"), "--shuffle")
     compressions = _choices(a.compression, ("none", "auto", "cascaded"), "--compression")
     # each record written as it is made (on rank 0): those before a failing setting stay
+    buckets = [b if b == "auto" else _whole(b, "--buckets") for b in _csv_list(a.buckets)]
     bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs, log=_stderr,
                workload=a.workload, sf=a.sf, compressions=compressions, placement=a.placement,
-               ranks_per_node=a.ranks_per_node, emit=lambda r: _write_records([r], a.output))
+               ranks_per_node=a.ranks_per_node, emit=lambda r: _write_records([r], a.output), buckets=buckets)
 
 
 def cmd_bench_compression(a):
@@ -717,6 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--ranks-per-node", type=int, default=None,
                     help="play hosts of this many consecutive ranks (default: MPI's shared-memory split), "
                          "so that one machine runs the two-level shuffle as several hosts")
+    bd.add_argument("--buckets", default="auto",
+                    help="comma-separated: the local join's hash buckets (tables in GPU memory), 'auto' or a number")
     bd.add_argument("--runs", type=int, default=3, help="runs; the minimum is reported (as paper 001)")
     bd.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bd.set_defaults(fn=cmd_bench_dist)

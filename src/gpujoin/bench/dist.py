@@ -129,7 +129,8 @@ def tpch_slice(sf: float, rank: int, size: int):
 
 def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print,
                workload: str = "random", sf: float = 1.0, compressions: list[str] = ("none",),
-               placement: str = "host", ranks_per_node: int | None = None, emit=None) -> list[dict]:
+               placement: str = "host", ranks_per_node: int | None = None, emit=None,
+               buckets: list = ("auto",)) -> list[dict]:
     """Records (on rank 0) of the distributed join of the random workload (``rows_list`` rows a
     rank) or of TPC-H lineitem x orders at scale factor ``sf`` (paper 001's two workloads),
     with each shuffle and compression setting.
@@ -140,6 +141,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     times the in-core join of the whole job's tables on its one GPU.
     ``ranks_per_node`` k: ranks k*i .. k*i + k - 1 play host i (``Communicator.from_mpi``), so
     that one machine runs the two-level shuffle as several hosts (paper 001 §4.2).
+    ``buckets``: each value of ``dist.join``'s ``buckets`` timed in turn (tables in GPU memory).
     ``emit(record)``: called on rank 0 with each record once made, so that the settings timed
     before one that fails are kept (on four H200s a failing compression setting had lost the
     whole run's records)."""
@@ -187,14 +189,15 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 probe, build, hits = _on_gpu(probe, build, hits)
         want = sum(comm.allgather(hits))
         total_rows = sum(comm.allgather(build.num_rows + probe.num_rows))
-        for method, compression in [(m, c) for m in shuffles for c in compressions]:
+        for method, compression, nb in [(m, c, b) for m in shuffles for c in compressions
+                                        for b in (buckets if gpu else ["auto"])]:
             best, phases, squeeze = None, None, None
             for _ in range(runs):
                 comm.barrier()
                 t0 = time.perf_counter()
                 stats: dict = {}
                 out = join(probe, build, comm=comm, shuffle=method, device=device, stats=stats,
-                           compression=compression, **keys)
+                           compression=compression, buckets=nb, **keys)
                 dt = max(comm.allgather(time.perf_counter() - t0))
                 got = sum(comm.allgather(out.num_rows))
                 if got != want:
@@ -206,6 +209,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     sent = max(s.get("bytes_sent", 0) for s in every)
                     wire = max(s.get("wire_bytes_sent", s.get("bytes_sent", 0)) for s in every)
                     local = sorted({s["local_algorithm"] for s in every})
+                    ran_buckets = max(s.get("buckets", 1) for s in every)
                 del out
             if comm.rank == 0:
                 work = ({"rows_per_rank": rows, "match_rate": MATCH_RATE} if workload == "random"
@@ -216,17 +220,18 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                                 "workload": {"name": workload, **work}, "min_s": best,
                                 "tuples_per_s": total_rows / best, "output_rows": want, "phases_s": phases,
                                 "columns": squeeze, "correct": True, "placement": placement,
-                                "local_algorithms": local,
+                                "local_algorithms": local, "buckets": ran_buckets,
                                 ("nccl_alltoall_GBps" if gpu else "mpi_alltoall_GBps"): ceiling})
-                if gpu:
-                    rate = sent / phases["shuffle"] / 1e9 if phases["shuffle"] else None
+                if gpu:  # (with buckets the shuffle phase is only the first bucket's wait: no rate)
+                    rate = sent / phases["shuffle"] / 1e9 if phases["shuffle"] and ran_buckets == 1 else None
                     records[-1].update({"bytes_sent_per_rank": sent, "wire_bytes_per_rank": wire, "shuffle_GBps": rate,
                                         "shuffle_over_ceiling": rate / ceiling if rate else None,
                                         "tuples_per_s_per_gpu": total_rows / best / comm.size,
                                         "one_gpu_s": one_gpu, "speedup_over_one_gpu": one_gpu / best,
                                         "shuffle_chunk_rows": chunk_rows_default()})
-                    log(f"  shuffle {rate:.1f} GB/s a rank ({rate / ceiling:.0%} of NCCL's), one GPU "
-                        f"{one_gpu * 1e3:.1f} ms: {one_gpu / best:.2f}x, "
+                    shuffled = f"shuffle {rate:.1f} GB/s a rank ({rate / ceiling:.0%} of NCCL's)" if rate else \
+                        f"{ran_buckets} buckets"
+                    log(f"  {shuffled}, one GPU {one_gpu * 1e3:.1f} ms: {one_gpu / best:.2f}x, "
                         f"{total_rows / best / comm.size / 1e9:.2f} G tuples/s a GPU")
                 what = f"{rows:,} rows a rank" if workload == "random" else f"TPC-H SF {sf:g}"
                 if emit is not None:

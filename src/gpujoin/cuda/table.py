@@ -155,3 +155,28 @@ class DeviceTable:
 
 def as_device_table(x) -> DeviceTable:
     return x if isinstance(x, DeviceTable) else DeviceTable(x)
+
+
+def concat_tables(tables: list[DeviceTable]) -> DeviceTable:
+    """One DeviceTable of ``tables``' rows, in order: the same columns in each (the first's
+    types and dictionaries kept, string codes into the same dictionaries); a column with nulls
+    in some part gets a mask, all-valid in the others.
+
+    Raises
+    ------
+    ValueError
+        No tables, or tables whose column names differ.
+    """
+    if not tables:
+        raise ValueError("concat_tables needs at least one table")
+    names = tables[0].column_names
+    for t in tables[1:]:
+        if t.column_names != names:
+            raise ValueError(f"concat_tables: column names differ: {names} and {t.column_names}")
+    if len(tables) == 1:
+        return tables[0]
+    cols = {n: cp.concatenate([t.columns[n] for t in tables]) for n in names}
+    validity = {n: cp.concatenate([t.validity[n].astype(cp.uint8, copy=False) if n in t.validity
+                                   else cp.ones(t.num_rows, cp.uint8) for t in tables])
+                for n in names if any(n in t.validity for t in tables)}
+    return DeviceTable(cols, validity, dict(tables[0].types), dict(tables[0].dictionaries))

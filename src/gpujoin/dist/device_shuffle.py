@@ -190,7 +190,6 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     import cupy as cp
 
     from ..cuda.runtime import free_bytes
-    from ..cuda.table import DeviceTable
 
     if comm.size == 1:
         return list(tables)
@@ -200,12 +199,7 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
     # each tile's rows to every rank counted first, the GPU busy while the ranks agree on the
     # tables' shapes (an MPI round trip)
     plans = [_Chunks(None, d, P) for d in dests]
-    every = comm.allgather([(sorted(t.validity), t.num_rows, bool(zipped)) for t in tables])
-    cols_of = []
-    for i, t in enumerate(tables):
-        vnames = [n for n in t.column_names if any(n in e[i][0] for e in every)]
-        cols_of.append((vnames, [t.columns[n] for n in t.column_names] +
-                        [t.validity[n] if n in t.validity else cp.ones(t.num_rows, cp.uint8) for n in vnames]))
+    every, cols_of = _columns(tables, comm, bool(zipped))
     row = [sum(c.dtype.itemsize for c in cols) for _, cols in cols_of]
     # every rank cuts each table into the same number of chunks (its largest slice's), each
     # chunk's rows to every rank counted before any moves
@@ -252,12 +246,136 @@ def exchange_many(tables: list, dests: list, comm: Communicator, stats: dict | N
                     for (_, cols), d, us in zip(cols_of, dests, of)]
     else:
         got_cols = _pipelined(plans, of, cols_of, cnt, starts, their_starts, their_cnt, comm)
-    out = []
-    for t, (vnames, _), g in zip(tables, cols_of, got_cols):
-        k = len(t.column_names)
-        out.append(DeviceTable(dict(zip(t.column_names, g[:k])), dict(zip(vnames, g[k:])), dict(t.types),
-                               dict(t.dictionaries)))
-    return out
+    return [_table(t, vnames, g) for t, (vnames, _), g in zip(tables, cols_of, got_cols)]
+
+
+def _columns(tables: list, comm: Communicator, flag: bool = False) -> tuple[list, list]:
+    """(every rank's (validity names, rows, ``flag``) per table, per table (the validity names
+    some rank has, the columns then those validity masks as uint8, all-valid where absent)): a
+    mask that some rank has travels from every rank (one collective)."""
+    import cupy as cp
+
+    every = comm.allgather([(sorted(t.validity), t.num_rows, flag) for t in tables])
+    cols_of = []
+    for i, t in enumerate(tables):
+        vnames = [n for n in t.column_names if any(n in e[i][0] for e in every)]
+        cols_of.append((vnames, [t.columns[n] for n in t.column_names] +
+                        [t.validity[n] if n in t.validity else cp.ones(t.num_rows, cp.uint8) for n in vnames]))
+    return every, cols_of
+
+
+def _table(t, vnames: list, got: list):
+    """The DeviceTable of received columns ``got`` (``t``'s columns, then the masks ``vnames``)."""
+    from ..cuda.table import DeviceTable
+
+    k = len(t.column_names)
+    return DeviceTable(dict(zip(t.column_names, got[:k])), dict(zip(vnames, got[k:])), dict(t.types),
+                       dict(t.dictionaries))
+
+
+def bucket_destinations(columns: list, seed: int, parts: int, buckets: int, rank: int, valid=None):
+    """:func:`destinations` into ``parts * buckets`` hash buckets, bucket-major: row i's rank is
+    d[i] % parts and its bucket d[i] // parts (equal keys: one rank, one bucket); rows where
+    ``valid`` is false stay on ``rank``, in bucket 0.  uint8 up to 256 buckets in all."""
+    return destinations(columns, seed, parts * buckets, valid, rank)
+
+
+def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int, stats: dict | None = None):
+    """:func:`exchange_many` in ``buckets`` hash buckets, each handed over as it arrives: yields
+    per bucket, in order, the list of DeviceTables (one a table) of the rows every rank sent here
+    in that bucket, the current stream ordered after their arrival, while the later buckets'
+    NCCL groups run on.  ``dests``: :func:`bucket_destinations` of each table.
+
+    Each table is partitioned once into ranks x buckets runs (one histogram and one scatter
+    launch a column width, shuffle.cu), and every bucket's NCCL group is posted at once, the
+    first table's before the second's partition ends; the caller works on bucket b (a rank's
+    local join: its rows a fraction of the whole, each bucket's keys its own) while the links
+    carry the next (issue 16: the shuffle under the local join rather than before it).
+
+    Every rank passes the same tables and buckets; ranks that share a GPU (no NCCL), more than
+    DEST_MAX_PARTS ranks x buckets, or a send buffer that does not fit take
+    :func:`exchange_many` and yield its tables as one bucket.
+
+    Raises
+    ------
+    MemoryError
+        On every rank, before data moves, as :func:`exchange_many`.
+    """
+    import cupy as cp
+
+    from ..cuda.runtime import free_bytes
+    from .comm import DeviceLayout
+
+    P, me, B = comm.size, comm.rank, buckets
+    whole = P == 1 or comm.nccl() is None or P * B > DEST_MAX_PARTS
+    if not whole:
+        every, cols_of = _columns(tables, comm)
+        plans = [_Chunks(cols, d, P * B, k=1) for (_, cols), d in zip(cols_of, dests)]
+        # every row, this rank's too, into its table's send buffer, laid out on the GPU
+        sent = [p.early() for p in plans]
+        whole = not all(sent[i] or not tables[i].num_rows for i in range(len(tables)))
+        whole = bool(comm.allgather_array(np.array([int(whole)], np.int64)).max())  # every rank alike
+    if stats is not None:
+        stats["buckets"] = 1 if whole else B
+    if whole:
+        yield exchange_many(tables, [d if P == 1 else (d % P).astype(d.dtype) for d in dests], comm, stats)
+        return
+    cnt = cp.asnumpy(cp.concatenate([p.counts for p in plans])).astype(np.int64)  # (tables, B * P)
+    everyone = comm.allgather_array(np.append(cnt.ravel(), free_bytes()))  # (the send buffers are made)
+    all_cnt = [r[:-1].reshape(len(tables), B, P) for r in everyone]
+    rows = [sum(c.dtype.itemsize for c in cols) for _, cols in cols_of]
+    for r, e in enumerate(everyone):
+        need = sum(w * int(sum(c[i, :, r].sum() for c in all_cnt)) for i, w in enumerate(rows))
+        if need > int(e[-1]):
+            raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for the "
+                              f"rows it receives, {int(e[-1]) / 2**30:.2f} GiB is free: use more ranks, or host "
+                              f"tables (the MPI shuffle)")
+    mine = all_cnt[me]
+    starts = (np.cumsum(mine.reshape(len(tables), -1), axis=1) - mine.reshape(len(tables), -1)).reshape(mine.shape)
+    their = [np.stack([c[i, b, me] for c in all_cnt]) for i in range(len(tables)) for b in range(B)]
+    their_starts = [np.stack([(np.cumsum(c[i].ravel()) - c[i].ravel()).reshape(B, P)[b, me] for c in all_cnt])
+                    for i in range(len(tables)) for b in range(B)]
+    if stats is not None:
+        for i, w in enumerate(rows):
+            out_rows = int(mine[i].sum() - mine[i, :, me].sum())
+            stats["bytes_sent"] = stats.get("bytes_sent", 0) + out_rows * w
+            stats["wire_bytes_sent"] = stats.get("wire_bytes_sent", 0) + out_rows * w
+            stats["bytes_received"] = stats.get("bytes_received", 0) + int(
+                sum(c[i, :, me].sum() for c in all_cnt) - mine[i, :, me].sum()) * w
+    main, net = cp.cuda.get_current_stream(), _net_stream()
+    lays, outs = {}, {}
+    for b in range(B):
+        for i in range(len(tables)):
+            u = i * B + b
+            lays[i, b] = DeviceLayout(me, [(starts[i, b], mine[i, b], their_starts[u], their[u])]).unit(0)
+            outs[i, b] = [cp.empty(int(their[u].sum()), c.dtype) for c in cols_of[i][1]]
+    for p in plans:
+        if p.buf is None:  # an empty table: nothing partitioned
+            p.buf = [c[:0] for c in p.cols]
+    net.wait_event(main.record())  # (the receive buffers may reuse blocks the main stream still reads)
+    arrived = []
+    for b in range(B):  # every group posted now, in bucket order, a table's after its partition
+        for i, p in enumerate(plans):
+            if b == 0 and p.early_done is not None:
+                net.wait_event(p.early_done)
+            sends, recvs, _ = lays[i, b]
+            with net:
+                comm.post_device(p.sent(0), outs[i, b], sends, recvs)
+        arrived.append(net.record())
+    for p in plans:  # this rank's own rows are in the send buffers once partitioned
+        if p.early_done is not None:
+            main.wait_event(p.early_done)
+    try:
+        for b in range(B):
+            main.wait_event(arrived[b])
+            for i, p in enumerate(plans):  # this rank's rows of the bucket to their place
+                src, dst, n = lays[i, b][2]
+                for x, o in zip(p.sent(0), outs[i, b]):
+                    o[dst:dst + n] = x[src:src + n]
+            yield [_table(t, vnames, outs.pop((i, b))) for i, (t, (vnames, _)) in enumerate(zip(tables, cols_of))]
+    finally:
+        # the send buffers go back to the pool only once every group has read them
+        main.wait_event(net.record())
 
 
 def _exchange_compressed(cols: list, names: list[str], dest, sc: np.ndarray, rc: np.ndarray, zipped: list[int],

@@ -107,9 +107,15 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
     return lt, rt, lk, rk
 
 
+#: Hash buckets of a rank's local join under ``buckets="auto"`` (tables in GPU memory, the
+#: one-level shuffle over NCCL, no compression, BUCKET_MIN_ROWS rows on some rank).
+AUTO_BUCKETS = 4
+BUCKET_MIN_ROWS = 1 << 24
+
+
 def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner", suffix: str = "_right",
          comm: Communicator | None = None, shuffle: str = "auto", compression: str = "none", device: str = "auto",
-         stats: dict | None = None, **kwargs) -> pa.Table:
+         buckets: int | str = "auto", stats: dict | None = None, **kwargs) -> pa.Table:
     """This rank's slice of the join of every rank's ``left`` and ``right`` slices.
 
     Parameters
@@ -124,7 +130,14 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         every message to another rank): ``cascaded``'s codec, scheme per column (tables in GPU
         memory: nvCOMP's, on the GPU; see ``shuffle.shuffle_many``)
     device : where each rank joins its rows ("auto", "cpu", "cuda")
-    stats : a dict that receives the phases' seconds and the rows sent and received
+    buckets : tables in GPU memory: each rank's rows shuffled and joined in this many hash
+        buckets (each bucket's join runs as soon as its rows have arrived, while the links carry
+        the next: ``device_shuffle.exchange_buckets``); "auto": AUTO_BUCKETS where the shuffle is
+        one-level over NCCL without compression and some rank has BUCKET_MIN_ROWS rows, else 1
+        (shuffle everything, then join once, as paper 001).  Host tables: ignored.
+    stats : a dict that receives the phases' seconds and the rows sent and received (with
+        buckets, "shuffle" is the time until the first bucket's rows have arrived and
+        "local_join" the rest)
     kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
 
     Returns
@@ -136,7 +149,7 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     ------
     ValueError
         ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression (raised by the
-        shuffle, on every rank alike).
+        shuffle, on every rank alike), ``buckets`` neither "auto" nor a whole number from 1.
     ImportError
         ``compression="cascaded"`` of tables in GPU memory without nvCOMP.
     TypeError
@@ -155,7 +168,7 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     comm = comm or default_communicator()
     if _on_device(left, right, comm):
         return _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device,
-                            stats, kwargs)
+                            buckets, stats, kwargs)
     t0 = time.perf_counter()
     lt, rt, lk, rk = check_inputs(left, right, on, left_on, right_on, how, kwargs.get("nulls_equal", False))
     types = _key_types(lt, rt, lk, rk, comm)
@@ -215,33 +228,67 @@ def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> l
     return unify_dictionaries(tables, groups, comm)
 
 
-def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device, stats, kwargs):
+def _bucket_count(buckets, method: str, compression: str, comm: Communicator, rows: int) -> int:
+    """The local join's hash buckets (:func:`join`'s ``buckets``) for tables in GPU memory
+    shuffled by ``method`` (resolved: "one-level" or "two-level"); ``rows`` the most any rank
+    has of one table."""
+    if buckets == "auto":
+        ok = method == "one-level" and compression == "none" and comm.size > 1 and rows >= BUCKET_MIN_ROWS
+        return AUTO_BUCKETS if ok else 1
+    if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
+        raise ValueError(f"buckets must be 'auto' or a whole number from 1, got {buckets!r}")
+    if buckets > 1 and (method != "one-level" or compression != "none"):
+        return 1  # (the buckets ride the one-level pipeline; two levels and compression exchange whole tables)
+    return int(buckets)
+
+
+def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device, buckets,
+                 stats, kwargs):
     """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
-    over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables)."""
+    over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables), in hash buckets."""
+    from ..cuda.table import concat_tables
     from ..plan.join import _resolve_keys, execute_join
     from . import device_shuffle
+    from .shuffle import auto_method
 
     _check_how(how, kwargs.get("nulls_equal", False))
+    if buckets != "auto":
+        _bucket_count(buckets, "one-level", "none", comm, 0)  # (a bad value raised before any collective)
     _sync()
     t0 = time.perf_counter()
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     lt, rt = _device_tables([left, right], [lk, rk], comm)
-    ld, rd = [device_shuffle.destinations([t[n] for n in k], SEED_FIRST, comm.size,
-                                          device_shuffle.key_validity(t, k), comm.rank)
+    rows = max(comm.allgather(max(lt.num_rows, rt.num_rows)))
+    if shuffle == "auto":
+        uniform = comm.nodes < 2 or len(set(comm.allgather(comm.local_size))) == 1
+        shuffle = auto_method(comm, rows, uniform, device=True)
+    B = _bucket_count(buckets, shuffle, compression, comm, rows)
+    ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B, comm.rank,
+                                                 device_shuffle.key_validity(t, k))
               for t, k in ((lt, lk), (rt, rk))]
     _sync()
     t1 = time.perf_counter()
     moved: dict = {}
-    lt2, rt2 = shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)
+    if B > 1:
+        parts = device_shuffle.exchange_buckets([lt, rt], [ld, rd], comm, B, moved)
+    else:
+        parts = iter([shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)])
     del ld, rd
-    _sync()
-    t2 = time.perf_counter()
-    out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
-                               device=device, **kwargs)
+    outs, received, t2 = [], [0, 0], None
+    for lt2, rt2 in parts:  # each bucket joined as it arrives (one bucket: the whole tables)
+        if t2 is None:
+            _sync()
+            t2 = time.perf_counter()
+        out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                                   device=device, **kwargs)
+        outs.append(out)
+        received = [received[0] + lt2.num_rows, received[1] + rt2.num_rows]
+        del lt2, rt2
+    out = concat_tables(outs)
     _sync()
     if stats is not None:
         stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
-                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
+                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": tuple(received), "buckets": moved.get("buckets", 1),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
                       "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
                       # (compressed messages count their compressed bytes)
