@@ -201,7 +201,7 @@ if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline
     timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli bench dist \
       --rows ${ROWS:-1e6,1e7,1e8} --device cuda --placement ${PLACEMENT:-host} \
       --shuffle ${SHUFFLE:-one-level,two-level} --compression ${COMPRESSION:-none} --runs ${RUNS:-3} \
-      -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | tail -20
+      --buckets ${BUCKETS:-auto} -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | tail -${LINES_MAX:-20}
   fi
 fi
 if [[ $stage == nvcomp ]]; then
