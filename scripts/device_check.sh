@@ -78,7 +78,8 @@ fi
 # paper 001's ranks under Open MPI, one a GPU, with those variables and the working tree's paths
 mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH -x NCCL_NVLS_ENABLE \
         -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY \
-        ${GPUJOIN_SHUFFLE_CHUNK_ROWS:+-x GPUJOIN_SHUFFLE_CHUNK_ROWS} "$@"; }
+        ${GPUJOIN_SHUFFLE_CHUNK_ROWS:+-x GPUJOIN_SHUFFLE_CHUNK_ROWS} ${GPUJOIN_SHUFFLE_NCCL_PRIORITY:+-x GPUJOIN_SHUFFLE_NCCL_PRIORITY} \
+        ${NCCL_MAX_NCHANNELS:+-x NCCL_MAX_NCHANNELS} "$@"; }
 if [[ $stage == scale ]]; then
   # issue 18 on one host of G GPUs (nvidia-h200-x4 / -x8; carry .whl-gpu for compression), in
   # parts that each fit a device call (PARTS, default all three): "hybrid" paper 000's hybrid

@@ -342,7 +342,10 @@ def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int
             stats["wire_bytes_sent"] = stats.get("wire_bytes_sent", 0) + out_rows * w
             stats["bytes_received"] = stats.get("bytes_received", 0) + int(
                 sum(c[i, :, me].sum() for c in all_cnt) - mine[i, :, me].sum()) * w
-    main, net = cp.cuda.get_current_stream(), _net_stream()
+    # NCCL's groups on the highest-priority stream, or (GPUJOIN_SHUFFLE_NCCL_PRIORITY=0) one of
+    # normal priority, whose blocks then queue behind the local joins' rather than ahead of them
+    main = cp.cuda.get_current_stream()
+    net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "1") == "1" else _side_streams(2)[1]
     lays, outs = {}, {}
     for b in range(B):
         for i in range(len(tables)):
