@@ -108,8 +108,10 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
 
 
 #: Hash buckets of a rank's local join under ``buckets="auto"`` (tables in GPU memory, the
-#: one-level shuffle over NCCL, no compression, BUCKET_MIN_ROWS rows on some rank).
-AUTO_BUCKETS = 4
+#: one-level shuffle over NCCL, no compression, BUCKET_MIN_ROWS rows on some rank).  Two H200s,
+#: 2^28 rows a rank (docs/BENCHMARKS.md): 1 bucket 51.0 ms, 2 45.9-46.3, 3 46.6-46.8, 4 48.6-51.1,
+#: 8 56.7 (more buckets: the joins of the first ones slowed by the NCCL groups running beside).
+AUTO_BUCKETS = 2
 BUCKET_MIN_ROWS = 1 << 24
 
 
