@@ -107,12 +107,13 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
     return lt, rt, lk, rk
 
 
-#: Hash buckets of a rank's local join under ``buckets="auto"`` (tables in GPU memory, the
-#: one-level shuffle over NCCL, no compression, BUCKET_MIN_ROWS rows on some rank).  Two H200s,
-#: 2^28 rows a rank (docs/BENCHMARKS.md): 1 bucket 51.0 ms, 2 45.9-46.3, 3 46.6-46.8, 4 48.6-51.1,
-#: 8 56.7 (more buckets: the joins of the first ones slowed by the NCCL groups running beside).
-AUTO_BUCKETS = 2
-BUCKET_MIN_ROWS = 1 << 24
+#: Rows of one table a rank's local join takes at once under ``buckets="auto"``: more and the
+#: rows are shuffled and joined in hash buckets of about this many.  Two H200s (docs/BENCHMARKS.md),
+#: PHJ-TR's time per row grows past 2^27 rows a side (one GPU: 2^27 a side 14-15 ms, 2^28 32 ms):
+#: at 2^28 rows a rank 1 bucket took 51.0 ms, 2 45.9-46.4, 3 46.6-46.8, 4 48.6-51.1, 8 56.7 (more
+#: buckets: the first ones' joins slowed by the NCCL groups beside them); at 2^27 rows 1 bucket
+#: 22.4 ms, 2 23.7; at 2^26 12.8 and 13.6.
+BUCKET_ROWS = 1 << 27
 
 
 def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner", suffix: str = "_right",
@@ -134,9 +135,10 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     device : where each rank joins its rows ("auto", "cpu", "cuda")
     buckets : tables in GPU memory: each rank's rows shuffled and joined in this many hash
         buckets (each bucket's join runs as soon as its rows have arrived, while the links carry
-        the next: ``device_shuffle.exchange_buckets``); "auto": AUTO_BUCKETS where the shuffle is
-        one-level over NCCL without compression and some rank has BUCKET_MIN_ROWS rows, else 1
-        (shuffle everything, then join once, as paper 001).  Host tables: ignored.
+        the next: ``device_shuffle.exchange_buckets``); "auto": where the shuffle is
+        one-level over NCCL without compression: ceil(rows / BUCKET_ROWS) for the most rows a
+        rank has of one table, else 1 (shuffle everything, then join once, as paper 001).  Host
+        tables: ignored.
     stats : a dict that receives the phases' seconds and the rows sent and received (with
         buckets, "shuffle" is the time until the first bucket's rows have arrived and
         "local_join" the rest)
@@ -235,8 +237,8 @@ def _bucket_count(buckets, method: str, compression: str, comm: Communicator, ro
     shuffled by ``method`` (resolved: "one-level" or "two-level"); ``rows`` the most any rank
     has of one table."""
     if buckets == "auto":
-        ok = method == "one-level" and compression == "none" and comm.size > 1 and rows >= BUCKET_MIN_ROWS
-        return AUTO_BUCKETS if ok else 1
+        ok = method == "one-level" and compression == "none" and comm.size > 1
+        return max(1, -(-rows // BUCKET_ROWS)) if ok else 1
     if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
         raise ValueError(f"buckets must be 'auto' or a whole number from 1, got {buckets!r}")
     if buckets > 1 and (method != "one-level" or compression != "none"):
