@@ -109,7 +109,7 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
 
 #: Rows of one table a rank's local join takes at once under ``buckets="auto"``: more and the
 #: rows are shuffled and joined in hash buckets of about this many.  Two H200s (docs/BENCHMARKS.md),
-#: PHJ-TR's time per row grows past 2^27 rows a side (one GPU: 2^27 a side 14-15 ms, 2^28 32 ms):
+#: PHJ-TR's time per row grows past 2^27 rows a side (one GPU: 2^27 a side 12.2-12.5 ms, 2^28 32):
 #: at 2^28 rows a rank 1 bucket took 51.0 ms, 2 45.9-46.4, 3 46.6-46.8, 4 48.6-51.1, 8 56.7 (more
 #: buckets: the first ones' joins slowed by the NCCL groups beside them); at 2^27 rows 1 bucket
 #: 22.4 ms, 2 23.7; at 2^26 12.8 and 13.6.
