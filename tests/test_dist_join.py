@@ -342,6 +342,41 @@ def test_device_layout_places_every_row_once_with_aligned_bodies():
                 assert pieces[0][0] % ALIGN_ROWS == 0 and pieces[0][1] == b
 
 
+def test_bucket_units_deliver_each_bucket_whole_to_its_rank():
+    """device_shuffle.bucket_units: every rank's send buffer bucket-major (rank d % P, bucket
+    d // P), each (table, bucket) laid out as one all-to-all unit; moving the rows as the units'
+    messages say (pieces matched in order, this rank's own rows copied) gives each rank, per
+    table and bucket, exactly the rows every rank had for it."""
+    from gpujoin.dist.comm import DeviceLayout
+    from gpujoin.dist.device_shuffle import bucket_units
+
+    rng = np.random.default_rng(9)
+    for P, T, B in ((2, 2, 2), (3, 2, 5), (4, 1, 3), (1, 2, 4)):
+        dest = [[rng.integers(0, P * B, int(rng.integers(0, 300))) for _ in range(T)] for _ in range(P)]
+        for r in range(P):  # some empty runs
+            dest[r][0] = dest[r][0][dest[r][0] % P != (r + 1) % P]
+        # each rank's send buffer of a table: its row labels (rank, row), bucket-major, in row order
+        order = [[np.argsort(d, kind="stable") for d in dest[r]] for r in range(P)]
+        buf = [[np.stack([np.full(d.size, r), np.arange(d.size)], 1)[o] for d, o in zip(dest[r], order[r])]
+               for r in range(P)]
+        counts = np.stack([np.stack([np.bincount(d, minlength=P * B).reshape(B, P) for d in dest[r]])
+                           for r in range(P)])
+        units = [bucket_units(counts, r) for r in range(P)]
+        lays = [{k: DeviceLayout(r, [u]).unit(0) for k, u in units[r].items()} for r in range(P)]
+        for r in range(P):
+            for (i, b), (sends, recvs, (src, dst, n)) in lays[r].items():
+                out = np.full((int(units[r][i, b][3].sum()), 2), -1)
+                out[dst:dst + n] = buf[r][i][src:src + n]
+                for j in range(P):  # j's pieces for r, in the order both ends list them
+                    theirs = [(st, m) for jj, st, m in lays[j][i, b][0] if jj == r]
+                    mine = [(st, m) for jj, st, m in recvs if jj == j]
+                    assert [m for _, m in theirs] == [m for _, m in mine]
+                    for (a, m), (c, _) in zip(theirs, mine):
+                        out[c:c + m] = buf[j][i][a:a + m]
+                want = sorted((j, k) for j in range(P) for k in np.flatnonzero(dest[j][i] == b * P + r))
+                assert sorted(map(tuple, out.tolist())) == want
+
+
 def test_compression_pays_only_where_the_codec_outruns_the_link():
     from gpujoin.dist.shuffle import compression_pays
 

@@ -331,10 +331,7 @@ def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int
                               f"rows it receives, {int(e[-1]) / 2**30:.2f} GiB is free: use more ranks, or host "
                               f"tables (the MPI shuffle)")
     mine = all_cnt[me]
-    starts = (np.cumsum(mine.reshape(len(tables), -1), axis=1) - mine.reshape(len(tables), -1)).reshape(mine.shape)
-    their = [np.stack([c[i, b, me] for c in all_cnt]) for i in range(len(tables)) for b in range(B)]
-    their_starts = [np.stack([(np.cumsum(c[i].ravel()) - c[i].ravel()).reshape(B, P)[b, me] for c in all_cnt])
-                    for i in range(len(tables)) for b in range(B)]
+    units = bucket_units(np.stack(all_cnt), me)
     if stats is not None:
         for i, w in enumerate(rows):
             out_rows = int(mine[i].sum() - mine[i, :, me].sum())
@@ -347,11 +344,9 @@ def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int
     main = cp.cuda.get_current_stream()
     net = _net_stream() if os.environ.get("GPUJOIN_SHUFFLE_NCCL_PRIORITY", "1") == "1" else _side_streams(2)[1]
     lays, outs = {}, {}
-    for b in range(B):
-        for i in range(len(tables)):
-            u = i * B + b
-            lays[i, b] = DeviceLayout(me, [(starts[i, b], mine[i, b], their_starts[u], their[u])]).unit(0)
-            outs[i, b] = [cp.empty(int(their[u].sum()), c.dtype) for c in cols_of[i][1]]
+    for (i, b), unit in units.items():
+        lays[i, b] = DeviceLayout(me, [unit]).unit(0)
+        outs[i, b] = [cp.empty(int(unit[3].sum()), c.dtype) for c in cols_of[i][1]]
     for p in plans:
         if p.buf is None:  # an empty table: nothing partitioned
             p.buf = [c[:0] for c in p.cols]
@@ -379,6 +374,19 @@ def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int
     finally:
         # the send buffers go back to the pool only once every group has read them
         main.wait_event(net.record())
+
+
+def bucket_units(counts: np.ndarray, me: int) -> dict:
+    """Per (table, bucket), the all-to-all unit of rank ``me`` as ``comm.DeviceLayout`` takes it:
+    (its send starts (P,), its send counts (P,), each rank's send start of its rows for ``me``
+    (P,), each rank's count for ``me`` (P,)), int64 rows.  ``counts``: int64 (P ranks, tables,
+    B, P), every rank's rows of each table, bucket and destination rank; each rank's send
+    buffer holds a table's rows bucket-major (bucket b's rows to rank r at run b * P + r)."""
+    P, T, B, _ = counts.shape
+    flat = counts.reshape(P, T, B * P)
+    starts = (np.cumsum(flat, axis=2) - flat).reshape(counts.shape)  # every rank's run starts
+    return {(i, b): (starts[me, i, b], counts[me, i, b], starts[:, i, b, me].copy(), counts[:, i, b, me].copy())
+            for i in range(T) for b in range(B)}
 
 
 def _exchange_compressed(cols: list, names: list[str], dest, sc: np.ndarray, rc: np.ndarray, zipped: list[int],
