@@ -288,11 +288,13 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         outs.append(out)
         received = [received[0] + lt2.num_rows, received[1] + rt2.num_rows]
         del lt2, rt2
-    out = concat_tables(outs)
+    # (device="cpu" joins on the host: Arrow tables)
+    out = pa.concat_tables(outs) if isinstance(outs[0], pa.Table) else concat_tables(outs)
     _sync()
     if stats is not None:
         stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
-                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": tuple(received), "buckets": moved.get("buckets", 1),
+                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": tuple(received),
+                      "buckets": moved.get("buckets", 1),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
                       "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
                       # (compressed messages count their compressed bytes)
