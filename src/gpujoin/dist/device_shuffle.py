@@ -309,7 +309,7 @@ def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int
     P, me, B = comm.size, comm.rank, buckets
     whole = P == 1 or comm.nccl() is None or P * B > DEST_MAX_PARTS
     if not whole:
-        every, cols_of = _columns(tables, comm)
+        _, cols_of = _columns(tables, comm)
         plans = [_Chunks(cols, d, P * B, k=1) for (_, cols), d in zip(cols_of, dests)]
         # every row, this rank's too, into its table's send buffer, laid out on the GPU
         sent = [p.early() for p in plans]
@@ -322,23 +322,21 @@ def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int
         return
     cnt = cp.asnumpy(cp.concatenate([p.counts for p in plans])).astype(np.int64)  # (tables, B * P)
     everyone = comm.allgather_array(np.append(cnt.ravel(), free_bytes()))  # (the send buffers are made)
-    all_cnt = [r[:-1].reshape(len(tables), B, P) for r in everyone]
+    counts = everyone[:, :-1].reshape(P, len(tables), B, P)  # rank, table, bucket, destination
     rows = [sum(c.dtype.itemsize for c in cols) for _, cols in cols_of]
-    for r, e in enumerate(everyone):
-        need = sum(w * int(sum(c[i, :, r].sum() for c in all_cnt)) for i, w in enumerate(rows))
-        if need > int(e[-1]):
+    for r, room in enumerate(everyone[:, -1]):
+        need = sum(w * int(counts[:, i, :, r].sum()) for i, w in enumerate(rows))
+        if need > int(room):
             raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for the "
-                              f"rows it receives, {int(e[-1]) / 2**30:.2f} GiB is free: use more ranks, or host "
+                              f"rows it receives, {int(room) / 2**30:.2f} GiB is free: use more ranks, or host "
                               f"tables (the MPI shuffle)")
-    mine = all_cnt[me]
-    units = bucket_units(np.stack(all_cnt), me)
+    units = bucket_units(counts, me)
     if stats is not None:
         for i, w in enumerate(rows):
-            out_rows = int(mine[i].sum() - mine[i, :, me].sum())
-            stats["bytes_sent"] = stats.get("bytes_sent", 0) + out_rows * w
-            stats["wire_bytes_sent"] = stats.get("wire_bytes_sent", 0) + out_rows * w
-            stats["bytes_received"] = stats.get("bytes_received", 0) + int(
-                sum(c[i, :, me].sum() for c in all_cnt) - mine[i, :, me].sum()) * w
+            own = int(counts[me, i, :, me].sum())
+            stats["bytes_sent"] = stats.get("bytes_sent", 0) + (int(counts[me, i].sum()) - own) * w
+            stats["wire_bytes_sent"] = stats.get("wire_bytes_sent", 0) + (int(counts[me, i].sum()) - own) * w
+            stats["bytes_received"] = stats.get("bytes_received", 0) + (int(counts[:, i, :, me].sum()) - own) * w
     # NCCL's groups on the highest-priority stream, or (GPUJOIN_SHUFFLE_NCCL_PRIORITY=0) one of
     # normal priority, whose blocks then queue behind the local joins' rather than ahead of them
     main = cp.cuda.get_current_stream()
