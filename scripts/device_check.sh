@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks in one call on a GPU machine (the device tool's working tree copy):
-#   scripts/device_check.sh [quick|gb-quick|tests|tests-files|tests-join|tests-groupby|profile|bench|sweeps|groupby|
+#   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
 #                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
@@ -34,7 +34,12 @@ if [[ $stage == quick ]]; then
   python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_cuda_join.py -k "matches_cpu_engine and int" 2>&1 | tail -30
   exit 0
 fi
-if [[ $stage == tests-files ]]; then
+if [[ $stage == phj-passes ]]; then
+  # PHJ's 9-bit unstable passes against 8-bit ones at 2^27-2^29 rows a side (LOGS, profile_phj_passes.py),
+  # after the tests of the partition, PHJ and PGB (as tests-files runs them)
+  FILES=${FILES:-tests/test_cuda_join.py tests/test_cuda_groupby.py}; PYTEST_K=${PYTEST_K:-nine_bit or radix or phj or pgb}
+fi
+if [[ $stage == tests-files || $stage == phj-passes ]]; then
   # the gpu tests of FILES one file at a time (xdist where carried), each file's whole log in $OUT and
   # its summary line printed, so that a file cut off by its TEST_TIMEOUT is told apart from one that passed;
   # each test's time in $OUT/times_FILE.txt as it ends (the slow ones of a file that was cut off)
@@ -46,6 +51,8 @@ if [[ $stage == tests-files ]]; then
     code=$?; [[ $code == 124 ]] && echo "$f: cut off after ${TEST_TIMEOUT:-200} s" || echo "$f: $(tail -1 "$log") (rc $code)"
     [[ $code != 0 ]] && rc=1
   done
+  [[ $stage == phj-passes ]] && timeout ${PROFILE_TIMEOUT:-300} python3 scripts/profile_phj_passes.py ${LOGS:-27,28,29} \
+    ${RUNS:-3} 2>&1 | tee "$OUT/profile_phj_passes.txt"
   exit $rc
 fi
 if [[ $stage == gb-quick ]]; then

@@ -104,6 +104,58 @@ def test_unstable_radix_partition_keeps_rows_whole(dtype, bits, n, minb, monkeyp
     np.testing.assert_array_equal(np.sort(cp.asnumpy(moved[0])), ids)
 
 
+@pytest.mark.parametrize("bits,n", [(9, 100_003), (17, 300_007), (18, 200_003), (26, 70_001)])
+@pytest.mark.parametrize("width", [4, 8])
+def test_nine_bit_unstable_passes(bits, n, width, monkeypatch):
+    # 17, 18 and 26 bits take 9-bit passes (9 + 8, 9 + 9, 9 + 9 + 8; a 9-bit one alone for 9):
+    # the same partitions as 8-bit passes, every row whole; 8-byte keys and columns stage the most
+    # shared memory (8192 x 18 bytes)
+    from gpujoin.cuda import kernels
+
+    rng = np.random.default_rng(bits)
+    keys = cp.asarray(np.where(rng.random(n) < 0.3, 7, rng.integers(-2**40, 2**40, n)))
+    ids = cp.arange(n, dtype=np.dtype(f"u{width}"))
+    other = cp.asarray(rng.integers(0, 1 << 31, n).astype(f"u{width}"))
+    k, (gid, got), off = prim.radix_partition(keys, [ids, other], prim.Digits(bits=bits), stable=False)
+    monkeypatch.setattr(kernels, "UNSTABLE_PASS_BITS", 8)
+    assert len(prim._passes(prim.Digits(bits=bits), True)) == -(-bits // 8)
+    _, _, off8 = prim.radix_partition(keys, [ids, other], prim.Digits(bits=bits), stable=False)
+    np.testing.assert_array_equal(cp.asnumpy(off), cp.asnumpy(off8))
+    gid = cp.asnumpy(gid).astype(np.int64)
+    np.testing.assert_array_equal(np.sort(gid), np.arange(n))
+    np.testing.assert_array_equal(cp.asnumpy(k), cp.asnumpy(keys)[gid])
+    np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(other)[gid])
+    digit = fmix64_low(cp.asnumpy(k)) & np.uint32((1 << bits) - 1)
+    assert (np.diff(digit.astype(np.int64)) >= 0).all()
+    np.testing.assert_array_equal(cp.asnumpy(off), np.searchsorted(digit, np.arange((1 << bits) + 1)))
+
+
+def test_phj_with_nine_bit_passes_matches_eight_bit_passes(monkeypatch):
+    # PHJ-TR and -UR at 17 radix bits (9 + 8, one pass fewer) give the pairs of 8-bit passes (8 + 8 + 1)
+    from gpujoin.cuda import kernels
+    from gpujoin.cuda.join.phj import phj
+
+    rng = np.random.default_rng(3)
+    rk = cp.asarray(rng.permutation(400_000).astype(np.int64))
+    pk = cp.asarray(rng.integers(0, 600_000, 500_000).astype(np.int64))
+    pay_r, pay_p = [cp.arange(rk.size, dtype=cp.int64)], [cp.arange(pk.size, dtype=cp.int64) * 3]
+
+    def pairs(method, pass_bits):
+        monkeypatch.setattr(kernels, "UNSTABLE_PASS_BITS", pass_bits)
+        out = phj(rk, pk, pay_r, pay_p, "inner", method=method, radix_bits=17)
+        b, p = cp.asnumpy(out.build_column(0)[0]), cp.asnumpy(out.probe_column(0)[0])
+        order = np.lexsort((b, p))
+        return b[order], p[order]
+
+    hits = int(cp.isin(pk, rk).sum())
+    for method in ("tr", "ur"):
+        (b9, p9), (b8, p8) = pairs(method, 9), pairs(method, 8)
+        assert b9.size == hits
+        np.testing.assert_array_equal(b9, b8)
+        np.testing.assert_array_equal(p9, p8)
+        np.testing.assert_array_equal(cp.asnumpy(rk)[b9], cp.asnumpy(pk)[p9 // 3])
+
+
 @pytest.mark.parametrize("n,bits,stable", [(0, 5, False), (1, 5, False), (4097, 5, False), (100_003, 11, False),
                                            (100_003, 16, True), (70_001, 20, False)])
 def test_radix_partition_into_given_arrays(n, bits, stable):

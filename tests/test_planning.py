@@ -63,6 +63,20 @@ def test_table_2_regenerated_for_the_a100():
     assert k4[25] is None  # encoding never pays once the codes need as many passes as the keys
 
 
+@pytest.mark.parametrize("bits,unstable,widths", [
+    (0, True, []), (5, True, [5]), (8, True, [8]), (9, True, [9]), (9, False, [8, 1]), (16, True, [8, 8]),
+    (17, True, [9, 8]), (17, False, [8, 8, 1]), (18, True, [9, 9]), (19, True, [8, 8, 3]), (26, True, [9, 9, 8]),
+])
+def test_radix_pass_widths(bits, unstable, widths):
+    # unstable passes take 9 bits only where that saves a pass (each pass moves every column)
+    from gpujoin.cuda.kernels import pass_count, pass_widths
+
+    assert pass_widths(bits, unstable) == widths
+    assert pass_count(bits, unstable) == len(widths)
+    assert cost.partition_cost(1, 4, 8, bits, cost.H200_ANCHORS, unstable) == pytest.approx(
+        len(widths) * 20 / cost.H200_ANCHORS.b_g)
+
+
 def test_h200_constants_from_anchors():
     assert cost.ratio_from_gather(4.064e12, 38.8e9) == pytest.approx(24.2, abs=0.05)
     assert cost.H200_ANCHORS.b_r == pytest.approx(4.064e12 / 24.2)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from .kernels import scatter_name
+from .kernels import pass_widths, scatter_name
 from .runtime import device_properties, kernel, ptr
 
 #: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
@@ -27,8 +27,8 @@ SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
 #: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
 FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
 
-#: radix_partition's tile: 256 threads x 16 items, at most 8 bits per pass.
-PART_BLOCK, PART_TILE, MAX_PASS_BITS = 256, 4096, 8
+#: radix_partition's tile: 256 threads x 16 items (the stable passes).
+PART_BLOCK, PART_TILE = 256, 4096
 #: radix_scatter_unstable's block and tile (partition.cu: UNSTABLE_BLOCK, UNSTABLE_TILE).
 UNSTABLE_BLOCK, UNSTABLE_TILE = 512, 8192
 COMPACT_BLOCK, COMPACT_TILE = 256, 4096
@@ -78,10 +78,15 @@ class Digits:
     base: int = 0
 
 
-def _passes(digits: Digits) -> list[tuple[int, int]]:
-    """(shift, bits) of each LSD pass of at most MAX_PASS_BITS bits."""
-    return [(s, min(MAX_PASS_BITS, digits.shift + digits.bits - s))
-            for s in range(digits.shift, digits.shift + digits.bits, MAX_PASS_BITS)]
+def _passes(digits: Digits, unstable: bool = False) -> list[tuple[int, int]]:
+    """(shift, bits) of each pass, least significant digit first (kernels.pass_widths)."""
+    widths = pass_widths(digits.bits, unstable)
+    return [(digits.shift + sum(widths[:i]), w) for i, w in enumerate(widths)]
+
+
+def _radix(bits: int) -> int:
+    """Digit counts a tile of a pass of ``bits`` bits has (partition.cu: 256, 512 for 9 bits)."""
+    return 512 if bits > 8 else 256
 
 
 def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
@@ -102,7 +107,7 @@ def _order(digits: Digits, unstable: bool) -> list[tuple[int, int]]:
     """The passes in the order radix_partition runs them: LSD (stable ranking: each pass keeps
     the order of the ones before) or MSD (unstable: each pass after the first partitions the
     partitions of the ones before, so no pass needs stability)."""
-    passes = _passes(digits)
+    passes = _passes(digits, unstable)
     return passes[::-1] if unstable else passes
 
 
@@ -204,12 +209,14 @@ _GLOBAL = (0, 0, np.int32(0))  # no segments: tiles from row 0
 
 def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: int, counts: cp.ndarray,
                sketch: cp.ndarray | None, segments: _Segments | None = None) -> None:
-    n, nblocks = keys.size, counts.size // 256
+    radix = _radix(bits)
+    n, nblocks = keys.size, counts.size // radix
     # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
     grid = nblocks if sketch is None else min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
     kernel("partition.cu", f"radix_histogram<{key_type(keys)}, {tile // PART_BLOCK}>")(
         (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
-                                 np.int32(shift), np.int32(bits), counts, np.int32(nblocks), ptr(sketch))
+                                 np.int32(shift), np.int32(bits), np.int32(radix), counts, np.int32(nblocks),
+                                 ptr(sketch))
         + (segments.args() if segments else _GLOBAL),
         shared_mem=0 if sketch is None else sketch.nbytes)
 
@@ -217,7 +224,8 @@ def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: in
 def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, sketch: cp.ndarray | None = None,
                     stable: bool = True) -> cp.ndarray:
     """The per-tile digit counts of the first pass of ``radix_partition(keys, values, digits,
-    stable=stable)`` (int32 (256 * tiles,), digit-major), to hand to it as ``counts``; ``sketch``
+    stable=stable)`` (int32 (256 * tiles,), 512 for a 9-bit first pass, digit-major), to hand to
+    it as ``counts``; ``sketch``
     (uint32 (2**12,), zeroed: the HyperLogLog registers of groupby.common.estimate_groups) is
     filled from the same read of the keys.  Raises ValueError for empty keys or no digits."""
     if keys.size == 0 or digits.bits == 0:
@@ -225,7 +233,7 @@ def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     unstable = _unstable(values, stable)
     shift, bits = _order(digits, unstable)[0]
     tile = UNSTABLE_TILE if unstable else PART_TILE
-    counts = cp.empty(256 * -(-keys.size // tile), cp.int32)
+    counts = cp.empty(_radix(bits) * -(-keys.size // tile), cp.int32)
     _histogram(keys, digits, shift, bits, tile, counts, sketch)
     return counts
 
@@ -235,7 +243,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
                     out: tuple | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
     """Radix partition of ``keys`` and every column of ``values`` on ``digits``.
 
-    Passes of at most 8 bits (histogram, scan, shared-memory staged scatter), so the output is
+    Passes of at most 8 bits, 9 unstable (histogram, scan, shared-memory staged scatter), so the output is
     ordered by the digit and, if ``stable``, within a partition by input position; every value
     column lands at the same positions as its key (GFTR, paper 003 §1.4).  Stable passes run
     least significant digit first (warp-ballot ranking keeps the previous passes' order).
@@ -261,10 +269,12 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         Partitioned copies, and int64 (2**bits + 1,) offsets of each partition (or None).
 
     Memory: two copies of keys and values (the output and one ping-pong buffer), plus
-    256 int32 + 256 int64 counters per 4096-row tile (8192 for an unstable first pass).
+    256 int32 + 256 int64 counters per 4096-row tile (8192 rows unstable; 512 of each for
+    a 9-bit pass).
     """
     n = keys.size
-    passes = _passes(digits)
+    unstable = _unstable(values, stable)
+    passes = _passes(digits, unstable)
     src_k, src_v = keys, list(values)
     if out is not None and (out[0].shape != keys.shape or out[0].dtype != keys.dtype or len(out[1]) != len(values)
                             or any(o.shape != v.shape or o.dtype != v.dtype for o, v in zip(out[1], values))):
@@ -281,18 +291,18 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         return keys.copy(), [v.copy() for v in values], offsets
     kt, kb = key_type(keys), keys.dtype.itemsize
     launches = list(_width_groups(values).items()) or [(4, [])]
-    unstable = _unstable(values, stable)
     tile = UNSTABLE_TILE if unstable else PART_TILE
     segments, seg_offsets = None, None
     for p, (shift, bits) in enumerate(_order(digits, unstable)):
         if p > 0 and unstable:  # partition the partitions of the passes before
             segments = _Segments.of(seg_offsets, n, tile)
         nblocks = segments.blocks if segments else -(-n // tile)
+        radix = _radix(bits)
         if p == 0 and counts is not None:
-            if counts.size != 256 * nblocks:
+            if counts.size != radix * nblocks:
                 raise ValueError("counts are not radix_histogram's of these keys, values and digits")
         else:
-            counts = cp.empty(256 * nblocks, cp.int32)
+            counts = cp.empty(radix * nblocks, cp.int32)
             _histogram(src_k, digits, shift, bits, tile, counts, None, segments)
         offs = exclusive_scan(counts)  # (one more entry than counts: the total)
         if out is not None and p == len(passes) - 1:
@@ -306,11 +316,11 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
             # a register cap pays for 4-byte keys; 8-byte keys would spill under it
             scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
-                                                          SCATTER_MINB if kt == "i32" else 1))
+                                                          SCATTER_MINB if kt == "i32" else 1, bits))
             args = (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
                     np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0))
             if unstable:
-                smem = tile * (kb + width + 1)  # radix_scatter's is static
+                smem = tile * (kb + width + (2 if bits > 8 else 1))  # radix_scatter's is static
                 if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                     scatter.max_dynamic_shared_size_bytes = smem
                 scatter((nblocks,), (UNSTABLE_BLOCK,), args + (segments.args() if segments else _GLOBAL),
@@ -350,7 +360,7 @@ def _scan_bounds(offs: cp.ndarray, nblocks: int, bits: int, n: int, segments: _S
     offsets = cp.empty((nseg << bits) + 1, cp.int64)
     kernel("partition.cu", "segment_bounds")((_grid(offsets.size, 256),), (256,),
                                              (offs, segments.offsets, segments.tile_start, np.int32(nseg),
-                                              np.int32(bits), np.int64(n), offsets))
+                                              np.int32(bits), np.int32(_radix(bits)), np.int64(n), offsets))
     return offsets
 
 

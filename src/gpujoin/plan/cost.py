@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..cuda.kernels import pass_count
+
 
 @dataclass(frozen=True)
 class DeviceModel:
@@ -173,13 +175,11 @@ def table2(dev: DeviceModel, n: float = 2**28) -> dict[int, list[tuple[int, int 
 
 # ---------------------------------------------------------------- ranking models for the rest
 
-def _passes(bits: int) -> int:
-    return max(0, math.ceil(bits / 8))
-
-
-def partition_cost(n: float, key_bytes: int, row_bytes: float, bits: int, dev: DeviceModel) -> float:
-    """LSD radix partition: per 8-bit pass a histogram read of the key and a read and write of the row."""
-    return _passes(bits) * (key_bytes + 2 * row_bytes) * n / dev.b_g
+def partition_cost(n: float, key_bytes: int, row_bytes: float, bits: int, dev: DeviceModel,
+                   unstable: bool = False) -> float:
+    """Radix partition: per pass (8 bits, or 9 unstable where that saves a pass) a histogram read
+    of the key and a read and write of the row."""
+    return pass_count(bits, unstable) * (key_bytes + 2 * row_bytes) * n / dev.b_g
 
 
 def join_phase_costs(n_build: float, n_probe: float, matches: float, dev: DeviceModel, key_bytes: int = 4,
@@ -205,8 +205,10 @@ def join_phase_costs(n_build: float, n_probe: float, matches: float, dev: Device
     def clustered(widths):
         return sum(3 * w * matches for w in widths) / dev.b_g
 
-    tr_part = partition_cost(n_build, k, k + pb, bits, dev) + partition_cost(n_probe, k, k + pp, bits, dev)
-    ur_part = partition_cost(n_build, k, k + 4, bits, dev) + partition_cost(n_probe, k, k + 4, bits, dev)
+    # PHJ's passes are unstable (9 bits where that saves one) when a side's columns have one width
+    tr_part = (partition_cost(n_build, k, k + pb, bits, dev, len(set(build_payloads)) <= 1)
+               + partition_cost(n_probe, k, k + pp, bits, dev, len(set(probe_payloads)) <= 1))
+    ur_part = partition_cost(n_build, k, k + 4, bits, dev, True) + partition_cost(n_probe, k, k + 4, bits, dev, True)
     gathers_ur = unclustered(build_payloads) + unclustered(probe_payloads)
     gathers_tr = clustered(build_payloads) + clustered(probe_payloads)
     tr_sort = partition_cost(n_build, k, k + pb, sort_bits, dev) + partition_cost(n_probe, k, k + pp, sort_bits, dev)
@@ -253,8 +255,9 @@ def group_by_phase_costs(n: float, g: float, dev: DeviceModel, key_bytes: int = 
     probe = n * (k + 4) / dev.b_m(2 * g * (k + 4))
     hgb = {"group_ids": k * n / dev.b_g + probe, "aggregate": (k * n + vb * n) / dev.b_g + atomics + probe}
     pgb_bits = max(8, math.ceil(math.log2(max(g / 4600, 1))))
-    pgb_tr = {"transform": partition_cost(n, k, k + vb, pgb_bits, dev), "aggregate": (2 * k + vb) * n / dev.b_g}
-    pgb_ur = {"transform": partition_cost(n, k, k + 4, pgb_bits, dev),
+    pgb_tr = {"transform": partition_cost(n, k, k + vb, pgb_bits, dev, len(set(value_bytes)) <= 1),
+              "aggregate": (2 * k + vb) * n / dev.b_g}
+    pgb_ur = {"transform": partition_cost(n, k, k + 4, pgb_bits, dev, True),
               "aggregate": (2 * k + 4) * n / dev.b_g + sum(phj_ur_gather_cost(n, dev, w) for w in value_bytes)}
     key_bits = max(1, math.ceil(math.log2(max(g, 2))))
     reduce_one = lambda w: (4 + w) * n / dev.b_g  # noqa: E731  (a segmented reduction: gid and value)

@@ -27,7 +27,8 @@ import functools
 import cupy as cp
 import numpy as np
 
-from ..primitives import (Digits, _passes, exclusive_scan, hash_partition_bits, key_type, radix_partition,
+from ..kernels import pass_count
+from ..primitives import (Digits, exclusive_scan, hash_partition_bits, key_type, radix_partition,
                           word_type)
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
@@ -83,11 +84,12 @@ def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, b
     partitioned sides with the match's flags and output.  On an H200, a 1:1 join (TR) whose
     output carries the key peaked at 2.75x its inputs (docs/BENCHMARKS.md); 2.5x without the key."""
     nb, np_ = bk.size, pk.size
-    passes = len(_passes(Digits(bits=bits)))
     kb = bk.dtype.itemsize
     pos = lambda n: np.dtype(position_dtype(n)).itemsize  # noqa: E731
 
     def side(n, cols):  # a partitioned copy, and the temporaries of partitioning it
+        # unstable passes (up to 9 bits) when the columns have one width (primitives._unstable)
+        passes = pass_count(bits, method == "ur" or len({c.dtype.itemsize for c in cols}) <= 1)
         part = n * (kb + (pos(n) if method == "ur" else sum(c.dtype.itemsize for c in cols)))
         rows = n * pos(n) if method == "ur" else 0  # the row ids partitioned with the keys (GFUR)
         return part, rows + part * (2 if passes > 1 else 1) + n  # n: histograms, under a byte a row

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from itertools import product
 from pathlib import Path
 
@@ -24,12 +25,36 @@ GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 <<
 #: Register budgets the radix scatter is built for (minimum resident blocks per SM).
 SCATTER_MINB = (1, 4)
 
+#: Digit bits of a radix partition pass (partition.cu): at most 8 a stable pass (a warp ballot a
+#: bit), 9 an unstable one (radix_scatter_unstable: 512 threads, a digit each), taken where it saves
+#: a pass: PHJ's 17-18 bits (2^28-2^29 build rows) in two passes, not 8 + 8 + 1 or 2, each pass a
+#: read and write of every column.  GPUJOIN_UNSTABLE_PASS_BITS=8 restores the 8-bit passes.
+MAX_PASS_BITS = 8
+UNSTABLE_PASS_BITS = int(os.environ.get("GPUJOIN_UNSTABLE_PASS_BITS", "9"))
 
-def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1) -> str:
+
+def pass_count(bits: int, unstable: bool) -> int:
+    """How many passes partition ``bits`` digit bits: 8 a pass, or, unstable, 9 where that takes
+    fewer (17-18 bits in 2, 25-27 in 3)."""
+    most = UNSTABLE_PASS_BITS if unstable else MAX_PASS_BITS
+    return max(0, min(-(-bits // MAX_PASS_BITS), -(-bits // most)))
+
+
+def pass_widths(bits: int, unstable: bool) -> list[int]:
+    """Digit bits of each pass over ``bits`` bits, least significant first: 8 each and the rest
+    last, or, where 9-bit unstable passes save one, as even as they can be (17: 9 + 8)."""
+    count = pass_count(bits, unstable)
+    if count == -(-bits // MAX_PASS_BITS):
+        return [min(MAX_PASS_BITS, bits - lo) for lo in range(0, bits, MAX_PASS_BITS)]
+    return [bits // count + (i < bits % count) for i in range(count)]
+
+
+def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits: int = 8) -> str:
     """The radix scatter instance for key and value types (stable: radix_scatter, 4-byte staging
-    when both fit, with a register budget; else radix_scatter_unstable)."""
+    when both fit, with a register budget; else radix_scatter_unstable, for digits of at most 8
+    bits or of 9)."""
     if not stable:
-        return f"radix_scatter_unstable<{key}, {value}>"
+        return f"radix_scatter_unstable<{key}, {value}, {9 if bits > 8 else 8}>"
     stage = "u32" if key == "i32" and value in ("u8", "u16", "u32") else "u64"
     return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
 
@@ -39,7 +64,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
         [f"radix_histogram<{k}, {i}>" for k, i in product(_KEYS, (16, 32))]
         + [scatter_name(k, v, True, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
-        + [scatter_name(k, v, False) for k, v in product(_KEYS, _VALUES)]
+        + [scatter_name(k, v, False, 1, b) for k, v, b in product(_KEYS, _VALUES, (8, 9))]
         + [f"partition_bounds<{k}>" for k in _KEYS]
         + ["segment_bounds"]
     ),

@@ -1,4 +1,5 @@
-// Stable radix partition of (key, values...) on one digit of at most 8 bits per pass.
+// Radix partition of (key, values...) on one digit per pass: at most 8 bits for the stable passes,
+// 9 for the unstable ones (radix_scatter_unstable's 512 threads own a digit each).
 //
 // The digit of a key is bits [shift, shift+bits) of either its murmur3 hash (partitioning for
 // hash joins: skew in the key bits does not matter) or of (key - base) as an unsigned number
@@ -15,6 +16,7 @@
 #define PART_TILE (PART_BLOCK * PART_ITEMS)
 #define PART_WARPS (PART_BLOCK / 32)
 #define RADIX 256
+#define RADIX_MAX 512  // digits of a 9-bit unstable pass
 #define NO_DIGIT 0xffffffffu
 #define UNSTABLE_BLOCK 512
 #define UNSTABLE_ITEMS 16
@@ -38,7 +40,8 @@ __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, 
 // tiles from its start (tile_start: the exclusive sum of each partition's tile count, nseg + 1
 // entries), and partition p's counts are digit-major inside its own block of 256 * T_p, so one
 // exclusive scan of the whole array gives every (partition, digit, tile) its global offset, in
-// the order of the combined digits.  False past the last tile.
+// the order of the combined digits.  `radix` counts a tile has: 256, or 512 for a 9-bit pass.
+// False past the last tile.
 struct TileMap {
     i64 row0;
     int n;
@@ -46,7 +49,7 @@ struct TileMap {
     int stride;
 };
 __device__ __forceinline__ bool tile_of(int b, int tile, i64 n, int nblocks, const i64* __restrict__ seg_off,
-                                        const i32* __restrict__ tile_start, int nseg, TileMap& t) {
+                                        const i32* __restrict__ tile_start, int nseg, int radix, TileMap& t) {
     if (!tile_start) {
         t.row0 = (i64)b * tile;
         t.n = (int)min((i64)tile, n - t.row0);
@@ -64,30 +67,30 @@ __device__ __forceinline__ bool tile_of(int b, int tile, i64 n, int nblocks, con
     t.row0 = seg_off[lo] + (i64)local * tile;
     t.n = (int)min((i64)tile, seg_off[lo + 1] - t.row0);
     t.stride = tile_start[lo + 1] - tile_start[lo];
-    t.count0 = (i64)tile_start[lo] * 256 + local;
+    t.count0 = (i64)tile_start[lo] * radix + local;
     return true;
 }
 
 // counts[d * nblocks + b] = number of keys of tile b (PART_BLOCK * ITEMS keys) whose digit is d
-// (d < 256).  Each warp counts into its own shared counters (contention stays within a warp even
+// (d < radix: 256, or 512 for a 9-bit pass).  Each warp counts into its own shared counters (contention stays within a warp even
 // for all-equal keys); blocks loop over the tiles.  With `sketch` (2^HLL_BITS registers, zeroed)
 // the same read of the keys also feeds a HyperLogLog sketch of them (hll_sketch's), so that
 // PGB learns the number of groups without a pass of its own.
 template <typename K, int ITEMS>
 __global__ void __launch_bounds__(PART_BLOCK)
-radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits,
+radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits, int radix,
                 i32* __restrict__ counts, int nblocks, u32* __restrict__ sketch,
                 const i64* __restrict__ seg_off, const i32* __restrict__ tile_start, int nseg) {
-    __shared__ u32 hist[PART_WARPS * RADIX];
+    __shared__ u32 hist[PART_WARPS * RADIX_MAX];
     extern __shared__ u32 regs[];  // 2^HLL_BITS with a sketch, else none
     const u32 mask = (1u << bits) - 1u;
     if (sketch)
         for (int j = threadIdx.x; j < (1 << HLL_BITS); j += PART_BLOCK) regs[j] = 0;
-    u32* my = hist + (threadIdx.x >> 5) * RADIX;
+    u32* my = hist + (threadIdx.x >> 5) * radix;
     TileMap t;
-    for (int b = blockIdx.x; tile_of(b, PART_BLOCK * ITEMS, n, nblocks, seg_off, tile_start, nseg, t);
+    for (int b = blockIdx.x; tile_of(b, PART_BLOCK * ITEMS, n, nblocks, seg_off, tile_start, nseg, radix, t);
          b += gridDim.x) {
-        for (int j = threadIdx.x; j < PART_WARPS * RADIX; j += PART_BLOCK) hist[j] = 0;
+        for (int j = threadIdx.x; j < PART_WARPS * radix; j += PART_BLOCK) hist[j] = 0;
         __syncthreads();
         const K* __restrict__ tkeys = keys + t.row0;
         K key[ITEMS];
@@ -108,10 +111,12 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
             }
         }
         __syncthreads();
-        u32 total = 0;
+        for (int d = threadIdx.x; d < radix; d += PART_BLOCK) {
+            u32 total = 0;
 #pragma unroll
-        for (int w = 0; w < PART_WARPS; ++w) total += hist[w * RADIX + threadIdx.x];
-        counts[t.count0 + (i64)threadIdx.x * t.stride] = (i32)total;
+            for (int w = 0; w < PART_WARPS; ++w) total += hist[w * radix + d];
+            counts[t.count0 + (i64)d * t.stride] = (i32)total;
+        }
         __syncthreads();  // hist is zeroed again for the next tile
     }
     if (sketch)
@@ -119,30 +124,34 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
             if (regs[j] > ((volatile u32*)sketch)[j]) atomicMax(&sketch[j], regs[j]);  // rarely an atomic
 }
 
-// Exclusive scan of a tile's digit counts, NHIST sets of RADIX (per warp, or one for the block):
-// counts[w * RADIX + d] becomes where set w's rows of digit d start among the digit's rows,
+// The staging word of a digit: one byte up to 8 bits, two for 9 (no <type_traits> under NVRTC).
+template <bool WIDE> struct DigitWord { typedef u8 type; };
+template <> struct DigitWord<true> { typedef u16 type; };
+
+// Exclusive scan of a tile's digit counts, NHIST sets of NDIG (per warp, or one for the block):
+// counts[w * NDIG + d] becomes where set w's rows of digit d start among the digit's rows,
 // local_start[d] where digit d starts in the tile, gbase[d] my_offset - local_start[d] (my_offset:
 // thread d's global offset of digit d).  Every thread of the block calls it (it holds a barrier);
-// thread d < RADIX owns digit d.
-template <int NHIST>
+// thread d < NDIG owns digit d.
+template <int NHIST, int NDIG = RADIX>
 __device__ __forceinline__ void scan_digits(u32* counts, u32* local_start, i64* gbase, u32* wsum, i64 my_offset) {
     const u32 d = threadIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     u32 run = 0;
-    if (d < RADIX)
+    if (d < NDIG)
 #pragma unroll
         for (int w = 0; w < NHIST; ++w) {
-            u32 c = counts[w * RADIX + d];
-            counts[w * RADIX + d] = run;
+            u32 c = counts[w * NDIG + d];
+            counts[w * NDIG + d] = run;
             run += c;
         }
     u32 incl = warp_inclusive_sum<u32>(run);
-    if (lane == 31 && warp < RADIX / 32) wsum[warp] = incl;
+    if (lane == 31 && warp < NDIG / 32) wsum[warp] = incl;
     __syncthreads();
-    if (d < RADIX) {
+    if (d < NDIG) {
         u32 before = 0;
 #pragma unroll
-        for (int w = 0; w < RADIX / 32; ++w) before += (w < warp) ? wsum[w] : 0u;
+        for (int w = 0; w < NDIG / 32; ++w) before += (w < warp) ? wsum[w] : 0u;
         u32 start = before + incl - run;
         local_start[d] = start;
         gbase[d] = my_offset - (i64)start;
@@ -253,26 +262,29 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
 // stable passes (the 4096-row version cost the narrow PHJ-TR 0.3 ms, and this one was not
 // measured there).  The first value column's loads are issued with the keys',
 // before the ranking, each later column's before the write-out of the one before; one loop
-// writes the key and the first column.  Shared memory (dynamic):
-// UNSTABLE_TILE * (sizeof(K) + sizeof(V) + 1) bytes.
-template <typename K, typename V>
+// writes the key and the first column.  DBITS: the most digit bits it takes, 8 or 9 (a thread a
+// digit; a 9-bit digit is staged in 2 bytes).  Shared memory (dynamic):
+// UNSTABLE_TILE * (sizeof(K) + sizeof(V) + DBITS / 8) bytes.
+template <typename K, typename V, int DBITS>
 __global__ void __launch_bounds__(UNSTABLE_BLOCK)
 radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
                        int shift, int bits, const i64* __restrict__ offsets, int nblocks,
                        const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
                        int write_keys, const i64* __restrict__ seg_off, const i32* __restrict__ tile_start,
                        int nseg) {
-    constexpr int BLOCK = UNSTABLE_BLOCK, ITEMS = UNSTABLE_ITEMS, TILE = UNSTABLE_TILE;
+    constexpr int BLOCK = UNSTABLE_BLOCK, ITEMS = UNSTABLE_ITEMS, TILE = UNSTABLE_TILE, NDIG = 1 << DBITS;
+    static_assert(NDIG <= BLOCK && NDIG <= RADIX_MAX, "a thread a digit");
+    using D = typename DigitWord<(DBITS > 8)>::type;
     TileMap t;
-    if (!tile_of(blockIdx.x, TILE, n, nblocks, seg_off, tile_start, nseg, t)) return;  // the whole block
-    __shared__ u32 hist[RADIX];
-    __shared__ u32 local_start[RADIX];
-    __shared__ i64 gbase[RADIX];
-    __shared__ u32 wsum[RADIX / 32];
+    if (!tile_of(blockIdx.x, TILE, n, nblocks, seg_off, tile_start, nseg, NDIG, t)) return;  // the whole block
+    __shared__ u32 hist[NDIG];
+    __shared__ u32 local_start[NDIG];
+    __shared__ i64 gbase[NDIG];
+    __shared__ u32 wsum[NDIG / 32];
     extern __shared__ __align__(16) unsigned char dyn[];
     K* skey = reinterpret_cast<K*>(dyn);
     V* sval = reinterpret_cast<V*>(dyn + TILE * sizeof(K));
-    u8* stage_digit = dyn + TILE * (sizeof(K) + sizeof(V));
+    D* stage_digit = reinterpret_cast<D*>(dyn + TILE * (sizeof(K) + sizeof(V)));
 
     const u32 mask = (1u << bits) - 1u;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -281,7 +293,7 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
     const int w0 = warp * 32 * ITEMS + lane;  // item i of lane l of warp w: row w0 + 32 i of the tile
     const K* __restrict__ tkin = kin + tile0;
 
-    for (int j = threadIdx.x; j < RADIX; j += BLOCK) hist[j] = 0;
+    for (int j = threadIdx.x; j < NDIG; j += BLOCK) hist[j] = 0;
     // this tile's output offset of digit threadIdx.x: a strided read of the digit-major scan,
     // issued first so that its latency hides behind the tile's loads
     const i64 my_offset = threadIdx.x <= mask ? offsets[t.count0 + (i64)threadIdx.x * t.stride] : 0;
@@ -299,7 +311,7 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
     for (int i = 0; i < ITEMS; ++i)
         if (packed[i] != NO_DIGIT) packed[i] = packed[i] << 16 | atomicAdd(&hist[packed[i]], 1u);
     __syncthreads();
-    scan_digits<1>(hist, local_start, gbase, wsum, my_offset);
+    scan_digits<1, NDIG>(hist, local_start, gbase, wsum, my_offset);
     __syncthreads();
     // final tile position of each item; keys staged from a re-read of the (cached) tile, the
     // first column from registers
@@ -310,7 +322,7 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
             const u32 d = p >> 16;
             const u32 pos = (p & 0xffffu) + local_start[d];
             packed[i] = pos;
-            stage_digit[pos] = (u8)d;
+            stage_digit[pos] = (D)d;
             if (write_keys) skey[pos] = tkin[w0 + 32 * i];
             if (vin) sval[pos] = val[i];
         }
@@ -359,16 +371,16 @@ __global__ void partition_bounds(const K* __restrict__ keys, i64 n, int use_hash
 
 // Partition offsets after a segmented (MSD) pass of `bits` bits over nseg partitions: partition
 // q = p << bits | d starts where the scan put tile 0 of digit d of partition p (offs: the exclusive
-// scan of radix_histogram's segmented counts), or at seg_off[p] when p has no tiles (empty);
+// scan of radix_histogram's segmented counts, `radix` a tile), or at seg_off[p] when p has no tiles (empty);
 // offsets[nseg << bits] = n.  One thread an entry, so the bounds cost no read of the keys.
 __global__ void segment_bounds(const i64* __restrict__ offs, const i64* __restrict__ seg_off,
-                               const i32* __restrict__ tile_start, int nseg, int bits, i64 n,
+                               const i32* __restrict__ tile_start, int nseg, int bits, int radix, i64 n,
                                i64* __restrict__ offsets) {
     const i64 total = (i64)nseg << bits;
     for (i64 q = (i64)blockIdx.x * blockDim.x + threadIdx.x; q <= total; q += (i64)gridDim.x * blockDim.x) {
         if (q == total) { offsets[q] = n; continue; }
         const int p = (int)(q >> bits), d = (int)(q & ((1 << bits) - 1));
         const int tiles = tile_start[p + 1] - tile_start[p];
-        offsets[q] = tiles ? offs[(i64)tile_start[p] * 256 + (i64)d * tiles] : seg_off[p];
+        offsets[q] = tiles ? offs[(i64)tile_start[p] * radix + (i64)d * tiles] : seg_off[p];
     }
 }
