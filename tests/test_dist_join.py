@@ -68,16 +68,20 @@ def test_bad_arguments():
 
 
 def test_bucket_count_follows_the_shuffle_and_refuses_bad_values():
-    """The local join's hash buckets: "auto" only for a one-level uncompressed shuffle on several
-    ranks, of about BUCKET_ROWS rows each; an explicit count falls back to 1 where the buckets
+    """The local join's hash buckets: "auto" only for a one-level uncompressed shuffle on more
+    than two ranks, of about BUCKET_ROWS rows each; an explicit count falls back to 1 where the buckets
     cannot ride the shuffle (two levels, compression); anything but "auto" or a whole number from
     1 refused."""
     from gpujoin.dist.join import BUCKET_ROWS, _bucket_count
 
     class Ranks:
+        size = 4
+
+    class Two:
         size = 2
 
     big, one = 2 * BUCKET_ROWS, Communicator.single()
+    assert _bucket_count("auto", "one-level", "none", Two, big) == 1
     assert _bucket_count("auto", "one-level", "none", Ranks, big) == 2
     assert _bucket_count("auto", "one-level", "none", Ranks, big + 1) == 3
     assert _bucket_count("auto", "one-level", "none", Ranks, BUCKET_ROWS) == 1

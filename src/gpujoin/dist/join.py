@@ -107,12 +107,14 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
     return lt, rt, lk, rk
 
 
-#: Rows of one table a rank's local join takes at once under ``buckets="auto"``: more and the
-#: rows are shuffled and joined in hash buckets of about this many.  Two H200s (docs/BENCHMARKS.md),
-#: PHJ-TR's time per row grows past 2^27 rows a side (one GPU: 2^27 a side 12.2-12.5 ms, 2^28 32):
-#: at 2^28 rows a rank 1 bucket took 51.0 ms, 2 45.9-46.4, 3 46.6-46.8, 4 48.6-51.1, 8 56.7 (more
-#: buckets: the first ones' joins slowed by the NCCL groups beside them); at 2^27 rows 1 bucket
-#: 22.4 ms, 2 23.7; at 2^26 12.8 and 13.6.
+#: Rows of one table a rank's local join takes at once under ``buckets="auto"`` on more than two
+#: ranks: more and the rows are shuffled and joined in hash buckets of about this many.  Two H200s
+#: (docs/BENCHMARKS.md), since PHJ's 9-bit radix passes: 1 bucket is the fastest at 2^27, 2^28
+#: and 2^29 rows a rank (44.1 ms at 2^28 against 46.0 for 2 and 48.8 for 4): half of a rank's
+#: rows cross NVLink in 15.6 ms while its local join takes 25.8, and a bucket's join beside the
+#: NCCL groups runs slower than alone.  Four H200s: 3/4 of the rows cross, at 60% of the
+#: all-to-all's rate, in about the local join's time, and 2 buckets at 2^28 rows a rank took
+#: 53.9 ms against 68.2 for 1 (before the 9-bit passes).
 BUCKET_ROWS = 1 << 27
 
 
@@ -136,9 +138,9 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     buckets : tables in GPU memory: each rank's rows shuffled and joined in this many hash
         buckets (each bucket's join runs as soon as its rows have arrived, while the links carry
         the next: ``device_shuffle.exchange_buckets``); "auto": where the shuffle is
-        one-level over NCCL without compression: ceil(rows / BUCKET_ROWS) for the most rows a
-        rank has of one table, else 1 (shuffle everything, then join once, as paper 001).  Host
-        tables: ignored.
+        one-level over NCCL without compression on more than two ranks: ceil(rows / BUCKET_ROWS)
+        for the most rows a rank has of one table, else 1 (shuffle everything, then join once, as
+        paper 001).  Host tables: ignored.
     stats : a dict that receives the phases' seconds and the rows sent and received (with
         buckets, "shuffle" is the time until the first bucket's rows have arrived and
         "local_join" the rest)
@@ -237,7 +239,7 @@ def _bucket_count(buckets, method: str, compression: str, comm: Communicator, ro
     shuffled by ``method`` (resolved: "one-level" or "two-level"); ``rows`` the most any rank
     has of one table."""
     if buckets == "auto":
-        ok = method == "one-level" and compression == "none" and comm.size > 1
+        ok = method == "one-level" and compression == "none" and comm.size > 2
         return max(1, -(-rows // BUCKET_ROWS)) if ok else 1
     if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
         raise ValueError(f"buckets must be 'auto' or a whole number from 1, got {buckets!r}")
