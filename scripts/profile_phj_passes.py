@@ -53,7 +53,7 @@ def main():
         print(f"2^{lg} rows a side ({hits:,} matches), min of {runs}:", flush=True)
         for name, ph in best.items():
             print(f"  {name:26s} " + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in ph.items()), flush=True)
-        del build, probe
+        build = probe = None  # (freed before the next size)
         cp.get_default_memory_pool().free_all_blocks()
 
 
