@@ -112,9 +112,9 @@ def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "
 #: (docs/BENCHMARKS.md), since PHJ's 9-bit radix passes: 1 bucket is the fastest at 2^27, 2^28
 #: and 2^29 rows a rank (44.1 ms at 2^28 against 46.0 for 2 and 48.8 for 4): half of a rank's
 #: rows cross NVLink in 15.6 ms while its local join takes 25.8, and a bucket's join beside the
-#: NCCL groups runs slower than alone.  Four H200s: 3/4 of the rows cross, at 60% of the
+#: NCCL groups runs slower than alone.  Four H200s: 3/4 of the rows cross, at 62% of the
 #: all-to-all's rate, in about the local join's time, and 2 buckets at 2^28 rows a rank took
-#: 53.9 ms against 68.2 for 1 (before the 9-bit passes).
+#: 53.6 ms against 59.8 for 1 and 59.8 for 4.
 BUCKET_ROWS = 1 << 27
 
 
