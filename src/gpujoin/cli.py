@@ -787,7 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one radix-partition pass (more than 256 ranks), GB/s (default 610, H200)")
     dm.add_argument("--shuffle-partition-GBps", type=float,
                     help="the partition by destination up to 256 ranks, GB/s (default 1200, H200)")
-    dm.add_argument("--join-gtuples", type=float, help="local join, G input tuples/s (default 14.8, H200 PHJ-TR)")
+    dm.add_argument("--join-gtuples", type=float, help="local join, G input tuples/s (default 20.8, H200 PHJ-TR)")
     dm.add_argument("--workload", default="random", choices=["random", "tpch"])
     dm.add_argument("--rows-per-gpu", type=float, help="rows of each table a GPU (default: the paper's)")
     dm.add_argument("--compression-ratio", type=float, help="also model the inter-node bytes compressed this much")

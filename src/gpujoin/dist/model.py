@@ -44,15 +44,17 @@ class Rates:
 #: Measured here (docs/BENCHMARKS.md, ANCHORS.md; one NVIDIA H200): a 16-bit radix partition of
 #: 2^27 8-byte tuples in two 8-bit passes, 3.52 ms (610 GB/s a pass); the shuffle's partition by
 #: destination of 2^28 rows of 16 bytes (4.3 GB), histogram 0.48 ms and scatter 3.0 ms, 1.2 TB/s
-#: (two H200s, 2026-11-26, `scripts/timeline_shuffle.py 28 40`); PHJ-TR on 2^27 x 2^27
-#: tuples of an 8-byte key and payload, 18.09 ms (14.8 G tuples/s); NCCL all-to-all between two
+#: (two H200s, 2026-11-26, `scripts/timeline_shuffle.py 28 40`); PHJ-TR on 2^28 x 2^28
+#: tuples of an 8-byte key and payload (paper 001's random workload as a rank of two gets it; 9-bit
+#: radix passes, fc91943), 25.8 ms (20.8 G tuples/s; 14.8 on 2^27 x 2^27 of the wide workload
+#: before); NCCL all-to-all between two
 #: H200s, 337 GB/s sent per GPU at 4 GiB a rank.  Taken from paper 001 Fig. 9: (de)compression
 #: (46 ms and 20 ms for the TPC-H slice of one A100, 146.48M x 12 + 585.94M x 8 bytes: 140 and
 #: 320 GB/s; nvCOMP's cascaded codec measured 191 and 248 GB/s on L_ORDERKEY at SF 10 on an H100
 #: here, docs/BENCHMARKS.md, not yet on an H200); the NIC (200 Gb/s HDR, the paper's; none here);
 #: the per-message time (10 us, an assumption: see ``crossover``; ``measured_rates`` measures a
 #: job's own).
-H200 = Rates(partition_Bps=610e9, shuffle_partition_Bps=1.2e12, join_tuples_per_s=14.8e9, compress_Bps=140e9, decompress_Bps=320e9,
+H200 = Rates(partition_Bps=610e9, shuffle_partition_Bps=1.2e12, join_tuples_per_s=20.8e9, compress_Bps=140e9, decompress_Bps=320e9,
              intra_Bps=337e9, inter_Bps=25e9, alpha_s=10e-6)
 
 RADIX_BITS_PER_PASS = 8
