@@ -243,10 +243,11 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
                     out: tuple | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
     """Radix partition of ``keys`` and every column of ``values`` on ``digits``.
 
-    Passes of at most 8 bits, 9 unstable (histogram, scan, shared-memory staged scatter), so the output is
-    ordered by the digit and, if ``stable``, within a partition by input position; every value
-    column lands at the same positions as its key (GFTR, paper 003 §1.4).  Stable passes run
-    least significant digit first (warp-ballot ranking keeps the previous passes' order).
+    Passes of at most 8 bits, 9 unstable where that saves a pass (histogram, scan, shared-memory
+    staged scatter), so the output is ordered by the digit and, if ``stable``, within a partition
+    by input position; every value column lands at the same positions as its key (GFTR, paper
+    003 §1.4).  Stable passes run least significant digit first (warp-ballot ranking keeps the
+    previous passes' order).
     Unstable, when every column has one width, passes run most significant digit first, each
     after the first within the partitions of the ones before (tiles cut at their starts), and
     rank a tile by shared atomics on 8192-row tiles: faster, and the last pass's scan gives the

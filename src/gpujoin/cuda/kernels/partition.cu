@@ -72,10 +72,10 @@ __device__ __forceinline__ bool tile_of(int b, int tile, i64 n, int nblocks, con
 }
 
 // counts[d * nblocks + b] = number of keys of tile b (PART_BLOCK * ITEMS keys) whose digit is d
-// (d < radix: 256, or 512 for a 9-bit pass).  Each warp counts into its own shared counters (contention stays within a warp even
-// for all-equal keys); blocks loop over the tiles.  With `sketch` (2^HLL_BITS registers, zeroed)
-// the same read of the keys also feeds a HyperLogLog sketch of them (hll_sketch's), so that
-// PGB learns the number of groups without a pass of its own.
+// (d < radix: 256, or 512 for a 9-bit pass).  Each warp counts into its own shared counters
+// (contention stays within a warp even for all-equal keys); blocks loop over the tiles.  With
+// `sketch` (2^HLL_BITS registers, zeroed) the same read of the keys also feeds a HyperLogLog
+// sketch of them (hll_sketch's), so that PGB learns the number of groups without a pass of its own.
 template <typename K, int ITEMS>
 __global__ void __launch_bounds__(PART_BLOCK)
 radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits, int radix,
@@ -371,8 +371,8 @@ __global__ void partition_bounds(const K* __restrict__ keys, i64 n, int use_hash
 
 // Partition offsets after a segmented (MSD) pass of `bits` bits over nseg partitions: partition
 // q = p << bits | d starts where the scan put tile 0 of digit d of partition p (offs: the exclusive
-// scan of radix_histogram's segmented counts, `radix` a tile), or at seg_off[p] when p has no tiles (empty);
-// offsets[nseg << bits] = n.  One thread an entry, so the bounds cost no read of the keys.
+// scan of radix_histogram's segmented counts, `radix` a tile), or at seg_off[p] when p has no
+// tiles (empty); offsets[nseg << bits] = n.  One thread an entry, so the bounds cost no read of the keys.
 __global__ void segment_bounds(const i64* __restrict__ offs, const i64* __restrict__ seg_off,
                                const i32* __restrict__ tile_start, int nseg, int bits, int radix, i64 n,
                                i64* __restrict__ offsets) {
