@@ -185,6 +185,12 @@ if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline
     timeout 300 bash -c "$(declare -f mpi); mpi -n 4 python3 tests/mpi_dist_check.py 2 cuda" 2>&1 | tail -8
     # Hypothesis's examples, each rank joining its rows on its GPU
     timeout 200 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_hypothesis_check.py '' cuda 50" 2>&1 | tail -4
+    # MORE_RANKS="8:4 8:2": P ranks as hosts of R (more ranks than GPUs: ranks share a GPU)
+    for spec in ${MORE_RANKS:-}; do
+      echo "$spec: ${spec%%:*} ranks, ${spec##*:} a host"
+      timeout 300 bash -c "$(declare -f mpi); mpi -n ${spec%%:*} python3 tests/mpi_dist_check.py ${spec##*:} cuda" 2>&1 \
+        | tail -4
+    done
   elif [[ -n ${PROFILE:-} ]]; then
     mpi -n ${RANKS:-2} python3 scripts/profile_dist_shuffle.py $PROFILE 2>&1 | tail -12
   fi
