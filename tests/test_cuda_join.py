@@ -210,6 +210,38 @@ def test_gather_compact_and_merge_bounds():
     for upper, side in ((False, "left"), (True, "right")):
         got = prim.merge_bounds(cp.asarray(a), cp.asarray(b), upper)
         np.testing.assert_array_equal(cp.asnumpy(got), np.searchsorted(a, b, side=side))
+    lower = prim.merge_bounds(cp.asarray(a), cp.asarray(b), False)
+    counts = prim.merge_bounds(cp.asarray(a), cp.asarray(b), True, minus=lower)  # upper less lower in one pass
+    np.testing.assert_array_equal(cp.asnumpy(counts), np.searchsorted(a, b, "right") - np.searchsorted(a, b, "left"))
+
+
+@pytest.mark.parametrize("case", ["one_each", "mixed", "hot_row", "sparse", "one_row"])
+def test_expand_matches_balances_any_multiplicities(case):
+    """smj.expand (merge.cu: a load-balancing search over the rows' output ends and the output
+    indices): every output row gets its probe row and its build row, whatever the counts: one a
+    row, a mix with rows of none, one row holding most outputs (several blocks' tiles), matches
+    far apart among empty rows, a single row."""
+    from gpujoin.cuda.join import smj
+
+    rng = np.random.default_rng(5)
+    m = 1 if case == "one_row" else 50_000
+    counts = {"one_each": np.ones(m), "mixed": rng.integers(0, 4, m), "hot_row": np.r_[rng.integers(0, 2, m - 1), 70_000],
+              "sparse": (rng.random(m) < 0.001) * rng.integers(1, 9, m), "one_row": np.array([5_000])}[case]
+    counts = counts.astype(np.int64)
+    lower = rng.integers(0, 1_000, m).astype(np.int64)
+    total = int(counts.sum())
+    r = smj.MergeRanges(cp.zeros(1_100, cp.int64), cp.asarray(rng.integers(0, 9, m)), None, None,
+                        cp.asarray(lower), cp.asarray(counts))
+    r.offsets = prim.exclusive_scan(r.counts)
+    assert r.total == total
+    bsrc = cp.arange(1_100 + 70_000, dtype=cp.int64) * 3
+    out_b, out_p, out_k = cp.empty(total, cp.int64), cp.empty(total, cp.int64), cp.empty(total, cp.int64)
+    smj.expand(r, bsrc, None, out_b, out_p, out_k)
+    rows = np.repeat(np.arange(m), counts)
+    nth = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    np.testing.assert_array_equal(cp.asnumpy(out_p), rows)
+    np.testing.assert_array_equal(cp.asnumpy(out_b), (lower[rows] + nth) * 3)
+    np.testing.assert_array_equal(cp.asnumpy(out_k), cp.asnumpy(r.spk)[rows])
 
 
 @pytest.mark.parametrize("n", [0, 1, 1023, 8192, 8193, 3 * 8192 + 5, 1024 * 8192 + 1])

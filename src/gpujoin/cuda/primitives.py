@@ -424,8 +424,9 @@ def compact(flags: cp.ndarray, want: bool, index_dtype=cp.int64) -> cp.ndarray:
 MERGE_TILE = 2048  # merge.cu: 256 threads x 8 merge steps per block
 
 
-def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool) -> cp.ndarray:
-    """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``).
+def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, minus: cp.ndarray | None = None) -> cp.ndarray:
+    """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``),
+    less ``minus[j]`` when given (int64 (len(b),): upper less lower bounds are match counts).
 
     Merge path over a and b (same key dtype); int64 (len(b),).
     """
@@ -434,7 +435,7 @@ def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool) -> cp.ndarray:
     if b.size:
         kernel("merge.cu", f"merge_bounds<{key_type(a)}>")(
             ((total + MERGE_TILE - 1) // MERGE_TILE,), (256,),
-            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), out))
+            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), ptr(minus), out))
     return out
 
 

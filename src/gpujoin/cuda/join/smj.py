@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from ..primitives import key_type, merge_bounds, radix_sort, word_type
+from ..primitives import MERGE_TILE, exclusive_scan, key_type, merge_bounds, radix_sort, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, pair_arrays, position_dtype, run_match, unmatched)
 
-BLOCK = 256
+BLOCK = 256  # merge.cu's MERGE_BLOCK
 
 
 def smj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.ndarray],
@@ -75,10 +75,9 @@ class MergeRanges:
 def merge_ranges(sbk: cp.ndarray, spk: cp.ndarray, bperm=None, pperm=None, pairs: bool = True) -> MergeRanges:
     """The match ranges of sorted keys ``sbk`` (build) and ``spk`` (probe), same dtype."""
     lower = merge_bounds(sbk, spk, upper=False)
-    r = MergeRanges(sbk, spk, bperm, pperm, lower, merge_bounds(sbk, spk, upper=True) - lower)
+    r = MergeRanges(sbk, spk, bperm, pperm, lower, merge_bounds(sbk, spk, upper=True, minus=lower))
     if pairs:
-        r.offsets = cp.zeros(spk.size + 1, cp.int64)
-        cp.cumsum(r.counts, out=r.offsets[1:])
+        r.offsets = exclusive_scan(r.counts)  # (np + 1,): each row's first output, then the total
     return r
 
 
@@ -89,8 +88,8 @@ def expand(r: MergeRanges, bsrc, psrc, out_b: cp.ndarray, out_p: cp.ndarray, out
     if not total:
         return
     fn = kernel("merge.cu", f"expand_matches<{key_type(r.sbk)}, {word_type(out_b.dtype)}, {word_type(out_p.dtype)}>")
-    grid = (max(1, min((total + BLOCK - 1) // BLOCK, 132 * 16)),)
-    fn(grid, (BLOCK,), (r.lower, r.offsets, np.int64(r.spk.size), np.uint64(total), r.spk, ptr(r.bperm),
+    grid = (-(-(r.spk.size + total) // MERGE_TILE),)  # a tile of the merge of row ends and outputs a block
+    fn(grid, (BLOCK,), (r.lower, r.offsets, np.int64(r.spk.size), np.int64(total), r.spk, ptr(r.bperm),
                         ptr(r.pperm), ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k)))
 
 

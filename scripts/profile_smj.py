@@ -1,0 +1,55 @@
+"""SMJ-TR and -UR at 2^27 a side (paper 003's narrow workload: R a shuffled dense key, S uniform
+into it, 4-byte payloads) on one GPU: phases (min of 4), PHJ-TR beside them, the stable radix
+sort by key bits against the copy of the same bytes, and the match phase's steps (CUDA events).
+Usage: python3 scripts/profile_smj.py"""
+
+import time
+
+import cupy as cp
+
+from gpujoin.cuda.join.smj import smj
+from gpujoin.cuda.join.phj import phj
+from gpujoin.cuda import primitives as prim
+from gpujoin.cuda.runtime import event_time
+
+n = 1 << 27
+rk = cp.random.RandomState(3).permutation(n).astype(cp.int32)
+sk = cp.random.default_rng(3).integers(0, n, n, dtype=cp.int32)
+rp, sp = cp.arange(n, dtype=cp.int32), cp.arange(n, dtype=cp.int32)
+joins = {"smj-tr": lambda: smj(rk, sk, [rp], [sp], method="tr"),
+         "smj-ur": lambda: smj(rk, sk, [rp], [sp], method="ur"),
+         "phj-tr": lambda: phj(rk, sk, [rp], [sp])}
+for name, fn in joins.items():
+    best = {}
+    for _ in range(4):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        cp.cuda.Device().synchronize()
+        t = time.perf_counter() - t0
+        for k, v in list(out.phases.items()) + [("total", t)]:
+            best[k] = min(best.get(k, 1e9), v)
+        del out
+    print(name, {k: round(v * 1e3, 2) for k, v in best.items()}, flush=True)
+print("radix_sort 27 bits key+value", round(event_time(lambda: prim.radix_sort(rk, [rp], 0, 27), 5) * 1e3, 2), "ms")
+print("radix_sort 24 bits key+value", round(event_time(lambda: prim.radix_sort(rk, [rp], 0, 24), 5) * 1e3, 2), "ms")
+print("radix_sort 16 bits key+value", round(event_time(lambda: prim.radix_sort(rk, [rp], 0, 16), 5) * 1e3, 2), "ms")
+print("copy key+value", round(event_time(lambda: (rk.copy(), rp.copy()), 5) * 1e3, 2), "ms")
+
+# the match phase's steps on the sorted sides
+from gpujoin.cuda.join import smj as smj_mod  # noqa: E402
+
+sbk, (sbp,) = prim.radix_sort(rk, [rp], 0, 27)
+spk, (spp,) = prim.radix_sort(sk, [sp], 0, 27)
+r = smj_mod.merge_ranges(sbk, spk)
+out_b, out_p = cp.empty(r.total, cp.int32), cp.empty(r.total, cp.int32)
+steps = {
+    "merge_bounds lower": lambda: prim.merge_bounds(sbk, spk, upper=False),
+    "merge_bounds upper": lambda: prim.merge_bounds(sbk, spk, upper=True),
+    "merge_ranges (both, counts, cumsum)": lambda: smj_mod.merge_ranges(sbk, spk),
+    "cumsum of counts": lambda: cp.cumsum(r.counts),
+    "expand (2 payloads)": lambda: smj_mod.expand(r, sbp, spp, out_b, out_p, None),
+    "key_range": lambda: smj_mod.key_range(rk, sk),
+}
+for label, fn in steps.items():
+    print(f"{label:40} {event_time(fn, 5) * 1e3:8.3f} ms", flush=True)
