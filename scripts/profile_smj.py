@@ -46,6 +46,7 @@ out_b, out_p = cp.empty(r.total, cp.int32), cp.empty(r.total, cp.int32)
 steps = {
     "merge_bounds lower": lambda: prim.merge_bounds(sbk, spk, upper=False),
     "merge_bounds upper": lambda: prim.merge_bounds(sbk, spk, upper=True),
+    "merge_bounds lower and counts": lambda: prim.merge_bounds(sbk, spk, upper=False, counts=True),
     "merge_ranges (both, counts, cumsum)": lambda: smj_mod.merge_ranges(sbk, spk),
     "cumsum of counts": lambda: cp.cumsum(r.counts),
     "expand (2 payloads)": lambda: smj_mod.expand(r, sbp, spp, out_b, out_p, None),

@@ -210,9 +210,14 @@ def test_gather_compact_and_merge_bounds():
     for upper, side in ((False, "left"), (True, "right")):
         got = prim.merge_bounds(cp.asarray(a), cp.asarray(b), upper)
         np.testing.assert_array_equal(cp.asnumpy(got), np.searchsorted(a, b, side=side))
-    lower = prim.merge_bounds(cp.asarray(a), cp.asarray(b), False)
-    counts = prim.merge_bounds(cp.asarray(a), cp.asarray(b), True, minus=lower)  # upper less lower in one pass
-    np.testing.assert_array_equal(cp.asnumpy(counts), np.searchsorted(a, b, "right") - np.searchsorted(a, b, "left"))
+    # the equal keys counted in the lower bounds' pass: runs of none, one, a few, thousands (the
+    # gallop past the staged range), and at the ends of a
+    a2 = np.sort(np.r_[rng.integers(0, 50, 3_000), np.full(5_000, 60), np.arange(61, 3_000), np.full(3, 4_000)])
+    for aa, bb in ((a, b), (a2.astype(np.int64), np.sort(rng.integers(-3, 4_010, 20_000)).astype(np.int64))):
+        lower, counts = prim.merge_bounds(cp.asarray(aa), cp.asarray(bb), False, counts=True)
+        np.testing.assert_array_equal(cp.asnumpy(lower), np.searchsorted(aa, bb, "left"))
+        want = np.searchsorted(aa, bb, "right") - np.searchsorted(aa, bb, "left")
+        np.testing.assert_array_equal(cp.asnumpy(counts), want)
 
 
 @pytest.mark.parametrize("case", ["one_each", "mixed", "hot_row", "sparse", "one_row"])
@@ -225,7 +230,8 @@ def test_expand_matches_balances_any_multiplicities(case):
 
     rng = np.random.default_rng(5)
     m = 1 if case == "one_row" else 50_000
-    counts = {"one_each": np.ones(m), "mixed": rng.integers(0, 4, m), "hot_row": np.r_[rng.integers(0, 2, m - 1), 70_000],
+    counts = {"one_each": np.ones(m), "mixed": rng.integers(0, 4, m),
+              "hot_row": np.r_[rng.integers(0, 2, m - 1), 70_000],
               "sparse": (rng.random(m) < 0.001) * rng.integers(1, 9, m), "one_row": np.array([5_000])}[case]
     counts = counts.astype(np.int64)
     lower = rng.integers(0, 1_000, m).astype(np.int64)

@@ -424,19 +424,22 @@ def compact(flags: cp.ndarray, want: bool, index_dtype=cp.int64) -> cp.ndarray:
 MERGE_TILE = 2048  # merge.cu: 256 threads x 8 merge steps per block
 
 
-def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, minus: cp.ndarray | None = None) -> cp.ndarray:
-    """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``),
-    less ``minus[j]`` when given (int64 (len(b),): upper less lower bounds are match counts).
+def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, counts: bool = False):
+    """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``).
 
-    Merge path over a and b (same key dtype); int64 (len(b),).
+    Merge path over a and b (same key dtype); int64 (len(b),).  ``counts`` (lower bounds only):
+    also how many of ``a`` equal each b[j], from the same pass; returns (bounds, counts) then.
     """
+    if counts and upper:
+        raise ValueError("merge_bounds counts the equal keys from lower bounds only")
     out = cp.empty(b.size, cp.int64)
+    eq = cp.empty(b.size, cp.int64) if counts else None
     total = a.size + b.size
     if b.size:
         kernel("merge.cu", f"merge_bounds<{key_type(a)}>")(
             ((total + MERGE_TILE - 1) // MERGE_TILE,), (256,),
-            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), ptr(minus), out))
-    return out
+            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), out, ptr(eq)))
+    return (out, eq) if counts else out
 
 
 def hash_partition_bits(n: int, target: int) -> int:

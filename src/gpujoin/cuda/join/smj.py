@@ -74,8 +74,8 @@ class MergeRanges:
 
 def merge_ranges(sbk: cp.ndarray, spk: cp.ndarray, bperm=None, pperm=None, pairs: bool = True) -> MergeRanges:
     """The match ranges of sorted keys ``sbk`` (build) and ``spk`` (probe), same dtype."""
-    lower = merge_bounds(sbk, spk, upper=False)
-    r = MergeRanges(sbk, spk, bperm, pperm, lower, merge_bounds(sbk, spk, upper=True, minus=lower))
+    lower, counts = merge_bounds(sbk, spk, upper=False, counts=True)
+    r = MergeRanges(sbk, spk, bperm, pperm, lower, counts)
     if pairs:
         r.offsets = exclusive_scan(r.counts)  # (np + 1,): each row's first output, then the total
     return r
@@ -103,7 +103,7 @@ def range_flags(r: MergeRanges, pflag: cp.ndarray | None, bflag: cp.ndarray | No
         else:
             pflag[r.pperm] = hit
     if bflag is not None and r.sbk.size:
-        hit = (merge_bounds(r.spk, r.sbk, upper=True) > merge_bounds(r.spk, r.sbk, upper=False)).astype(cp.uint8)
+        hit = (merge_bounds(r.spk, r.sbk, upper=False, counts=True)[1] > 0).astype(cp.uint8)
         if r.bperm is None:
             bflag[:] = hit
         else:
