@@ -1,10 +1,11 @@
 """SMJ-UR and SMJ-TR: sort-merge join of paper 003 §1.1-1.2 on one GPU.
 
 Both sides are sorted by key with the stable LSD radix sort (``primitives.radix_sort``) over
-only the bits the key range needs (keys are offset by the smaller minimum).  Merge path then
-gives each probe key its lower and upper bound among the build keys; their difference is its
-match count, a scan turns counts into output offsets, and each output row finds its probe row
-by binary search over the offsets (load-balanced under any skew).
+only the bits the key range needs (keys are offset by the smaller minimum).  One merge path
+pass then gives each probe key its lower bound among the build keys and its count of equal
+ones (its matches), a scan turns counts into output offsets, and each output row finds its
+probe row by a load-balancing search, a merge path over the rows' output ends and the output
+indices (the same work for every block under any skew; Baxter's moderngpu).
 
 SMJ-UR sorts (key, row id) and gathers payloads from the original columns (unclustered);
 SMJ-TR sorts every payload column with its key and gathers from the sorted copies at merge
