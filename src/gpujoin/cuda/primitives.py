@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from .kernels import pass_widths, scatter_name
+from .kernels import pass_widths, radix_of, scatter_name
 from .runtime import device_properties, kernel, ptr
 
 #: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
@@ -82,11 +82,6 @@ def _passes(digits: Digits, unstable: bool = False) -> list[tuple[int, int]]:
     """(shift, bits) of each pass, least significant digit first (kernels.pass_widths)."""
     widths = pass_widths(digits.bits, unstable)
     return [(digits.shift + sum(widths[:i]), w) for i, w in enumerate(widths)]
-
-
-def _radix(bits: int) -> int:
-    """Digit counts a tile of a pass of ``bits`` bits has (partition.cu: 256, 512 for 9 bits)."""
-    return 512 if bits > 8 else 256
 
 
 def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
@@ -209,7 +204,7 @@ _GLOBAL = (0, 0, np.int32(0))  # no segments: tiles from row 0
 
 def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: int, counts: cp.ndarray,
                sketch: cp.ndarray | None, segments: _Segments | None = None) -> None:
-    radix = _radix(bits)
+    radix = radix_of(bits)
     n, nblocks = keys.size, counts.size // radix
     # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
     grid = nblocks if sketch is None else min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
@@ -233,7 +228,7 @@ def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     unstable = _unstable(values, stable)
     shift, bits = _order(digits, unstable)[0]
     tile = UNSTABLE_TILE if unstable else PART_TILE
-    counts = cp.empty(_radix(bits) * -(-keys.size // tile), cp.int32)
+    counts = cp.empty(radix_of(bits) * -(-keys.size // tile), cp.int32)
     _histogram(keys, digits, shift, bits, tile, counts, sketch)
     return counts
 
@@ -298,7 +293,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         if p > 0 and unstable:  # partition the partitions of the passes before
             segments = _Segments.of(seg_offsets, n, tile)
         nblocks = segments.blocks if segments else -(-n // tile)
-        radix = _radix(bits)
+        radix = radix_of(bits)
         if p == 0 and counts is not None:
             if counts.size != radix * nblocks:
                 raise ValueError("counts are not radix_histogram's of these keys, values and digits")
@@ -361,7 +356,7 @@ def _scan_bounds(offs: cp.ndarray, nblocks: int, bits: int, n: int, segments: _S
     offsets = cp.empty((nseg << bits) + 1, cp.int64)
     kernel("partition.cu", "segment_bounds")((_grid(offsets.size, 256),), (256,),
                                              (offs, segments.offsets, segments.tile_start, np.int32(nseg),
-                                              np.int32(bits), np.int32(_radix(bits)), np.int64(n), offsets))
+                                              np.int32(bits), np.int32(radix_of(bits)), np.int64(n), offsets))
     return offsets
 
 

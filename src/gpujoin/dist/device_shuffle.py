@@ -334,8 +334,9 @@ def exchange_buckets(tables: list, dests: list, comm: Communicator, buckets: int
     if stats is not None:
         for i, w in enumerate(rows):
             own = int(counts[me, i, :, me].sum())
-            stats["bytes_sent"] = stats.get("bytes_sent", 0) + (int(counts[me, i].sum()) - own) * w
-            stats["wire_bytes_sent"] = stats.get("wire_bytes_sent", 0) + (int(counts[me, i].sum()) - own) * w
+            sent = (int(counts[me, i].sum()) - own) * w  # (uncompressed: the wire carries as much)
+            for key in ("bytes_sent", "wire_bytes_sent"):
+                stats[key] = stats.get(key, 0) + sent
             stats["bytes_received"] = stats.get("bytes_received", 0) + (int(counts[:, i, :, me].sum()) - own) * w
     # NCCL's groups on the highest-priority stream, or (GPUJOIN_SHUFFLE_NCCL_PRIORITY=0) one of
     # normal priority, whose blocks then queue behind the local joins' rather than ahead of them

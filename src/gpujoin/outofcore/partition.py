@@ -100,9 +100,10 @@ class PartitionedRelation:
     def _table(self):
         """The pieces as arrays, made once their list stops growing: offsets int64 (pieces,
         fanout + 1), column addresses int64 (pieces, columns), cached bool and device int64
-        (pieces,), and the columns' item sizes int64 (columns,).  (Pass 2 asks for a partition of every piece a pair, on four GPUs in turn on
-        one interpreter lock: for 32 pieces of two columns the Python loop took 58 us a side
-        on a 2-core host, these arrays 31 us with the lists made of them.)"""
+        (pieces,), and the columns' item sizes int64 (columns,).  (Pass 2 asks for a partition
+        of every piece a pair, on four GPUs in turn on one interpreter lock: for 32 pieces of two
+        columns the Python loop took 58 us a side on a 2-core host, these arrays 31 us with the
+        lists made of them.)"""
         if self._tab is None or self._tab[0] != len(self.pieces):
             k, ncols = len(self.pieces), len(self.dtypes)
             self._tab = (k, np.array([pc.offsets for pc in self.pieces], np.int64).reshape(k, self.fanout + 1),

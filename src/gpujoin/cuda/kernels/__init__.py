@@ -49,6 +49,11 @@ def pass_widths(bits: int, unstable: bool) -> list[int]:
     return [bits // count + (i < bits % count) for i in range(count)]
 
 
+def radix_of(bits: int) -> int:
+    """Digit counts a tile has in a pass of ``bits`` bits (partition.cu: 256, 512 for 9 bits)."""
+    return 512 if bits > 8 else 256
+
+
 def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits: int = 8) -> str:
     """The radix scatter instance for key and value types (stable: radix_scatter, 4-byte staging
     when both fit, with a register budget; else radix_scatter_unstable, for digits of at most 8
