@@ -554,6 +554,7 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
 
 #: The u64 words that launch_key_samples writes.
 SAMPLES_OUT = 12
+_smem_set: dict = {}  # sample_counts' functions and the dynamic shared memory set on each
 
 
 @dataclass
@@ -594,7 +595,8 @@ def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMM
             table = cp.empty(_table_slots(build[2]), dt)  # filled by sample_counts' extra blocks
     fn = kernel("groupby.cu", f"sample_counts<{kt}>")
     smem = 8192 * (dt.itemsize + 4)
-    fn.max_dynamic_shared_size_bytes = smem
+    if _smem_set.get(fn) != smem:  # a driver call each time otherwise
+        fn.max_dynamic_shared_size_bytes = _smem_set[fn] = smem
     a, b = samples[0], samples[-1]
     fill = 0 if table is None else max(1, min(64, table.size >> 12))
     # sample_counts writes the summaries and zeroes the match's counters

@@ -154,10 +154,16 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
     return choice
 
 
+def shared_groups(slot_bytes: int, dev: cost.DeviceModel) -> int:
+    """The most groups of ``slot_bytes`` bytes of accumulators that fit in shared memory
+    (fits_shared's bound)."""
+    return 2 * dev.smem_block_bytes // max(slot_bytes, 1)
+
+
 def hgb_groups_limits(est: GroupByEstimate, dev: cost.DeviceModel) -> tuple[int, int]:
     """(the most groups whose accumulators fit shared memory, the most groups for which
     choose_group_by takes HGB): with hot groups in ``est``, what fits L2 for the second."""
-    shared = 2 * dev.smem_block_bytes // max(est.slot_bytes, 1)
+    shared = shared_groups(est.slot_bytes, dev)
     if est.hot:
         return shared, max(shared, dev.l2_bytes // (8 * max(len(est.value_bytes), 1)))
     return shared, shared
@@ -175,22 +181,27 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     from .calibrate import device_model
     from .stats import Sample, estimate_groups, hll_sub, launch_sample
 
-    widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
+    n = int(keys.size)
     dev = device_model()
-    est = GroupByEstimate(int(keys.size), 0, keys.dtype.itemsize, widths, slot_bytes(inputs), 0.0,
-                          "sample (every group seen twice)", 0.0)
-    # a small sample gives the skew; HGB's own build, capped at the groups whose accumulators
-    # fit shared memory, counts the groups exactly up to that bound (the rules' first test) and
-    # is kept for HGB.  Both are launched before one copy reads them back: at 2^24 rows each
-    # round trip cost 0.04-0.05 ms, a quarter of HGB's device time (H200).  HyperLogLog's pass
+    sb = slot_bytes(inputs)
+    # HGB's own build, capped at the groups whose accumulators fit shared memory, counts the
+    # groups exactly up to that bound (the rules' first test) and is kept for HGB; a small
+    # sample gives the skew.  At 2^24 rows the planner's time is host time (each CuPy call
+    # 2-20 us, a round trip 30-50, against HGB's 0.4 ms on an H200), and HGB waits on its own
+    # build anyway: so the build is launched first, the sample and the rest of the planner's
+    # Python run while the device builds, and one copy reads both back.  HyperLogLog's pass
     # over every key had cost 19% of HGB's 3 ms at 2^28 rows.
-    cap = max(1, hgb_groups_limits(est, dev)[0])
+    cap = max(1, shared_groups(sb, dev))
     # no counting table larger than a quarter of the free memory
     room = lambda c: fits(4 * HashTable.nbytes(c, keys.dtype.itemsize, capped=True))  # noqa: E731
-    words = cp.zeros(SAMPLES_OUT + 2, cp.uint64)
-    read = launch_sample(keys, words[:SAMPLES_OUT]) if keys.size else None
-    table = HashTable(keys, cap=cap, state=words[SAMPLES_OUT:]) if keys.size and room(cap) else None
-    host = words.get()
+    table, read = None, None
+    if n:
+        words = cp.empty(SAMPLES_OUT + 2, cp.uint64)  # the sample's, then the build's state
+        table = HashTable(keys, cap=cap, state=words[SAMPLES_OUT:]) if room(cap) else None
+        read = launch_sample(keys, words[:SAMPLES_OUT])
+    widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
+    est = GroupByEstimate(n, 0, keys.dtype.itemsize, widths, sb, 0.0, "sample (every group seen twice)", 0.0)
+    host = words.get() if n else None
     smp = read(host[:SAMPLES_OUT]) if read else Sample()
     est.top_share, est.hot_share = smp.top_share, smp.repeated_share
     if table is not None:

@@ -128,48 +128,60 @@ class HashTable:
     (the id of the sentinel key's group, kept outside the table, or -1), group_keys ((g,) the
     key of each id).  With ``cap``
     (use :meth:`at_most`) a table that passes cap keys stops there and holds only overflow=True.
-    With ``state`` (two zeroed device u64) the build is only launched: :meth:`finish` takes the
-    state once read back, so that the planner reads it in one copy with its sample.
+    With ``state`` (two device u64) the build is only launched: :meth:`finish` takes the state
+    once read back, so that the planner reads it in one copy with its sample.
     """
 
     def __init__(self, keys: cp.ndarray, estimate: int | None = None, cap: int = 0,
                  state: cp.ndarray | None = None):
         check_rows(keys.size, "hash tables")
         self.keys, self.cap, self.overflow, self.hot = keys, cap, False, 0  # hot: number_first's
-        self._launch(_slots(cap + min(keys.size, _prefix_threads()) if cap else
-                            (estimate_groups(keys) if estimate is None else estimate)), state)
+        self._launch(self.capped_slots(keys.size, cap) if cap else
+                     _slots(estimate_groups(keys) if estimate is None else estimate), state)
         if state is None:
             self.finish(self.state.get())
 
+    @staticmethod
+    def capped_slots(rows: int, cap: int) -> int:
+        """The slots of a table capped at ``cap`` keys for ``rows`` keys: room for the cap and the
+        keys in flight on the capped build's first grid (_prefix_threads)."""
+        return _slots(cap + min(rows, _prefix_threads()))
+
     def _launch(self, slots: int, state: cp.ndarray | None = None) -> None:
-        """hgb_build into a table of ``slots``; its state (u64: keys inserted; two int32 flags:
-        full, sentinel key seen) in ``state`` (two zeroed u64, on the current stream)."""
-        keys, n = self.keys, self.keys.size
-        check_memory(slots * _slot_bytes(keys.dtype.itemsize), f"a hash table of {slots:,} slots")
-        empty = keys.dtype.type(sentinel(keys.dtype))
-        self.table = cp.full(slots, empty, keys.dtype)
+        """hgb_build into a table of ``slots`` (filled with the sentinel first, by hgb_clear);
+        its state (u64: keys inserted; two int32 flags: full, sentinel key seen) in ``state``
+        (two u64 on the current stream, zeroed by hgb_clear).  Host time counts here: at 2^24
+        rows the planner's build and HGB are mostly launch overhead (one CuPy call 2-20 us on
+        an H200), so arguments go as pointers, not CuPy views."""
+        keys, n, kb = self.keys, self.keys.size, self.keys.dtype.itemsize
+        check_memory(slots * _slot_bytes(kb), f"a hash table of {slots:,} slots")
+        self.table = cp.empty(slots, keys.dtype)
         # each key's id and the key of each id, written by the build (the sentinel key's group,
-        # outside the table, takes the id after the others)
+        # outside the table, takes the id after the others: its key is written by finish)
         self.slot_gid = cp.empty(slots, cp.int32)
-        self.group_keys = cp.full(slots + 1, empty, keys.dtype)
-        self.state = cp.zeros(2, cp.uint64) if state is None else state
+        self.group_keys = cp.empty(slots + 1, keys.dtype)
+        self.state = cp.empty(2, cp.uint64) if state is None else state
         sms = device_properties(cp.cuda.Device().id)["sms"]
-        build = kernel("groupby.cu", f"hgb_build<{key_type(keys)}>")
+        kt = key_type(keys)
+        kernel("groupby.cu", f"hgb_clear<{kt}>")((max(1, min(-(-slots // BLOCK), sms * 4)),), (BLOCK,),
+                                                 (self.table, np.int64(slots), self.state))
+        build = kernel("groupby.cu", f"hgb_build<{kt}>")
+        count, flags = np.uint64(self.state.data.ptr), np.uint64(self.state.data.ptr + 8)
         # with a cap, a prefix of 32 cap keys on a small grid first (hgb_build): past the cap on
         # spread keys the build then ends after a few of their rows
         cut = min(n, 32 * self.cap) if self.cap else 0
-        for part, most in ((keys[:cut], _prefix_blocks()), (keys[cut:], sms * 16)):
-            if part.size:
-                grid = max(1, min((part.size + BLOCK - 1) // BLOCK, most))
-                build((grid,), (BLOCK,), (part, np.int64(part.size), self.table, np.uint32(slots - 1),
-                                          self.state[:1], self.state[1:].view(cp.int32), np.uint64(self.cap),
-                                          self.slot_gid, self.group_keys))
+        for start, end, most in ((0, cut, _prefix_blocks()), (cut, n, sms * 16)):
+            if end > start:
+                grid = max(1, min((end - start + BLOCK - 1) // BLOCK, most))
+                build((grid,), (BLOCK,), (np.uint64(keys.data.ptr + start * kb), np.int64(end - start), self.table,
+                                          np.uint32(slots - 1), count, flags, np.uint64(self.cap), self.slot_gid,
+                                          self.group_keys))
 
     def finish(self, state: np.ndarray) -> None:
         """Stage 1's end from the build's state read back to the host (``state``, the u64 pair
         given to the constructor): a full table is rebuilt four times larger (the estimate was
         far off), or with a cap marks overflow; else the group count, with no further work on
-        the device (the build numbered the groups)."""
+        the device (the build numbered the groups) but the sentinel key's, when present."""
         full, has_sentinel = (bool(f) for f in np.asarray(state[1:2]).view(np.int32))
         while full and not self.cap:
             self._launch(self.table.size * 4)
@@ -183,6 +195,8 @@ class HashTable:
         self.sentinel_gid = in_table if has_sentinel else -1
         self.num_groups = in_table + has_sentinel
         self.group_keys = self.group_keys[:self.num_groups]
+        if has_sentinel:
+            self.group_keys[in_table] = sentinel(self.keys.dtype)
 
     @staticmethod
     def nbytes(groups: int, key_bytes: int, capped: bool = False) -> int:

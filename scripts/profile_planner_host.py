@@ -1,0 +1,179 @@
+"""Host time of each step of the GPU group-by planner (issue 17 item 3): at 2^24 rows auto's
+extra time over the chosen algorithm is host time (launches, Python, the sync), not device
+work.  Launch-only steps run back to back on 2^12 keys (device work far below host work: wall
+time a call is the host's), synchronizing steps each with its round trip; then resolve and the
+algorithms at 2^24 rows, in random-order rounds (median)."""
+
+import random
+import statistics
+import time
+
+import cupy as cp
+
+from gpujoin.bench.workloads import GroupByWorkload, make_groupby
+from gpujoin.cuda.groupby import run
+from gpujoin.cuda.groupby.common import AggInput, slot_bytes
+from gpujoin.cuda.groupby.hgb import HashTable
+from gpujoin.cuda.primitives import SAMPLES_OUT
+from gpujoin.cuda.runtime import fits
+from gpujoin.plan.auto import choose_group_by, hgb_groups_limits, resolve_gpu_group_by
+from gpujoin.plan.calibrate import device_model
+from gpujoin.plan.stats import GroupByEstimate, launch_sample
+
+
+def per_call(label, fn, reps=2000):
+    fn()
+    cp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    cp.cuda.Device().synchronize()
+    print(f"{label:58} {(time.perf_counter() - t0) / reps * 1e6:8.1f} us", flush=True)
+
+
+def host_steps():
+    t = make_groupby(GroupByWorkload(log2_rows=12, log2_groups=4), cp)
+    k = t["k"]
+    inputs = [AggInput(t["v0"], None, ("max",)), AggInput(t["v1"], None, ("max",))]
+    dev = device_model()
+    words = cp.zeros(SAMPLES_OUT + 2, cp.uint64)
+    est = GroupByEstimate(int(k.size), 0, 4, [4, 4], slot_bytes(inputs), 0.0, "x", 0.0)
+    per_call("empty loop", lambda: None)
+    per_call("device_model()", device_model)
+    per_call("slot_bytes(inputs)", lambda: slot_bytes(inputs))
+    per_call("GroupByEstimate(...)", lambda: GroupByEstimate(int(k.size), 0, 4, [4, 4], 8, 0.0, "x", 0.0))
+    per_call("hgb_groups_limits", lambda: hgb_groups_limits(est, dev))
+    per_call("fits(1 MB)", lambda: fits(1 << 20))
+    per_call("choose_group_by", lambda: choose_group_by(est, dev))
+    per_call("cp.zeros(14, u64)", lambda: cp.zeros(SAMPLES_OUT + 2, cp.uint64))
+    per_call("cp.empty(14, u64)", lambda: cp.empty(SAMPLES_OUT + 2, cp.uint64))
+    per_call("memset_async of 14 u64", lambda: words.data.memset_async(0, words.nbytes))
+    per_call("cp.full(4096, -2^31, int32)", lambda: cp.full(4096, -2**31, cp.int32))
+    per_call("launch_sample (launch only)", lambda: launch_sample(k, words[:SAMPLES_OUT]))
+    per_call("HashTable(cap=28160, state=...) (launch only)", lambda: HashTable(k, cap=28160, state=words[SAMPLES_OUT:]))
+    per_call("words.get()", lambda: words.get(), reps=500)
+    per_call("resolve_gpu_group_by, 2^12 rows", lambda: resolve_gpu_group_by(k, inputs), reps=500)
+    per_call("HashTable(estimate=16) with its sync, 2^12 rows", lambda: HashTable(k, 16), reps=500)
+    per_call("run hgb, 2^12 rows", lambda: run("hgb", k, inputs, groups_estimate=16), reps=500)
+
+
+def at_2_24():
+    cases = []
+    for lg in (4, 16):
+        t = make_groupby(GroupByWorkload(log2_rows=24, log2_groups=lg), cp)
+        k = t["k"]
+        inputs = [AggInput(t["v0"], None, ("max",)), AggInput(t["v1"], None, ("max",))]
+        c = resolve_gpu_group_by(k, inputs)
+        algo, g = c.algorithm, c.estimate.groups_for(c.algorithm)
+
+        def auto(k=k, inputs=inputs):
+            c = resolve_gpu_group_by(k, inputs)
+            return run(c.algorithm, k, inputs, groups_estimate=c.estimate.groups_for(c.algorithm), table=c.table)
+
+        cases += [(f"2^24 g=2^{lg} auto", auto),
+                  (f"2^24 g=2^{lg} resolve", lambda k=k, inputs=inputs: resolve_gpu_group_by(k, inputs)),
+                  (f"2^24 g=2^{lg} {algo} alone", lambda k=k, inputs=inputs, a=algo, g=g:
+                   run(a, k, inputs, groups_estimate=g))]
+    times = {label: [] for label, _ in cases}
+    for _, fn in cases:
+        fn()
+    for _ in range(40):
+        random.shuffle(cases)
+        for label, fn in cases:
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            fn()
+            cp.cuda.Device().synchronize()
+            times[label].append(time.perf_counter() - t0)
+    for label in sorted(times):
+        print(f"{label:58} {statistics.median(times[label]) * 1e3:8.3f} ms", flush=True)
+
+
+
+
+def stamped_resolve(keys, inputs, st):
+    """resolve_gpu_group_by's steps (as in plan/auto.py, at 2^12 rows: the table does not
+    overflow) with a stamp after each."""
+    from gpujoin.plan.auto import GroupByEstimate as GE
+
+    st("start")
+    widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
+    dev = device_model()
+    est = GE(int(keys.size), 0, keys.dtype.itemsize, widths, slot_bytes(inputs), 0.0, "s", 0.0)
+    cap = max(1, hgb_groups_limits(est, dev)[0])
+    fits(4 * HashTable.nbytes(cap, keys.dtype.itemsize, capped=True))
+    st("estimate, cap, room")
+    words = cp.empty(SAMPLES_OUT + 2, cp.uint64)
+    st("cp.empty(words)")
+    t = HashTable(keys, cap=cap, state=words[SAMPLES_OUT:])
+    st("HashTable: clear and the capped build's launches")
+    read = launch_sample(keys, words[:SAMPLES_OUT])
+    st("launch_sample")
+    host = words.get()
+    st("words.get()")
+    smp = read(host[:SAMPLES_OUT])
+    st("read the sample")
+    t.finish(host[SAMPLES_OUT:])
+    st("table.finish")
+    est.top_share, est.hot_share = smp.top_share, smp.repeated_share
+    est.groups = cap + 1 if t.overflow else t.num_groups
+    choice = choose_group_by(est, dev)
+    choice.estimate, choice.table = est, t
+    st("choose_group_by")
+    return choice
+
+
+def stamped_hgb(keys, inputs, st):
+    from gpujoin.cuda.groupby import hgb as H
+    from gpujoin.cuda.groupby.common import GroupByOutput, decode
+    from gpujoin.cuda.runtime import PhaseTimer
+
+    st("start")
+    timer = PhaseTimer()
+    st("PhaseTimer (a sync)")
+    table = HashTable(keys, 16)
+    st("HashTable(estimate) with its sync")
+    timer.mark("group_ids")
+    st("mark (a sync)")
+    accs = H.aggregate(table, keys, inputs)
+    st("aggregate")
+    cols = [decode(inp, a) for inp, a in zip(inputs, accs)]
+    st("decode")
+    timer.mark("aggregate")
+    st("mark (a sync)")
+    out = GroupByOutput(table.group_keys, cols, timer.phases, {"table_slots": table.mask + 1, "hot_groups": table.hot})
+    st("output")
+    return out
+
+
+def stamps(label, fn, reps=500, rows=12, groups=4):
+    t = make_groupby(GroupByWorkload(log2_rows=rows, log2_groups=groups), cp)
+    k = t["k"]
+    inputs = [AggInput(t["v0"], None, ("max",)), AggInput(t["v1"], None, ("max",))]
+    acc, last = {}, [0]
+
+    def st(name):
+        now = time.perf_counter_ns()
+        if name != "start":
+            acc[name] = acc.get(name, 0) + now - last[0]
+        last[0] = time.perf_counter_ns()
+
+    fn(k, inputs, st)
+    acc.clear()
+    for _ in range(reps):
+        cp.cuda.Device().synchronize()
+        fn(k, inputs, st)
+    print(label)
+    for name, ns in acc.items():
+        print(f"    {name:54} {ns / reps / 1e3:8.1f} us")
+    print(f"    {'total':54} {sum(acc.values()) / reps / 1e3:8.1f} us", flush=True)
+
+
+if __name__ == "__main__":
+    host_steps()
+    stamps("resolve_gpu_group_by's steps, 2^12 rows, g = 2^4", stamped_resolve)
+    stamps("hgb's steps, 2^12 rows, g = 2^4", stamped_hgb)
+    stamps("resolve_gpu_group_by's steps, 2^24 rows, g = 2^4", stamped_resolve, 200, 24, 4)
+    stamps("resolve_gpu_group_by's steps, 2^24 rows, g = 2^16", stamped_resolve, 200, 24, 16)
+    stamps("hgb's steps, 2^24 rows, g = 2^4", stamped_hgb, 200, 24, 4)
+    at_2_24()
