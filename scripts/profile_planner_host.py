@@ -6,6 +6,7 @@ algorithms at 2^24 rows, in random-order rounds (median)."""
 
 import random
 import statistics
+import sys
 import time
 
 import cupy as cp
@@ -169,6 +170,25 @@ def stamps(label, fn, reps=500, rows=12, groups=4):
     print(f"    {'total':54} {sum(acc.values()) / reps / 1e3:8.1f} us", flush=True)
 
 
+def profiles():
+    """cProfile of each algorithm alone at 2^24 rows: where its host time goes."""
+    import cProfile
+    import pstats
+
+    for lg, algo in ((4, "hgb"), (16, "pgb-tr")):
+        t = make_groupby(GroupByWorkload(log2_rows=24, log2_groups=lg), cp)
+        inputs = [AggInput(t["v0"], None, ("max",)), AggInput(t["v1"], None, ("max",))]
+        g = resolve_gpu_group_by(t["k"], inputs).estimate.groups_for(algo)
+        run(algo, t["k"], inputs, groups_estimate=g)
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(100):
+            run(algo, t["k"], inputs, groups_estimate=g)
+        pr.disable()
+        print(f"{algo} alone, 2^24 rows, g = 2^{lg} (100 runs)")
+        pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+
+
 if __name__ == "__main__":
     host_steps()
     stamps("resolve_gpu_group_by's steps, 2^12 rows, g = 2^4", stamped_resolve)
@@ -177,3 +197,5 @@ if __name__ == "__main__":
     stamps("resolve_gpu_group_by's steps, 2^24 rows, g = 2^16", stamped_resolve, 200, 24, 16)
     stamps("hgb's steps, 2^24 rows, g = 2^4", stamped_hgb, 200, 24, 4)
     at_2_24()
+    if "--profiles" in sys.argv:
+        profiles()
