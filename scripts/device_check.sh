@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -317,6 +317,29 @@ if [[ $stage == auto-sweep ]]; then
       --sweep zipf=1.5,2 --runs $R -o "$g" >/dev/null 2>>"$OUT/auto_err.txt"
   done
   grep -i -B2 "error" "$OUT/auto_err.txt" | tail -8
+fi
+if [[ $stage == gb-planner ]]; then
+  # issue 17 item 3: the group-by planner's host time at 2^24 rows (profile_planner_host.py), then
+  # auto beside HGB and PGB-TR at 2^24 (g = 2^4, 2^16) and 2^28 rows (g = 2^4, 2^12, 2^16, Zipf 1.5)
+  timeout 200 python3 scripts/profile_planner_host.py ${PROFILE_ARGS:-} 2>&1 | tee "$OUT/planner_host.txt" | tail -${PROFILE_TAIL:-8}
+  g="$OUT/bench_gb_planner.jsonl"
+  for lg in 4 16; do
+    timeout 100 python3 -m gpujoin.cli bench group-by --device cuda --algorithm hgb,pgb-tr,auto --log2-rows 24 --log2-groups $lg \
+      --runs ${RUNS24:-15} -o "$g" >/dev/null 2>>"$OUT/gb_err.txt"
+  done
+  timeout 150 python3 -m gpujoin.cli bench group-by --device cuda --algorithm hgb,pgb-tr,auto --log2-rows 28 \
+    --sweep log2_groups=4,12,16 --runs ${RUNS:-5} -o "$g" >/dev/null 2>>"$OUT/gb_err.txt"
+  timeout 100 python3 -m gpujoin.cli bench group-by --device cuda --algorithm hgb,pgb-tr,auto --log2-rows 28 --log2-groups 16 \
+    --sweep zipf=1.5 --runs ${RUNS:-5} -o "$g" >/dev/null 2>>"$OUT/gb_err.txt"
+  grep -i -B2 "error" "$OUT/gb_err.txt" | tail -8
+  python3 - "$g" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    w = r["workload"]
+    print(f"2^{w['log2_rows']} g=2^{w['log2_groups']} z={w['zipf']}: {r['algorithm']:7} {r.get('chosen') or '':7} "
+          f"median {r['median_s'] * 1e3:.3f} ms, min {r['min_s'] * 1e3:.3f}")
+PY
 fi
 if [[ $stage == gb-skew ]]; then
   # issue 17 item 2: every group-by algorithm and auto under Zipf keys, 2^28 rows, MAX of two

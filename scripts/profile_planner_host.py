@@ -78,7 +78,7 @@ def at_2_24():
     times = {label: [] for label, _ in cases}
     for _, fn in cases:
         fn()
-    for _ in range(40):
+    for _ in range(100):
         random.shuffle(cases)
         for label, fn in cases:
             cp.cuda.Device().synchronize()
@@ -87,7 +87,9 @@ def at_2_24():
             cp.cuda.Device().synchronize()
             times[label].append(time.perf_counter() - t0)
     for label in sorted(times):
-        print(f"{label:58} {statistics.median(times[label]) * 1e3:8.3f} ms", flush=True)
+        q = statistics.quantiles(times[label], n=4)
+        print(f"{label:58} {statistics.median(times[label]) * 1e3:8.3f} ms (quartiles {q[0] * 1e3:.3f}-"
+              f"{q[2] * 1e3:.3f})", flush=True)
 
 
 

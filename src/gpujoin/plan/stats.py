@@ -199,13 +199,8 @@ def launch_sample(keys, out):
     back (the group-by planner reads them in one copy with HGB's capped build)."""
     from ..cuda.primitives import launch_key_samples
 
-    pending = launch_key_samples([keys], out, SKEW_SAMPLE)
-
-    def result(words: np.ndarray) -> Sample:
-        got = pending.result(words)
-        return _summary(got.summaries[0], got.sizes[0])
-
-    return result
+    size = launch_key_samples([keys], out, SKEW_SAMPLE).sizes[0]
+    return lambda words: Sample(size, *(int(x) for x in words[:4]))  # the one sample's 4 words
 
 
 def top_share(keys) -> float:
