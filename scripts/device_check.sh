@@ -71,10 +71,10 @@ fi
 if [[ $stage == part-profile ]]; then
   # the radix partition pass against its copy floor, then ncu on one scatter launch
   # (KEY_BYTES 4 or 8; the 17-bit partition's launches for ncu: COUNT of them from the SKIP-th)
-  python3 scripts/profile_partition.py ${LOG2N:-27} ${KEY_BYTES:-4} 2>&1 | tee "$OUT/profile_partition.txt"
+  python3 scripts/profile_partition.py ${LOG2N:-27} ${KEY_BYTES:-4} ${MODE:-} 2>&1 | tee "$OUT/profile_partition.txt"
   ncu --clock-control none -k regex:"${KERNEL:-radix_scatter}" -s ${SKIP:-0} -c ${COUNT:-1} --section SpeedOfLight \
     --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
-    python3 scripts/profile_partition.py ${LOG2N:-27} ${KEY_BYTES:-4} once 2>&1 | cut -c1-150 \
+    python3 scripts/profile_partition.py ${LOG2N:-27} ${KEY_BYTES:-4} ${MODE:-} once 2>&1 | cut -c1-150 \
     | tee "$OUT/ncu_partition.txt" | tail -${NCU_LINES:-110}
 fi
 if [[ $stage == gb-ncu ]]; then

@@ -2,7 +2,10 @@
 against the copy of the same bytes (their floor), with CUDA events: 8 bits (one pass), 16 bits
 (8 + 8) and 17 bits (9 + 8 unstable, 8 + 8 + 1 at GPUJOIN_UNSTABLE_PASS_BITS=8), unstable as
 PHJ runs them, and each pass's histogram and scatter alone; `once` runs the 17-bit partition
-once (for ncu).  Usage: python3 scripts/profile_partition.py [LOG2N=27] [KEY_BYTES=4] [once]"""
+once (for ncu).  With `stable`, SMJ's stable LSD sort instead: 8 bits (one stable pass), the
+27-bit sort (8 + 8 + 8 + 3) of keys 0..2^27 shuffled, each stable pass's histogram and scatter;
+`once` then runs the 27-bit sort once.
+Usage: python3 scripts/profile_partition.py [LOG2N=27] [KEY_BYTES=4] [stable] [once]"""
 
 import sys
 
@@ -11,7 +14,8 @@ import cupy as cp
 from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.runtime import event_time
 
-args = [a for a in sys.argv[1:] if a != "once"]
+args = [a for a in sys.argv[1:] if a not in ("once", "stable")]
+stable = "stable" in sys.argv
 log2n = int(args[0]) if args else 27
 width = int(args[1]) if len(args) > 1 else 4
 once = "once" in sys.argv
@@ -36,10 +40,23 @@ steps = {
     "radix_partition 16 bits": part(16),
     "radix_partition 17 bits": part(17),
 }
+if stable:
+    def sort(bits):
+        return lambda: prim.radix_sort(keys, [vals], 0, bits)
+
+    steps = {
+        "copy key+value (floor)": steps["copy key+value (floor)"],
+        "read key (histogram floor)": steps["read key (histogram floor)"],
+        "stable histogram 8 bits": lambda: prim.radix_histogram(keys, [vals], prim.Digits(bits=8, use_hash=False)),
+        "stable sort 8 bits (one pass)": sort(8),
+        "stable sort 16 bits": sort(16),
+        f"stable sort {log2n} bits": sort(log2n),
+    }
+    part = sort
 gb = n * 2 * width * 2 / 1e9  # one pass: the pairs read and written
 print(f"2^{log2n} pairs of {width}-byte key and value: a pass reads and writes {gb:.2f} GB", flush=True)
 if once:
-    part(17)()
+    part(log2n if stable else 17)()
     cp.cuda.Device().synchronize()
 else:
     for label, fn in steps.items():
