@@ -2,7 +2,8 @@
 extra time over the chosen algorithm is host time (launches, Python, the sync), not device
 work.  Launch-only steps run back to back on 2^12 keys (device work far below host work: wall
 time a call is the host's), synchronizing steps each with its round trip; then resolve and the
-algorithms at 2^24 rows, in random-order rounds (median)."""
+algorithms at 2^24 rows, in random-order rounds (median); ``--2-24``: those only, ``--profiles``:
+then cProfile of each algorithm alone."""
 
 import random
 import statistics
@@ -191,7 +192,9 @@ def profiles():
         pstats.Stats(pr).sort_stats("tottime").print_stats(18)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--2-24" in sys.argv:  # only auto and the algorithms at 2^24 rows
+    at_2_24()
+elif __name__ == "__main__":
     host_steps()
     stamps("resolve_gpu_group_by's steps, 2^12 rows, g = 2^4", stamped_resolve)
     stamps("hgb's steps, 2^12 rows, g = 2^4", stamped_hgb)
