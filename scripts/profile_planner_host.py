@@ -52,7 +52,8 @@ def host_steps():
     per_call("memset_async of 14 u64", lambda: words.data.memset_async(0, words.nbytes))
     per_call("cp.full(4096, -2^31, int32)", lambda: cp.full(4096, -2**31, cp.int32))
     per_call("launch_sample (launch only)", lambda: launch_sample(k, words[:SAMPLES_OUT]))
-    per_call("HashTable(cap=28160, state=...) (launch only)", lambda: HashTable(k, cap=28160, state=words[SAMPLES_OUT:]))
+    per_call("HashTable(cap=28160, state=...) (launch only)",
+             lambda: HashTable(k, cap=28160, state=words[SAMPLES_OUT:]))
     per_call("words.get()", lambda: words.get(), reps=500)
     per_call("resolve_gpu_group_by, 2^12 rows", lambda: resolve_gpu_group_by(k, inputs), reps=500)
     per_call("HashTable(estimate=16) with its sync, 2^12 rows", lambda: HashTable(k, 16), reps=500)
