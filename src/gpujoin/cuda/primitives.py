@@ -18,12 +18,13 @@ import numpy as np
 from .kernels import pass_widths, radix_of, scatter_name
 from .runtime import device_properties, kernel, ptr
 
-#: Register budget of the radix scatter for 4-byte keys (kernels.SCATTER_MINB: blocks per SM);
-#: GPUJOIN_SCATTER_MINB overrides.  With one packed register an item (partition.cu) the uncapped
-#: build (1, 80 registers) partitions 2^27 keys with values on 16 bits in 3.52 ms against 3.68 ms
-#: capped (4), and the narrow PHJ-TR takes 10.06 against 10.36 ms (H200, scripts/profile_kernels.py);
-#: before that rewrite the cap paid (4.6 against 6.9 ms).
-SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "1"))
+#: Register budget of the stable radix scatter for 4-byte keys and values (kernels.SCATTER_MINB:
+#: blocks per SM; others uncapped); GPUJOIN_SCATTER_MINB overrides.  With the tile's keys kept in
+#: shared memory (partition.cu) the cap (4, 64 registers) pays again: on an H200 2^27 pairs sort
+#: on 27 bits in 6.37 ms against 6.88 uncapped (80 registers, 3 blocks an SM), SMJ-TR 20.9
+#: against 21.7 ms (scripts/profile_partition.py, profile_smj.py).  With keys re-read from global
+#: memory it had not (16 bits 3.68 against 3.52 ms).
+SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "4"))
 #: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
 FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
 
@@ -312,7 +313,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
             # a register cap pays for 4-byte keys; 8-byte keys would spill under it
             scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
-                                                          SCATTER_MINB if kt == "i32" else 1, bits))
+                                                          SCATTER_MINB if kt == "i32" and width <= 4 else 1, bits))
             args = (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
                     np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0))
             if unstable:
