@@ -130,6 +130,20 @@ def test_nine_bit_unstable_passes(bits, n, width, monkeypatch):
     np.testing.assert_array_equal(cp.asnumpy(off), np.searchsorted(digit, np.arange((1 << bits) + 1)))
 
 
+def test_value_range_matches_numpy():
+    # one read of each column into one (min, max) pair: int32 and int64 together, the int64
+    # extremes, a strided view, one row, and nothing
+    rng = np.random.default_rng(5)
+    a = rng.integers(-2**62, 2**62, 1_000_003)
+    b = rng.integers(-2**31, 2**31 - 1, 77).astype(np.int32)
+    assert prim.value_range([cp.asarray(a), cp.asarray(b)]) == (min(a.min(), b.min()), max(a.max(), b.max()))
+    ext = np.array([5, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0])
+    assert prim.value_range([cp.asarray(ext)]) == (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    assert prim.value_range([cp.asarray(b)[::3]]) == (b[::3].min(), b[::3].max())
+    assert prim.value_range([cp.asarray(np.array([-7], np.int32))]) == (-7, -7)
+    assert prim.value_range([cp.asarray(a)[:0]]) is None and prim.value_range([]) is None
+
+
 def test_phj_with_nine_bit_passes_matches_eight_bit_passes(monkeypatch):
     # PHJ-TR and -UR at 17 radix bits (9 + 8, one pass fewer) give the pairs of 8-bit passes (8 + 8 + 1)
     from gpujoin.cuda import kernels

@@ -383,6 +383,23 @@ def radix_sort(keys: cp.ndarray, values: list[cp.ndarray], base: int, bits: int
     return k, v
 
 
+def value_range(arrays: list[cp.ndarray]) -> tuple[int, int] | None:
+    """(smallest, largest) value over every int32 or int64 device array of ``arrays``, as Python
+    ints (None when all are empty): one read of each (gather.cu: value_range) and one sync, where
+    CuPy's min and max read each twice and synchronize twice (0.66 ms of SMJ's 21 ms at 2^27 a
+    side on an H200).  Raises TypeError for another dtype (key_type)."""
+    arrays = [cp.ascontiguousarray(a) for a in arrays if a.size]
+    if not arrays:
+        return None
+    out = cp.asarray(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64))
+    sms = device_properties(cp.cuda.Device().id)["sms"]
+    for a in arrays:
+        kernel("gather.cu", f"value_range<{key_type(a)}>")((max(1, min(-(-a.size // 1024), sms * 8)),), (256,),
+                                                           (a, np.int64(a.size), out))
+    lo, hi = out.get()
+    return int(lo), int(hi)
+
+
 def gather(src: cp.ndarray, idx: cp.ndarray, with_validity: bool = False
            ) -> tuple[cp.ndarray, cp.ndarray | None]:
     """``out[i] = src[idx[i]]``; a negative index gives a null (0 and validity False).

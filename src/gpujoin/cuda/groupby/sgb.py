@@ -20,7 +20,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from ..primitives import radix_sort
+from ..primitives import radix_sort, value_range
 from ..runtime import PhaseTimer, check_memory, kernel, ptr
 from .common import AggInput, GroupByOutput, allocate, decode, descriptors, empty_output, smem_bytes
 from .hgb import HashTable, check_rows
@@ -102,7 +102,7 @@ def sgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr") -> GroupBy
     widest = max([keys.dtype.itemsize + 8] + [sum(c.dtype.itemsize for c in _columns(i)) for i in inputs
                                               if i.values is not None])
     check_memory(n * (2 * keys.dtype.itemsize + 2 * widest + 8), f"SGB-{method.upper()} of {n:,} rows")
-    kmin, kmax = (int(x) for x in cp.asnumpy(cp.stack([keys.min(), keys.max()]).astype(cp.int64)))
+    kmin, kmax = value_range([keys])
     bits = (kmax - kmin).bit_length()
     sortable = [(i, inp) for i, inp in enumerate(inputs) if inp.values is not None]
     accs: dict[int, cp.ndarray] = {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from ..primitives import MERGE_TILE, exclusive_scan, key_type, merge_bounds, radix_sort, word_type
+from ..primitives import MERGE_TILE, exclusive_scan, key_type, merge_bounds, radix_sort, value_range, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, pair_arrays, position_dtype, run_match, unmatched)
@@ -113,9 +113,8 @@ def range_flags(r: MergeRanges, pflag: cp.ndarray | None, bflag: cp.ndarray | No
 
 def key_range(bk: cp.ndarray, pk: cp.ndarray) -> tuple[int, int]:
     """(smallest key of both sides, bits of the largest minus it): what their radix sort reads."""
-    both = [a for a in (bk, pk) if a.size]
-    lo = min(int(a.min()) for a in both) if both else 0
-    return lo, (max(int(a.max()) for a in both) - lo).bit_length() if both else 0
+    lo, hi = value_range([bk, pk]) or (0, 0)
+    return lo, (hi - lo).bit_length()
 
 
 def sort_rows(bk: cp.ndarray, pk: cp.ndarray, bpos: cp.ndarray, ppos: cp.ndarray, pairs: bool) -> MergeRanges:

@@ -101,6 +101,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         [f"gather<{v}, {i}>" for v, i in product(_VALUES, _INDEX)]
         + ["compact_count"]
         + [f"compact_write<{i}>" for i in ("i32", "i64")]
+        + [f"value_range<{k}>" for k in _KEYS]
     ),
 }
 
