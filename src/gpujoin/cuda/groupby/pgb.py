@@ -139,10 +139,13 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
                  f"the aggregates of about {est:,} groups")
     accs = allocate(part_inputs, capacity)
     out_keys = cp.empty(capacity, keys.dtype)
-    counter = cp.zeros(1, cp.uint64)
-    filled = cp.full(1, np.uint64(0xFFFFFFFFFFFFFFFF), cp.uint64)
+    # the kernel's counters in one array, set and read back in one copy each (the groups
+    # claimed, the first slot not filled, the spilled partitions' count in the low 32 bits of
+    # the third word): at 2^24 rows PGB is host-bound, and each CuPy call costs 2-20 us
+    state = cp.asarray(np.array([0, 0xFFFFFFFFFFFFFFFF, 0], np.uint64))
+    counter, filled, spill_count = (np.uint64(state.data.ptr + 8 * i) for i in range(3))
     P = 1 << bits
-    spill_parts, spill_count = cp.empty(P, cp.int32), cp.zeros(1, cp.int32)
+    spill_parts = cp.empty(P, cp.int32)
     # accumulators of every table slot and of the sentinel key; even, so that the 8-byte
     # accumulator arrays that follow 4-byte ones stay 8-byte aligned
     sstride = (1 << tbl_bits) + 2
@@ -161,7 +164,7 @@ def pgb(keys: cp.ndarray, inputs: list[AggInput], method: str = "tr", radix_bits
                            np.int64(row_limit), out_keys, np.uint64(capacity), counter, filled, spill_parts,
                            spill_count),
        shared_mem=smem)
-    counts = cp.asnumpy(cp.stack([counter[0], filled[0], spill_count[0].astype(cp.uint64)]))  # one sync
+    counts = state.get()  # one sync
     g, spilled = int(min(counts[0], counts[1])), int(counts[2])
     parts = [GroupByOutput(out_keys[:g], [decode(i, a[:, :g]) for i, a in zip(inputs, accs)])]
     timer.mark("aggregate")
