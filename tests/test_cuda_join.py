@@ -209,6 +209,70 @@ def test_radix_sort_matches_numpy_stable_sort(dtype):
     np.testing.assert_array_equal(cp.asnumpy(v), vals[order])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("value", [None, np.uint32, np.float64])
+@pytest.mark.parametrize("portions", [False, True])
+def test_onesweep_sort_matches_numpy_stable_sort(dtype, value, portions, monkeypatch):
+    from gpujoin.cuda import onesweep
+
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    if portions:  # inputs of several portions (each a launch a pass, its starts from the one before)
+        monkeypatch.setattr(onesweep, "PORTION", 2 * 8832 + 5)
+    cases = {
+        "extremes": np.concatenate([rng.integers(info.min, info.max, 60_000, dtype=dtype),
+                                    np.array([info.min, info.max, 0, -1, info.min, info.max], dtype)]),
+        "27 bits": rng.integers(0, 1 << 27, 70_001, dtype=dtype),
+        "few, duplicated": rng.integers(-3, 4, 50_000, dtype=dtype),
+        "all equal": np.full(40_000, -7, dtype),
+        "one": np.array([5], dtype),
+        "none": np.array([], dtype),
+    }
+    for name, keys in cases.items():
+        vals = None if value is None else (np.arange(keys.size) * 1.5).astype(value)
+        lo, hi = (int(keys.min()), int(keys.max())) if keys.size else (0, 0)
+        end = onesweep.sort_bits(lo, hi, keys.dtype.itemsize)
+        k, v = onesweep.onesweep_sort(cp.asarray(keys), None if vals is None else cp.asarray(vals), end)
+        order = np.argsort(keys, kind="stable")
+        np.testing.assert_array_equal(cp.asnumpy(k), keys[order], err_msg=name)
+        if vals is None:
+            assert v is None
+        else:
+            assert v.dtype == vals.dtype
+            np.testing.assert_array_equal(cp.asnumpy(v), vals[order], err_msg=name)
+    with pytest.raises(ValueError, match="onesweep_sort"):
+        onesweep.onesweep_sort(cp.zeros(4, cp.int32), cp.zeros(4, cp.int16), 8)
+
+
+def test_onesweep_sort_bits():
+    from gpujoin.cuda.onesweep import sort_bits
+
+    assert sort_bits(0, (1 << 27) - 1, 4) == 27
+    assert sort_bits(5, 5, 8) == 0
+    assert sort_bits(-5, 5, 4) == 32  # straddles 0: the sign bit differs
+    assert sort_bits(-8, -1, 4) == 3
+    assert sort_bits(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 8) == 64
+
+
+@pytest.mark.parametrize("values", [0, 1, 2])
+def test_radix_sort_onesweep_or_passes_agree(values, monkeypatch):
+    """radix_sort's two routes (CUB's one-sweep for at most one column, the stable passes) give
+    the same rows, also where the key range straddles a power of two (the passes' route)."""
+    rng = np.random.default_rng(6)
+    for lo, hi in [(0, (1 << 20) - 1), (-100, 100), ((1 << 16) - 10, (1 << 16) + 10)]:
+        keys = cp.asarray(rng.integers(lo, hi + 1, 30_000, dtype=np.int64).astype(np.int32))
+        cols = [cp.arange(keys.size, dtype=cp.int64 if i else cp.int32) for i in range(values)]
+        bits = (hi - lo).bit_length()
+        out = []
+        for flag in (True, False):
+            monkeypatch.setattr(prim, "ONESWEEP", flag)
+            k, vs = prim.radix_sort(keys, cols, lo, bits)
+            out.append([cp.asnumpy(k)] + [cp.asnumpy(v) for v in vs])
+        for a, b in zip(*out):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(out[0][0], np.sort(cp.asnumpy(keys)))
+
+
 def test_gather_compact_and_merge_bounds():
     rng = np.random.default_rng(2)
     src = rng.random(1000)

@@ -6,7 +6,7 @@ calls at run time, with the same options and template instantiations.
 
 from __future__ import annotations
 
-from .kernels import NAME_EXPRESSIONS, OPTIONS, source
+from .kernels import NAME_EXPRESSIONS, options, source
 
 
 def compile_file(file: str, arch: str = "sm_90") -> int:
@@ -28,7 +28,7 @@ def compile_file(file: str, arch: str = "sm_90") -> int:
     prog = ok(nvrtc.nvrtcCreateProgram(source(file).encode(), file.encode(), 0, [], []))
     for expr in NAME_EXPRESSIONS[file]:
         ok(nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
-    opts = [o.encode() for o in (*OPTIONS, f"--gpu-architecture={arch}")]
+    opts = [o.encode() for o in (*options(file), f"--gpu-architecture={arch}")]
     res = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     if res[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         size = ok(nvrtc.nvrtcGetProgramLogSize(prog))

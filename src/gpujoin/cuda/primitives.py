@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
+from . import onesweep
 from .kernels import pass_widths, radix_of, scatter_name
 from .runtime import device_properties, kernel, ptr
 
@@ -27,6 +28,10 @@ from .runtime import device_properties, kernel, ptr
 SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "4"))
 #: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
 FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
+
+#: radix_sort takes CUB's one-sweep sort where it serves (GPUJOIN_ONESWEEP=0: partition.cu's
+#: stable passes everywhere, for comparison).
+ONESWEEP = os.environ.get("GPUJOIN_ONESWEEP", "1") != "0"
 
 #: radix_partition's tile: 256 threads x 16 items (the stable passes).
 PART_BLOCK, PART_TILE = 256, 4096
@@ -378,7 +383,17 @@ def radix_sort(keys: cp.ndarray, values: list[cp.ndarray], base: int, bits: int
     """Stable LSD radix sort of ``keys`` (and ``values`` with them) on bits [0, bits) of key - base.
 
     With base = min(keys) and bits = bit length of max - min, this sorts ascending by key.
+    One carried column of 4 or 8 bytes, or none, goes through CUB's one-sweep sort (onesweep.py)
+    where it takes no more 8-bit passes than bits does (it sorts on the keys' own bits, whose
+    range [base, base + 2^bits) may straddle a power of two); several columns through
+    radix_partition's stable passes, which move them in one launch.
     """
+    if ONESWEEP and bits and onesweep.supports(keys, values):
+        top = (1 << (8 * keys.dtype.itemsize - 1)) - 1
+        end = onesweep.sort_bits(base, min(base + (1 << bits) - 1, top), keys.dtype.itemsize)
+        if -(-end // onesweep.PASS_BITS) <= -(-bits // onesweep.PASS_BITS):
+            k, v = onesweep.onesweep_sort(keys, values[0] if values else None, end)
+            return k, [v] if values else []
     k, v, _ = radix_partition(keys, values, Digits(bits=bits, use_hash=False, base=base), bounds=False)
     return k, v
 

@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import functools
 
-from .kernels import NAME_EXPRESSIONS, OPTIONS, source
+from .kernels import NAME_EXPRESSIONS, options, source
 
 
 def _cupy():
@@ -50,7 +50,7 @@ def arch() -> str:
 @functools.lru_cache(maxsize=None)
 def _module(file: str, device_arch: str):
     cp = _cupy()
-    return cp.RawModule(code=source(file), options=(*OPTIONS, f"--gpu-architecture={device_arch}"),
+    return cp.RawModule(code=source(file), options=(*options(file), f"--gpu-architecture={device_arch}"),
                         name_expressions=NAME_EXPRESSIONS[file])
 
 

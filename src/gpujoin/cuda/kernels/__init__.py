@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from itertools import product
 from pathlib import Path
@@ -64,6 +65,12 @@ def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits:
     return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
 
 
+#: C++ types of onesweep.cu's instances: keys by byte width, values by byte width (0: keys only),
+#: offsets (32-bit below 2^32 rows).
+ONESWEEP_KEYS = {4: "int", 8: "long long"}
+ONESWEEP_VALUES = {0: "cub::NullType", 4: "unsigned int", 8: "unsigned long long"}
+ONESWEEP_OFFSETS = ("unsigned int", "unsigned long long")
+
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
@@ -103,10 +110,41 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         + [f"compact_write<{i}>" for i in ("i32", "i64")]
         + [f"value_range<{k}>" for k in _KEYS]
     ),
+    "onesweep.cu": (
+        [f"onesweep_histogram<{k}, {o}>" for k, o in product(ONESWEEP_KEYS.values(), ONESWEEP_OFFSETS)]
+        + [f"onesweep_{n}<{k}, {v}, {o}>" for n, k, v, o in product(("pass", "tile"), ONESWEEP_KEYS.values(),
+                                                                     ONESWEEP_VALUES.values(), ONESWEEP_OFFSETS)]
+        + [f"onesweep_exclusive_sum<{o}>" for o in ONESWEEP_OFFSETS]
+    ),
 }
 
 #: Options for NVRTC, besides the architecture.
 OPTIONS = ("-std=c++17", f"-I{DIR}")
+#: Source files that include CUB's headers.
+CUB_FILES = ("onesweep.cu",)
+
+
+def cccl_include() -> tuple[str, ...]:
+    """-I options for CUB's headers: CuPy's own copy of CCCL (cupy/_core/include/cupy/_cccl, the
+    CCCL that CuPy's CUB and Thrust calls use), else the nvidia-cuda-cccl wheel's (CI compiles the
+    kernels without CuPy).  Raises RuntimeError when neither is installed."""
+    spec = importlib.util.find_spec("cupy")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        base = Path(loc) / "_core" / "include" / "cupy" / "_cccl"
+        if (base / "cub" / "cub").is_dir():
+            return tuple(f"-I{base / d}" for d in ("cub", "libcudacxx", "thrust"))
+    spec = importlib.util.find_spec("nvidia")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        for cu in ("cu13", "cu12"):
+            inc = Path(loc) / cu / "include" / "cccl"
+            if (inc / "cub").is_dir():
+                return (f"-I{inc}",)
+    raise RuntimeError("CUB's headers were not found: install CuPy (it carries them) or nvidia-cuda-cccl")
+
+
+def options(file: str) -> tuple[str, ...]:
+    """NVRTC options for ``file``, besides the architecture."""
+    return (*OPTIONS, *cccl_include()) if file in CUB_FILES else OPTIONS
 
 
 def source(name: str) -> str:
