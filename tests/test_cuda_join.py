@@ -254,23 +254,31 @@ def test_onesweep_sort_bits():
     assert sort_bits(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 8) == 64
 
 
-@pytest.mark.parametrize("values", [0, 1, 2])
-def test_radix_sort_onesweep_or_passes_agree(values, monkeypatch):
-    """radix_sort's two routes (CUB's one-sweep for at most one column, the stable passes) give
-    the same rows, also where the key range straddles a power of two (the passes' route)."""
+@pytest.mark.parametrize("dtypes", [[], [np.int32], [np.int32, np.int64], [np.int32, np.float32],
+                                    [np.uint8], [np.int16, np.uint8, np.float64, np.int32, np.uint16]])
+def test_radix_sort_onesweep_or_passes_agree(dtypes, monkeypatch):
+    """radix_sort's two routes (CUB's one-sweep, columns packed two to a word, and the stable
+    passes) give the same rows, also where the key range straddles a power of two (the passes'
+    route)."""
+    from gpujoin.cuda.onesweep import packs
+
     rng = np.random.default_rng(6)
     for lo, hi in [(0, (1 << 20) - 1), (-100, 100), ((1 << 16) - 10, (1 << 16) + 10)]:
         keys = cp.asarray(rng.integers(lo, hi + 1, 30_000, dtype=np.int64).astype(np.int32))
-        cols = [cp.arange(keys.size, dtype=cp.int64 if i else cp.int32) for i in range(values)]
+        cols = [cp.asarray((rng.integers(0, 1 << 62, keys.size) >> 7).astype(d)) for d in dtypes]
         bits = (hi - lo).bit_length()
         out = []
         for flag in (True, False):
             monkeypatch.setattr(prim, "ONESWEEP", flag)
             k, vs = prim.radix_sort(keys, cols, lo, bits)
+            assert [v.dtype for v in vs] == [c.dtype for c in cols]
             out.append([cp.asnumpy(k)] + [cp.asnumpy(v) for v in vs])
         for a, b in zip(*out):
             np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(out[0][0], np.sort(cp.asnumpy(keys)))
+        order = np.argsort(cp.asnumpy(keys), kind="stable")
+        for c, v in zip(cols, out[0][1:]):
+            np.testing.assert_array_equal(v, cp.asnumpy(c)[order])
+    assert packs([4, 8, 4, 1, 2]) == [[1], [0, 2], [4, 3]]
 
 
 def test_gather_compact_and_merge_bounds():

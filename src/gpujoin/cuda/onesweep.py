@@ -1,12 +1,12 @@
-"""CUB's one-sweep radix sort of device keys, with one carried column (onesweep.cu).
+"""CUB's one-sweep radix sort of device keys and the columns they carry (onesweep.cu).
 
 Paper 003's own code sorts with ``cub::DeviceRadixSort`` (reading note 003, SMJ); this launches
 the same kernels CUB's dispatch does (Adinets and Merrill 2022): one histogram kernel counts
 every pass's 8-bit digits in one read of the keys, then each pass is one kernel whose tiles rank
 their rows, find their digits' offsets by decoupled look-back over the tiles before them, and
 scatter.  partition.cu's stable passes need a histogram pass and a scan of every tile's counts a
-digit besides.  ``primitives.radix_sort`` calls it for one carried column of 4 or 8 bytes (or
-none), and keeps its own stable passes for several columns (one launch moves them all).
+digit besides.  CUB carries one value a key: ``sort_columns`` packs two narrow columns into one
+word and sorts the keys again for each further pack.  ``primitives.radix_sort`` calls it.
 """
 
 from __future__ import annotations
@@ -43,10 +43,68 @@ def sort_bits(lo: int, hi: int, key_bytes: int) -> int:
 
 
 def supports(keys: cp.ndarray, values: list[cp.ndarray]) -> bool:
-    """Whether onesweep_sort takes these columns: int32 or int64 keys, at most one carried column
-    of 4 or 8 bytes."""
-    return (keys.dtype in (np.dtype(np.int32), np.dtype(np.int64)) and len(values) <= 1
-            and all(v.dtype.itemsize in (4, 8) for v in values))
+    """Whether sort_columns takes these columns: int32 or int64 keys, columns of 1 to 8 bytes."""
+    return (keys.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+            and all(v.dtype.itemsize in (1, 2, 4, 8) for v in values))
+
+
+def packs(widths: list[int]) -> list[list[int]]:
+    """Columns (by index) grouped two at most into words of at most 8 bytes, widest first: each
+    group is sorted as one carried word (CUB carries one value a key)."""
+    out: list[list[int]] = []
+    for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+        fit = next((g for g in out if len(g) == 1 and widths[g[0]] + widths[i] <= 8), None)
+        if fit is None:
+            out.append([i])
+        else:
+            fit.append(i)
+    return out
+
+
+_UNSIGNED = {1: cp.uint8, 2: cp.uint16, 4: cp.uint32, 8: cp.uint64}
+
+
+@functools.lru_cache(maxsize=None)
+def _pack_kernels():
+    pack = cp.ElementwiseKernel("A a, B b, int32 shift", "W w", "w = (W)a | ((W)b << shift)", "gpujoin_pack2")
+    unpack = cp.ElementwiseKernel("W w, int32 shift", "A a, B b", "a = (A)w; b = (B)(w >> shift)", "gpujoin_unpack2")
+    return pack, unpack
+
+
+def sort_columns(keys: cp.ndarray, values: list[cp.ndarray], end_bit: int
+                 ) -> tuple[cp.ndarray, list[cp.ndarray]]:
+    """Stable ascending sort of ``keys`` and every column of ``values`` with them, on bits
+    [0, end_bit) of the keys' bit-ordered form: one onesweep_sort a pack of columns (``packs``:
+    two columns of at most 8 bytes together travel as one word, packed before and split after,
+    each a read and a write of their bytes), the keys sorted again for each pack after the first.
+
+    Returns new arrays: (keys_out, [column_out, ...]) of the input dtypes.
+    """
+    groups = packs([v.dtype.itemsize for v in values])
+    if not groups:
+        return onesweep_sort(keys, None, end_bit)[0], []
+    out: list[cp.ndarray | None] = [None] * len(values)
+    sorted_keys = None
+    pack, unpack = _pack_kernels()
+    for g in groups:
+        if len(g) == 1 and values[g[0]].dtype.itemsize >= 4:
+            k, w = onesweep_sort(keys, values[g[0]], end_bit)
+            out[g[0]] = w
+        elif len(g) == 1:  # a lone 1- or 2-byte column travels widened to 4 bytes
+            v = values[g[0]]
+            k, w = onesweep_sort(keys, v.view(_UNSIGNED[v.dtype.itemsize]).astype(cp.uint32), end_bit)
+            out[g[0]] = w.astype(_UNSIGNED[v.dtype.itemsize]).view(v.dtype)
+        else:
+            a, b = (values[i].view(_UNSIGNED[values[i].dtype.itemsize]) for i in g)
+            wide = a.dtype.itemsize + b.dtype.itemsize > 4
+            word = pack(a, b, np.int32(8 * a.dtype.itemsize), cp.empty(a.size, cp.uint64 if wide else cp.uint32))
+            k, w = onesweep_sort(keys, word, end_bit)
+            del word
+            sa, sb = cp.empty_like(a), cp.empty_like(b)
+            unpack(w, np.int32(8 * a.dtype.itemsize), sa, sb)
+            out[g[0]], out[g[1]] = sa.view(values[g[0]].dtype), sb.view(values[g[1]].dtype)
+        sorted_keys = k if sorted_keys is None else sorted_keys
+    return sorted_keys, out
 
 
 def _types(keys: cp.ndarray, value: cp.ndarray | None) -> tuple[str, str, str]:
@@ -83,7 +141,7 @@ def onesweep_sort(keys: cp.ndarray, value: cp.ndarray | None, end_bit: int
     4-byte word a tile and digit for the look-back (about 0.12 bytes a row).
     Raises ValueError for other dtypes or more than one column (``supports``).
     """
-    if not supports(keys, [] if value is None else [value]):
+    if not supports(keys, [] if value is None else [value]) or (value is not None and value.dtype.itemsize < 4):
         raise ValueError(f"onesweep_sort: keys int32 or int64 and one value of 4 or 8 bytes, got {keys.dtype} and "
                          f"{None if value is None else value.dtype}")
     n, passes = keys.size, -(-end_bit // PASS_BITS)
