@@ -47,8 +47,8 @@ steps = {
     "merge_bounds lower": lambda: prim.merge_bounds(sbk, spk, upper=False),
     "merge_bounds upper": lambda: prim.merge_bounds(sbk, spk, upper=True),
     "merge_bounds lower and counts": lambda: prim.merge_bounds(sbk, spk, upper=False, counts=True),
-    "merge_ranges (both, counts, cumsum)": lambda: smj_mod.merge_ranges(sbk, spk),
-    "cumsum of counts": lambda: cp.cumsum(r.counts),
+    "merge_bounds lower and offsets": lambda: prim.merge_bounds(sbk, spk, upper=False, offsets=True),
+    "merge_ranges (lower bounds and offsets)": lambda: smj_mod.merge_ranges(sbk, spk),
     "expand (2 payloads)": lambda: smj_mod.expand(r, sbp, spp, out_b, out_p, None),
     "key_range": lambda: smj_mod.key_range(rk, sk),
 }

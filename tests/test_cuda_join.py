@@ -306,6 +306,31 @@ def test_gather_compact_and_merge_bounds():
         np.testing.assert_array_equal(cp.asnumpy(counts), want)
 
 
+@pytest.mark.parametrize("case", ["unique", "runs", "hot", "none_match", "one", "empty_b", "empty_a"])
+def test_merge_bounds_offsets_by_lookback(case):
+    """merge_bounds(offsets=True): the equal counts' exclusive prefix sums and total from the merge
+    pass itself (a block scan, then decoupled look-back over up to thousands of blocks)."""
+    rng = np.random.default_rng(7)
+    n = 3_000_000
+    a, b = {
+        "unique": (np.arange(n), rng.integers(0, n, n)),
+        "runs": (rng.integers(0, n // 50, n), rng.integers(-5, n // 50 + 5, n // 3)),
+        "hot": (np.r_[np.full(n // 2, 9), rng.integers(10, 1000, n // 2)], np.r_[np.full(5_000, 9), rng.integers(0, 1010, n)]),
+        "none_match": (np.arange(0, 2 * n, 2), np.arange(1, 2 * n, 2)),
+        "one": (np.array([4]), np.array([4])),
+        "empty_b": (np.arange(10), np.array([], np.int64)),
+        "empty_a": (np.array([], np.int64), np.arange(100_000)),
+    }[case]
+    for dt in (np.int32, np.int64):
+        aa, bb = np.sort(a).astype(dt), np.sort(b).astype(dt)
+        lower, offs = prim.merge_bounds(cp.asarray(aa), cp.asarray(bb), False, offsets=True)
+        counts = np.searchsorted(aa, bb, "right") - np.searchsorted(aa, bb, "left")
+        np.testing.assert_array_equal(cp.asnumpy(lower), np.searchsorted(aa, bb, "left"))
+        np.testing.assert_array_equal(cp.asnumpy(offs), np.r_[0, np.cumsum(counts)])
+    with pytest.raises(ValueError):
+        prim.merge_bounds(cp.asarray(aa), cp.asarray(bb), False, counts=True, offsets=True)
+
+
 @pytest.mark.parametrize("case", ["one_each", "mixed", "hot_row", "sparse", "one_row"])
 def test_expand_matches_balances_any_multiplicities(case):
     """smj.expand (merge.cu: a load-balancing search over the rows' output ends and the output

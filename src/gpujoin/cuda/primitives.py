@@ -451,22 +451,31 @@ def compact(flags: cp.ndarray, want: bool, index_dtype=cp.int64) -> cp.ndarray:
 MERGE_TILE = 2048  # merge.cu: 256 threads x 8 merge steps per block
 
 
-def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, counts: bool = False):
+def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, counts: bool = False, offsets: bool = False):
     """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``).
 
-    Merge path over a and b (same key dtype); int64 (len(b),).  ``counts`` (lower bounds only):
-    also how many of ``a`` equal each b[j], from the same pass; returns (bounds, counts) then.
+    Merge path over a and b (same key dtype); int64 (len(b),).  From the same pass, lower bounds
+    only: ``counts``, how many of ``a`` equal each b[j] (returns (bounds, counts)), or
+    ``offsets``, int64 (len(b) + 1,) the exclusive prefix sums of those counts and their total
+    (returns (bounds, offsets); a block scan and decoupled look-back in the merge kernel).
     """
-    if counts and upper:
+    if (counts or offsets) and upper:
         raise ValueError("merge_bounds counts the equal keys from lower bounds only")
+    if counts and offsets:
+        raise ValueError("merge_bounds returns counts or offsets, not both")
     out = cp.empty(b.size, cp.int64)
     eq = cp.empty(b.size, cp.int64) if counts else None
+    offs = (cp.empty(b.size + 1, cp.int64) if b.size else cp.zeros(1, cp.int64)) if offsets else None
     total = a.size + b.size
     if b.size:
+        blocks = (total + MERGE_TILE - 1) // MERGE_TILE
+        status = cp.zeros(blocks, cp.uint64) if offsets else None
         kernel("merge.cu", f"merge_bounds<{key_type(a)}>")(
-            ((total + MERGE_TILE - 1) // MERGE_TILE,), (256,),
-            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), out, ptr(eq)))
-    return (out, eq) if counts else out
+            (blocks,), (256,),
+            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), out, ptr(eq), ptr(offs), ptr(status)))
+    if counts:
+        return out, eq
+    return (out, offs) if offsets else out
 
 
 def hash_partition_bits(n: int, target: int) -> int:

@@ -2,10 +2,11 @@
 
 Both sides are sorted by key with the stable LSD radix sort (``primitives.radix_sort``) over
 only the bits the key range needs (keys are offset by the smaller minimum).  One merge path
-pass then gives each probe key its lower bound among the build keys and its count of equal
-ones (its matches), a scan turns counts into output offsets, and each output row finds its
-probe row by a load-balancing search, a merge path over the rows' output ends and the output
-indices (the same work for every block under any skew; Baxter's moderngpu).
+pass then gives each probe key its lower bound among the build keys, its count of equal ones
+(its matches) and, by a block scan and decoupled look-back in the same kernel, its first output
+row; each output row finds its probe row by a load-balancing search, a merge path over the rows'
+output ends and the output indices (the same work for every block under any skew; Baxter's
+moderngpu).
 
 SMJ-UR sorts (key, row id) and gathers payloads from the original columns (unclustered);
 SMJ-TR sorts every payload column with its key and gathers from the sorted copies at merge
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from ..primitives import MERGE_TILE, exclusive_scan, key_type, merge_bounds, radix_sort, value_range, word_type
+from ..primitives import MERGE_TILE, key_type, merge_bounds, radix_sort, value_range, word_type
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, pair_arrays, position_dtype, run_match, unmatched)
@@ -56,8 +57,9 @@ class MergeRanges:
     (merge path): what SMJ joins with, and what PHJ hands its oversized partitions to.
 
     bperm / pperm: int64 positions of the sorted rows in their side's space (None: the sorted
-    order is the space).  lower: int64 (np,) first equal build row; counts: int64 (np,) how
-    many; offsets: int64 (np + 1,) each probe row's first output row (None without pairs).
+    order is the space).  lower: int64 (np,) first equal build row; with pairs, offsets: int64
+    (np + 1,) each probe row's first output row and the total; without, counts: int64 (np,) how
+    many (``matched`` gives either way which probe rows have one).
     """
 
     sbk: cp.ndarray
@@ -65,8 +67,14 @@ class MergeRanges:
     bperm: cp.ndarray | None
     pperm: cp.ndarray | None
     lower: cp.ndarray
-    counts: cp.ndarray
+    counts: cp.ndarray | None = None
     offsets: cp.ndarray | None = None
+
+    def matched(self) -> cp.ndarray:
+        """uint8 (np,): 1 where a sorted probe row has an equal build key."""
+        if self.counts is not None:
+            return (self.counts > 0).astype(cp.uint8)
+        return (self.offsets[1:] != self.offsets[:-1]).astype(cp.uint8)
 
     @property
     def total(self) -> int:
@@ -75,11 +83,11 @@ class MergeRanges:
 
 def merge_ranges(sbk: cp.ndarray, spk: cp.ndarray, bperm=None, pperm=None, pairs: bool = True) -> MergeRanges:
     """The match ranges of sorted keys ``sbk`` (build) and ``spk`` (probe), same dtype."""
+    if pairs:  # the offsets (each row's first output, then the total) from the merge pass itself
+        lower, offsets = merge_bounds(sbk, spk, upper=False, offsets=True)
+        return MergeRanges(sbk, spk, bperm, pperm, lower, offsets=offsets)
     lower, counts = merge_bounds(sbk, spk, upper=False, counts=True)
-    r = MergeRanges(sbk, spk, bperm, pperm, lower, counts)
-    if pairs:
-        r.offsets = exclusive_scan(r.counts)  # (np + 1,): each row's first output, then the total
-    return r
+    return MergeRanges(sbk, spk, bperm, pperm, lower, counts)
 
 
 def expand(r: MergeRanges, bsrc, psrc, out_b: cp.ndarray, out_p: cp.ndarray, out_k: cp.ndarray | None) -> None:
@@ -98,7 +106,7 @@ def range_flags(r: MergeRanges, pflag: cp.ndarray | None, bflag: cp.ndarray | No
     """Mark the matched probe rows (``pflag``) and build rows (``bflag``, uint8 over each space)
     of ``r``; rows outside its permutations are left as they are."""
     if pflag is not None and r.spk.size:
-        hit = (r.counts > 0).astype(cp.uint8)
+        hit = r.matched()
         if r.pperm is None:
             pflag[:] = hit
         else:
