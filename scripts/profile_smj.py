@@ -48,6 +48,9 @@ steps = {
     "merge_bounds upper": lambda: prim.merge_bounds(sbk, spk, upper=True),
     "merge_bounds lower and counts": lambda: prim.merge_bounds(sbk, spk, upper=False, counts=True),
     "merge_bounds lower and offsets": lambda: prim.merge_bounds(sbk, spk, upper=False, offsets=True),
+    "merge_bounds lower and counts, then their scan": lambda: prim.exclusive_scan(
+        prim.merge_bounds(sbk, spk, upper=False, counts=True)[1]),
+    "exclusive_scan of 2^27 int64": lambda: prim.exclusive_scan(r.lower),
     "merge_ranges (lower bounds and offsets)": lambda: smj_mod.merge_ranges(sbk, spk),
     "expand (2 payloads)": lambda: smj_mod.expand(r, sbp, spp, out_b, out_p, None),
     "key_range": lambda: smj_mod.key_range(rk, sk),
