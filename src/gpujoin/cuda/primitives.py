@@ -469,10 +469,14 @@ def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, counts: bool = False
     total = a.size + b.size
     if b.size:
         blocks = (total + MERGE_TILE - 1) // MERGE_TILE
-        status = cp.zeros(blocks, cp.uint64) if offsets else None
-        kernel("merge.cu", f"merge_bounds<{key_type(a)}>")(
-            (blocks,), (256,),
-            (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper), out, ptr(eq), ptr(offs), ptr(status)))
+        # each block's start in one launch of a thread a block, and the look-back's words
+        words = cp.zeros(2 * blocks + 1 if offsets else blocks + 1, cp.int64)
+        splits, status = words[:blocks + 1], words[blocks + 1:] if offsets else None
+        args = (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper))
+        kernel("merge.cu", f"merge_splits<{key_type(a)}>")((-(-(blocks + 1) // 256),), (256,),
+                                                           args + (np.int64(blocks), splits))
+        kernel("merge.cu", f"merge_bounds<{key_type(a)}>")((blocks,), (256,),
+                                                           args + (out, ptr(eq), ptr(offs), ptr(status), splits))
     if counts:
         return out, eq
     return (out, offs) if offsets else out

@@ -97,9 +97,12 @@ def expand(r: MergeRanges, bsrc, psrc, out_b: cp.ndarray, out_p: cp.ndarray, out
     if not total:
         return
     fn = kernel("merge.cu", f"expand_matches<{key_type(r.sbk)}, {word_type(out_b.dtype)}, {word_type(out_p.dtype)}>")
-    grid = (-(-(r.spk.size + total) // MERGE_TILE),)  # a tile of the merge of row ends and outputs a block
-    fn(grid, (BLOCK,), (r.lower, r.offsets, np.int64(r.spk.size), np.int64(total), r.spk, ptr(r.bperm),
-                        ptr(r.pperm), ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k)))
+    blocks = -(-(r.spk.size + total) // MERGE_TILE)  # a tile of the merge of row ends and outputs a block
+    splits = cp.empty(blocks + 1, cp.int64)  # where each block starts, a thread each (merge.cu: ends_splits)
+    kernel("merge.cu", "ends_splits")((-(-(blocks + 1) // 256),), (256,),
+                                      (r.offsets, np.int64(r.spk.size), np.int64(total), np.int64(blocks), splits))
+    fn((blocks,), (BLOCK,), (r.lower, r.offsets, np.int64(r.spk.size), np.int64(total), r.spk, ptr(r.bperm),
+                             ptr(r.pperm), ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k), splits))
 
 
 def range_flags(r: MergeRanges, pflag: cp.ndarray | None, bflag: cp.ndarray | None) -> None:

@@ -87,6 +87,8 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
     ),
     "merge.cu": (
         [f"merge_bounds<{k}>" for k in _KEYS]
+        + [f"merge_splits<{k}>" for k in _KEYS]
+        + ["ends_splits"]
         + [f"expand_matches<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
     ),
     "bitmap.cu": ["bitmap_build", "bitmap_probe<u32>", "bitmap_probe<u64>"],

@@ -90,10 +90,23 @@ __device__ i64 lookback_prefix(u64* status, i64 tile, i64 aggregate) {
 // the same pass (a block scan, then decoupled look-back over the blocks before: `status`, a
 // zeroed word a block), and offsets[nb] the total: SMJ's separate scan of 2^27 counts took 1.3
 // ms of its 15.7 on an H200.  `counts` may then be null.
+// Where each block's diagonals start: splits[t] = merge_path_search at diagonal t * MERGE_TILE
+// (capped at na + nb), t = 0..blocks, a thread each.  Searched inside merge_bounds, every block
+// began with two 27-step chains of dependent global loads (at 2^27 + 2^27 keys), about 124
+// waves of them one after another; here they all run at once.
+template <typename K>
+__global__ void __launch_bounds__(256)
+merge_splits(const K* __restrict__ a, i64 na, const K* __restrict__ b, i64 nb, int upper, i64 blocks,
+             i64* __restrict__ splits) {
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t <= blocks) splits[t] = merge_path_search(a, na, b, nb, min(t * MERGE_TILE, na + nb), upper);
+}
+
 template <typename K>
 __global__ void __launch_bounds__(MERGE_BLOCK)
 merge_bounds(const K* __restrict__ a, i64 na, const K* __restrict__ b, i64 nb, int upper,
-             i64* __restrict__ out, i64* __restrict__ counts, i64* __restrict__ offsets, u64* __restrict__ status) {
+             i64* __restrict__ out, i64* __restrict__ counts, i64* __restrict__ offsets, u64* __restrict__ status,
+             const i64* __restrict__ splits) {
     __shared__ K sa[MERGE_TILE];
     __shared__ K sb[MERGE_TILE];
     __shared__ i64 split[2];
@@ -102,7 +115,9 @@ merge_bounds(const K* __restrict__ a, i64 na, const K* __restrict__ b, i64 nb, i
     const i64 total = na + nb;
     const i64 d0 = (i64)blockIdx.x * MERGE_TILE;
     const i64 d1 = min(d0 + MERGE_TILE, total);
-    if (threadIdx.x < 2) split[threadIdx.x] = merge_path_search(a, na, b, nb, threadIdx.x ? d1 : d0, upper);
+    if (threadIdx.x < 2)
+        split[threadIdx.x] = splits ? splits[blockIdx.x + threadIdx.x]
+                                    : merge_path_search(a, na, b, nb, threadIdx.x ? d1 : d0, upper);
     __syncthreads();
     const i64 i0 = split[0], j0 = d0 - i0;
     const int na_t = (int)(split[1] - i0), nb_t = (int)((d1 - split[1]) - j0);
@@ -192,17 +207,25 @@ __device__ __forceinline__ i64 ends_search(const i64* ends, i64 na, i64 b0, i64 
 // identity) map a sorted row to its position in its side's space; out_k (when not null) gets
 // the key, pkeys[j].  SMJ expands whole sorted sides; PHJ the sorted rows of its oversized
 // partitions.
+// expand_matches' block starts, as merge_splits: splits[t] = ends_search at diagonal t * MERGE_TILE.
+__global__ void __launch_bounds__(256)
+ends_splits(const i64* __restrict__ offsets, i64 m, i64 total, i64 blocks, i64* __restrict__ splits) {
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t <= blocks) splits[t] = ends_search(offsets + 1, m, 0, total, min(t * MERGE_TILE, m + total));
+}
+
 template <typename K, typename BV, typename PV>
 __global__ void __launch_bounds__(MERGE_BLOCK)
 expand_matches(const i64* __restrict__ lower, const i64* __restrict__ offsets, i64 m, i64 total,
                const K* __restrict__ pkeys, const i64* __restrict__ bperm, const i64* __restrict__ pperm,
                const BV* __restrict__ bsrc, const PV* __restrict__ psrc, BV* __restrict__ out_b,
-               PV* __restrict__ out_p, K* __restrict__ out_k) {
+               PV* __restrict__ out_p, K* __restrict__ out_k, const i64* __restrict__ splits) {
     __shared__ i64 se[MERGE_TILE];
     __shared__ i64 split[2];
     const i64* ends = offsets + 1;
     const i64 d0 = (i64)blockIdx.x * MERGE_TILE, d1 = min(d0 + MERGE_TILE, m + total);
-    if (threadIdx.x < 2) split[threadIdx.x] = ends_search(ends, m, 0, total, threadIdx.x ? d1 : d0);
+    if (threadIdx.x < 2)
+        split[threadIdx.x] = splits ? splits[blockIdx.x + threadIdx.x] : ends_search(ends, m, 0, total, threadIdx.x ? d1 : d0);
     __syncthreads();
     const i64 i0 = split[0], j0 = d0 - i0;
     const int na_t = (int)(split[1] - i0), nb_t = (int)((d1 - split[1]) - j0);
