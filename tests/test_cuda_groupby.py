@@ -397,6 +397,16 @@ def test_auto_chooses_by_the_statistics_on_the_gpu():
     heavy = cp.where(rng.random(n) < 0.5, 7, cp.arange(n)).astype(cp.int32)
     choice = resolve_gpu_join(heavy, cp.arange(n, dtype=cp.int32), [], [])
     assert choice.algorithm == "smj-tr" and choice.estimate.heavy_build
+    # uniform many-to-many keys, 8 build rows a key: too few repeats for the 4,096-key sample, seen
+    # in the match ratio's 2^18-key build sample; with two payloads (the match ratio is measured)
+    big = 1 << 21
+    shuffle = cp.random.RandomState(9).permutation
+    many = cp.repeat(cp.arange(big // 8, dtype=cp.int32), 8)[shuffle(big)]
+    pay = [cp.ones(big, cp.int32)] * 2
+    choice = resolve_gpu_join(many, rng.integers(0, big // 8, big, dtype=cp.int32), pay, pay)
+    assert choice.algorithm == "smj-tr" and 7 < choice.estimate.build_multiplicity < 9, choice.reason
+    choice = resolve_gpu_join(shuffle(big).astype(cp.int32), rng.integers(0, big, big, dtype=cp.int32), pay, pay)
+    assert choice.algorithm != "smj-tr" and choice.estimate.build_multiplicity < 1.1
     t = {"k": rng.integers(0, 16, n, dtype=cp.int32), "v": rng.integers(0, 100, n, dtype=cp.int32)}
     plan = gpujoin.explain(gpujoin.group_by, t, "k", aggs={"m": ("v", "max")}, run=True)
     assert plan.choice == "hgb" and "every group seen twice" in str(plan) and plan.result.num_rows == 16

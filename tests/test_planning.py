@@ -106,6 +106,18 @@ def test_group_by_rule_follows_figure_21():
     assert set(skewed.predicted) == {"hgb", "pgb-tr", "pgb-ur", "sgb-tr", "sgb-de-tr", "sgb-ur"}
 
 
+def test_build_multiplicity_from_a_samples_distinct_keys():
+    """The m for which m-row keys leave ``distinct`` distinct keys in a uniform sample."""
+    rows, sampled = 2**26, 2**18
+    f = sampled / rows
+    for m in (1, 2, 3, 4, 8, 100):
+        distinct = round(rows / m * (1 - (1 - f) ** m))
+        assert stats.build_multiplicity(rows, sampled, distinct) == pytest.approx(m, rel=0.01)
+    assert stats.build_multiplicity(1000, 1000, 250) == pytest.approx(4)  # the whole build: exact
+    assert stats.build_multiplicity(10, 10, 10) == 1.0
+    assert stats.build_multiplicity(0, 0, 0) == 1.0
+
+
 def test_join_rule_follows_section_4():
     dev = cost.H200_ANCHORS
     est = lambda mr, k=4, pw=4, share=0.0: stats.JoinEstimate(2**27, 2**27, k, [pw, pw], [pw, pw], mr, share)  # noqa: E731
@@ -118,6 +130,11 @@ def test_join_rule_follows_section_4():
     heavy = est(1.0, k=8)
     heavy.build_repeated = 0.35  # Zipf z = 1 build keys of a many-to-many join
     assert heavy.heavy_build and auto.choose_join(heavy, dev).algorithm == "smj-tr"
+    many = est(1.0)
+    many.build_multiplicity = 8.0  # uniform keys, 8 build rows a key (2^26 over 2^23)
+    assert many.many_to_many and auto.choose_join(many, dev).algorithm == "smj-tr"
+    many.build_multiplicity = 2.0  # 2 a key: PHJ-TR still the faster
+    assert not many.many_to_many and auto.choose_join(many, dev).algorithm == "phj-tr"
     choice = auto.choose_join(est(1.0), dev)
     ranked = choice.predicted
     assert min(ranked, key=ranked.get) == "phj-tr" and max(ranked, key=ranked.get) == "nphj"

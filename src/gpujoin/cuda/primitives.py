@@ -537,14 +537,16 @@ def _found(build: tuple, probe: tuple, table: cp.ndarray, out: cp.ndarray) -> No
     """out[0] += how many probe sample keys the build sample holds (each a _strided triple),
     through ``table`` (_table_slots(build count) sentinel keys: the key dtype's minimum), a
     distinct-key hash table of the build sample's keys (HGB's probing); out[1]'s two int32 the
-    build's flags (the sentinel key seen).  out[0:2] zeroed."""
+    build's flags (the sentinel key seen); out[2] += the build sample's distinct keys (less the
+    sentinel key).  out[0:3] zeroed."""
     slots = table.size
     kt = key_type(table)
     flags = out[1:2].view(cp.int32)
     sms = device_properties(cp.cuda.Device().id)["sms"]
     grid = lambda n: (max(1, min(-(-n // 256), sms * 8)),)  # noqa: E731
     kernel("groupby.cu", f"sample_insert<{kt}>")(grid(build[2]), (256,), (build[0], np.int64(build[1]),
-                                                np.int64(build[2]), table, np.uint32(slots - 1), flags))
+                                                np.int64(build[2]), table, np.uint32(slots - 1), flags,
+                                                out[2:]))
     kernel("groupby.cu", f"key_count_found<{kt}>")(grid(probe[2]), (256,), (probe[0], np.int64(probe[1]),
                                                   np.int64(probe[2]), table, np.uint32(slots - 1), flags, out[0:]))
 
@@ -557,7 +559,7 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     an H200 at 2^24 rows, mostly fixed costs."""
     if build_sample.size == 0 or probe_sample.size == 0:
         return 0
-    out = cp.zeros(2, cp.uint64)
+    out = cp.zeros(3, cp.uint64)
     dt = build_sample.dtype
     table = cp.full(_table_slots(build_sample.size), np.iinfo(dt).min, dt)
     _found(_strided(build_sample, build_sample.size, dt), _strided(probe_sample, probe_sample.size, dt), table, out)
@@ -572,12 +574,13 @@ SUMMARY_MAX = 4096
 class KeySamples:
     """key_samples' answer: each sample's size and summary (int64 (4,): distinct keys, rows of
     keys seen more than once, the largest count, the smallest count), and the probe sample keys
-    found among the build sample's (None when not asked)."""
+    found among the build sample's and the build sample's distinct keys (None when not asked)."""
 
     sizes: tuple[int, ...]
     summaries: np.ndarray  # (samples, 4)
     found: int | None = None
     match_sizes: tuple[int, int] = (0, 0)
+    build_distinct: int | None = None
 
 
 def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
@@ -614,7 +617,8 @@ class PendingSamples:
         if not any(self.sizes):
             return KeySamples(self.sizes, np.zeros((len(self.sizes), 4), np.int64), 0 if self.match else None)
         return KeySamples(self.sizes, res[:4 * len(self.sizes)].astype(np.int64).reshape(len(self.sizes), 4),
-                          int(res[8]) if self.match else None, self.match_sizes)
+                          int(res[8]) if self.match else None, self.match_sizes,
+                          int(res[10]) if self.match else None)
 
 
 def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMMARY_MAX,

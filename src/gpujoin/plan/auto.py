@@ -106,6 +106,10 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
         return Choice("smj-tr", f"heavy build keys ({est.build_repeated:.0%} of a build sample repeats in it): "
                                 f"SMJ's expansion costs the output's, PHJ's chains serialize the hot keys' matches",
                       model=model)
+    if est.many_to_many:
+        return Choice("smj-tr", f"many-to-many keys (about {est.build_multiplicity:.1f} build rows a key, from a "
+                                f"build sample's distinct keys): SMJ's merge and expansion cost the output's, "
+                                f"PHJ's chains walk every repeat", model=model)
     if wide_join(est):
         return Choice("phj-tr", "8-byte keys or payloads", model=model)
     if est.match_ratio is None or est.match_ratio >= crossover:  # None: not measured, 1 assumed
@@ -139,7 +143,7 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
             (b, p, _), ratio = device_join_samples(build_keys, probe_keys, match=False), None  # the join's
         est.build_repeated = b.repeated_share                                                  # check names it
         if not est.heavy_build and match:
-            est.match_ratio, est.top_share = ratio, p.top_share
+            est.match_ratio, est.top_share, est.build_multiplicity = ratio, p.top_share, b.multiplicity
     else:
         # each sampled statistic only when the rules reach it (heavy build keys from a small
         # sample, then §4's order: width, match ratio, skew)

@@ -33,6 +33,11 @@ SKEW_SHARE = 0.02
 #: PHJ-TR 38.2 at z = 1 (share about 0.35), 16.4 against 23.7 at z = 1.5; uniform
 #: many-to-many keys (share 0) stay PHJ-TR's (34.5 against 36.7 ms at 8 rows a key).
 HEAVY_BUILD_SHARE = 0.2
+#: Build rows a key from which auto takes SMJ-TR (build_multiplicity).  One H200, 2^26 ⋈ 2^26
+#: with two payloads, keys uniform over 2^23 / 2^24 / 2^25 values (8 / 4 / 2 build rows a key),
+#: once SMJ had CUB's one-sweep sort and the look-back merge pass: SMJ-TR 19.0 / 14.1 / 12.6 ms,
+#: PHJ-TR 32.1 / 17.1 / 10.6 (the uniform many-to-many keys above had been PHJ-TR's).
+MULTIPLICITY_SMJ = 3.0
 GROUP_BY_HOT_SHARE = 0.3
 #: From HLL_SUB_ROWS rows the planner's HyperLogLog reads every sub-th 32-byte sector of the
 #: keys, sub = rows / HLL_SUB_ROWS up to HLL_SUB (so that at least about 2^22 keys are
@@ -114,6 +119,7 @@ class JoinEstimate:
     match_ratio: float | None = 1.0  # None: not measured (the choice did not depend on it; 1 assumed)
     top_share: float | None = 0.0  # None: not measured
     build_repeated: float | None = 0.0  # repeated_share of the build keys; None: not measured
+    build_multiplicity: float | None = None  # build rows a distinct key (build_multiplicity); None: not measured
 
     @property
     def skewed(self) -> bool:
@@ -125,11 +131,17 @@ class JoinEstimate:
         return self.build_repeated is not None and self.build_repeated >= HEAVY_BUILD_SHARE
 
     @property
+    def many_to_many(self) -> bool:
+        """Build keys repeat MULTIPLICITY_SMJ times or more on average (a sample's estimate)."""
+        return self.build_multiplicity is not None and self.build_multiplicity >= MULTIPLICITY_SMJ
+
+    @property
     def matches(self) -> float:
         return (1.0 if self.match_ratio is None else self.match_ratio) * self.probe_rows
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "skewed": self.skewed, "heavy_build": self.heavy_build}
+        return {**asdict(self), "skewed": self.skewed, "heavy_build": self.heavy_build,
+                "many_to_many": self.many_to_many}
 
 
 @dataclass
@@ -144,6 +156,7 @@ class Sample:
     repeated: int = 0
     top: int = 0
     least: int = 0
+    multiplicity: float | None = None  # a join's build sample: build_multiplicity of the match ratio's
 
     @classmethod
     def of_counts(cls, counts: np.ndarray) -> "Sample":
@@ -266,10 +279,30 @@ def match_ratio(build_keys, probe_keys) -> float:
     return device_join_samples(build_keys, probe_keys, True)[2]
 
 
+def build_multiplicity(rows: int, sampled: int, distinct: int) -> float:
+    """Build rows a distinct key, estimated from a uniform sample of ``sampled`` of the ``rows``
+    keys holding ``distinct`` distinct keys: the m that solves distinct = (rows / m) (1 - (1 - f)^m),
+    f = sampled / rows (each of rows / m keys of m rows is sampled at least once with that
+    probability; exact when f = 1).  A strided sample of clustered keys sees fewer repeats and
+    errs low (towards PHJ, the choice without the estimate).  1.0 for no rows."""
+    if rows <= 0 or sampled <= 0 or distinct <= 0:
+        return 1.0
+    f = min(1.0, sampled / rows)
+    seen = lambda m: rows / m * (1.0 - (1.0 - f) ** m)  # noqa: E731  (decreasing in m)
+    if distinct >= seen(1.0):
+        return 1.0
+    lo, hi = 1.0, float(rows)
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if seen(mid) > distinct else (lo, mid)
+    return (lo * hi) ** 0.5
+
+
 def device_join_samples(build_keys, probe_keys, match: bool) -> tuple[Sample, Sample, float | None]:
     """A device join's samples in one launch batch and one sync (primitives.key_samples): the
     build and probe keys' SKEW_SAMPLE summaries and, with ``match``, the match ratio from a
-    hash table of DEVICE_BUILD_SAMPLE build keys probed by DEVICE_PROBE_SAMPLE probe keys.  The
+    hash table of DEVICE_BUILD_SAMPLE build keys probed by DEVICE_PROBE_SAMPLE probe keys, and
+    from that table's distinct keys the build's multiplicity (the build Sample's).  The
     probe summary comes from the same launch as the build's (a second block), so it costs no
     time of its own; the match ratio's table is built only when ``match``."""
     from ..cuda.primitives import key_samples
@@ -277,10 +310,12 @@ def device_join_samples(build_keys, probe_keys, match: bool) -> tuple[Sample, Sa
     both = build_keys.size and probe_keys.size
     got = key_samples([build_keys, probe_keys], SKEW_SAMPLE,
                       (DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE) if match and both else None)
-    ratio = None
+    ratio, b = None, _summary(got.summaries[0], got.sizes[0])
     if match:
         ratio = _ratio(got.found, got.match_sizes[1], build_keys.size, got.match_sizes[0]) if both else 0.0
-    return _summary(got.summaries[0], got.sizes[0]), _summary(got.summaries[1], got.sizes[1]), ratio
+        if both:  # the match ratio's build sample (DEVICE_BUILD_SAMPLE keys): its distinct keys
+            b.multiplicity = build_multiplicity(int(build_keys.size), got.match_sizes[0], got.build_distinct)
+    return b, _summary(got.summaries[1], got.sizes[1]), ratio
 
 
 def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],
@@ -291,7 +326,7 @@ def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_paylo
         b, p, ratio = device_join_samples(build_keys, probe_keys, measure)
         return JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize,
                             list(build_payloads), list(probe_payloads), ratio, p.top_share if measure else None,
-                            b.repeated_share)
+                            b.repeated_share, b.multiplicity)
     return JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, list(build_payloads),
                         list(probe_payloads), match_ratio(build_keys, probe_keys) if measure else None,
                         top_share(probe_keys) if measure else None, repeated_share(build_keys))

@@ -583,16 +583,22 @@ key_count_found(const K* __restrict__ keys, i64 step, i64 n, const K* __restrict
 }
 
 // The distinct keys keys[i * step] (i < n) into the table (hgb_build's, for a strided sample read
-// in place; flags[1] set when the sentinel key is among them).  The table has room for all.
+// in place; flags[1] set when the sentinel key is among them), and *distinct += how many were new
+// (the sample's distinct keys, less the sentinel: the planner's build multiplicity).  The table
+// has room for all.
 template <typename K>
 __global__ void __launch_bounds__(256)
-sample_insert(const K* __restrict__ keys, i64 step, i64 n, K* __restrict__ table, u32 mask, int* __restrict__ flags) {
+sample_insert(const K* __restrict__ keys, i64 step, i64 n, K* __restrict__ table, u32 mask, int* __restrict__ flags,
+              unsigned long long* __restrict__ distinct) {
+    unsigned long long added = 0;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         const K k = keys[i * step];
         if (k == sentinel<K>()) { flags[1] = 1; continue; }
         u32 slot;
-        insert_key(table, mask, hash_key(k) & mask, k, mask, &slot);
+        added += insert_key(table, mask, hash_key(k) & mask, k, mask, &slot) == 1;
     }
+    for (int o = 16; o; o >>= 1) added += __shfl_xor_sync(0xffffffffu, added, o);
+    if ((threadIdx.x & 31) == 0 && added) atomicAdd(distinct, added);
 }
 
 #define SAMPLE_SLOTS 8192  // the table of sample_counts: twice its largest sample
