@@ -133,7 +133,7 @@ def test_join_rule_follows_section_4():
     many = est(1.0)
     many.build_multiplicity = 8.0  # uniform keys, 8 build rows a key (2^26 over 2^23)
     assert many.many_to_many and auto.choose_join(many, dev).algorithm == "smj-tr"
-    many.build_multiplicity = 2.0  # 2 a key: PHJ-TR still the faster
+    many.build_multiplicity = 3.0  # keys of 2 rows on average drawn at random: PHJ-TR still the faster
     assert not many.many_to_many and auto.choose_join(many, dev).algorithm == "phj-tr"
     choice = auto.choose_join(est(1.0), dev)
     ranked = choice.predicted

@@ -37,7 +37,10 @@ HEAVY_BUILD_SHARE = 0.2
 #: with two payloads, keys uniform over 2^23 / 2^24 / 2^25 values (8 / 4 / 2 build rows a key),
 #: once SMJ had CUB's one-sweep sort and the look-back merge pass: SMJ-TR 19.0 / 14.1 / 12.6 ms,
 #: PHJ-TR 32.1 / 17.1 / 10.6 (the uniform many-to-many keys above had been PHJ-TR's).
-MULTIPLICITY_SMJ = 3.0
+#: The estimate assumes every key has m rows; for keys drawn at random (Poisson counts of mean
+#: lambda, as the benchmark's) it reads about 1 + lambda: 3 at 2^25 keys, where PHJ-TR is faster
+#: (10.96 against 12.78 ms), 5 at 2^24.
+MULTIPLICITY_SMJ = 4.0
 GROUP_BY_HOT_SHARE = 0.3
 #: From HLL_SUB_ROWS rows the planner's HyperLogLog reads every sub-th 32-byte sector of the
 #: keys, sub = rows / HLL_SUB_ROWS up to HLL_SUB (so that at least about 2^22 keys are
@@ -156,7 +159,9 @@ class Sample:
     repeated: int = 0
     top: int = 0
     least: int = 0
-    multiplicity: float | None = None  # a join's build sample: build_multiplicity of the match ratio's
+    # a join's build sample: build_multiplicity from the match ratio's larger one (not a count of
+    # this sample, so not compared)
+    multiplicity: float | None = field(default=None, compare=False)
 
     @classmethod
     def of_counts(cls, counts: np.ndarray) -> "Sample":
