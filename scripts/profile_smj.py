@@ -6,12 +6,11 @@ Usage: python3 scripts/profile_smj.py"""
 import time
 
 import cupy as cp
-import numpy as np
 
 from gpujoin.cuda.join.smj import smj
 from gpujoin.cuda.join.phj import phj
 from gpujoin.cuda import primitives as prim
-from gpujoin.cuda.runtime import event_time, kernel, ptr
+from gpujoin.cuda.runtime import event_time
 
 n = 1 << 27
 rk = cp.random.RandomState(3).permutation(n).astype(cp.int32)
@@ -44,7 +43,6 @@ sbk, (sbp,) = prim.radix_sort(rk, [rp], 0, 27)
 spk, (spp,) = prim.radix_sort(sk, [sp], 0, 27)
 r = smj_mod.merge_ranges(sbk, spk)
 out_b, out_p = cp.empty(r.total, cp.int32), cp.empty(r.total, cp.int32)
-lo_out, cnt_out = cp.empty(n, cp.int64), cp.empty(n, cp.int64)
 steps = {
     "merge_bounds lower": lambda: prim.merge_bounds(sbk, spk, upper=False),
     "merge_bounds upper": lambda: prim.merge_bounds(sbk, spk, upper=True),
@@ -53,9 +51,6 @@ steps = {
     "merge_bounds lower and counts, then their scan": lambda: prim.exclusive_scan(
         prim.merge_bounds(sbk, spk, upper=False, counts=True)[1]),
     "exclusive_scan of 2^27 int64": lambda: prim.exclusive_scan(r.lower),
-    "merge_bounds lower and counts, splits searched by each block": lambda: kernel("merge.cu", "merge_bounds<i32>")(
-        (-(-(2 * n) // prim.MERGE_TILE),), (256,), (sbk, np.int64(n), spk, np.int64(n), np.int32(0), lo_out, cnt_out,
-                                                   ptr(None), ptr(None), ptr(None))),
     "merge_ranges (lower bounds and offsets)": lambda: smj_mod.merge_ranges(sbk, spk),
     "expand (2 payloads)": lambda: smj_mod.expand(r, sbp, spp, out_b, out_p, None),
     "key_range": lambda: smj_mod.key_range(rk, sk),

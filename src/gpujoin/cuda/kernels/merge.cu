@@ -24,8 +24,8 @@ __device__ __forceinline__ i64 merge_path_search(const K* a, i64 na, const K* b,
 #define MERGE_ITEMS 8
 #define MERGE_TILE (MERGE_BLOCK * MERGE_ITEMS)
 
-// Block b merges diagonals [b*TILE, (b+1)*TILE): two global searches find its ranges of a and
-// b, which it stages in shared memory (coalesced); each thread then searches its own diagonal
+// Block b merges diagonals [b*TILE, (b+1)*TILE): its ranges of a and b (merge_splits'
+// searches, below), which it stages in shared memory (coalesced); each thread then searches its own diagonal
 // there and merges MERGE_ITEMS steps, writing out[j] when it consumes b[j].  With `counts` (lower
 // bounds only) also how many of a equal b[j]: from its lower bound, a[lo] and a[lo + 1] (most
 // often in the staged range) tell none or one, and a gallop then a binary search find longer runs,
@@ -115,9 +115,7 @@ merge_bounds(const K* __restrict__ a, i64 na, const K* __restrict__ b, i64 nb, i
     const i64 total = na + nb;
     const i64 d0 = (i64)blockIdx.x * MERGE_TILE;
     const i64 d1 = min(d0 + MERGE_TILE, total);
-    if (threadIdx.x < 2)
-        split[threadIdx.x] = splits ? splits[blockIdx.x + threadIdx.x]
-                                    : merge_path_search(a, na, b, nb, threadIdx.x ? d1 : d0, upper);
+    if (threadIdx.x < 2) split[threadIdx.x] = splits[blockIdx.x + threadIdx.x];
     __syncthreads();
     const i64 i0 = split[0], j0 = d0 - i0;
     const int na_t = (int)(split[1] - i0), nb_t = (int)((d1 - split[1]) - j0);
@@ -225,8 +223,7 @@ expand_matches(const i64* __restrict__ lower, const i64* __restrict__ offsets, i
     __shared__ i64 split[2];
     const i64* ends = offsets + 1;
     const i64 d0 = (i64)blockIdx.x * MERGE_TILE, d1 = min(d0 + MERGE_TILE, m + total);
-    if (threadIdx.x < 2)
-        split[threadIdx.x] = splits ? splits[blockIdx.x + threadIdx.x] : ends_search(ends, m, 0, total, threadIdx.x ? d1 : d0);
+    if (threadIdx.x < 2) split[threadIdx.x] = splits[blockIdx.x + threadIdx.x];
     __syncthreads();
     const i64 i0 = split[0], j0 = d0 - i0;
     const int na_t = (int)(split[1] - i0), nb_t = (int)((d1 - split[1]) - j0);
