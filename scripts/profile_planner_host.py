@@ -97,31 +97,35 @@ def at_2_24():
 
 
 def stamped_resolve(keys, inputs, st):
-    """resolve_gpu_group_by's steps (as in plan/auto.py, at 2^12 rows: the table does not
-    overflow) with a stamp after each."""
+    """resolve_gpu_group_by's steps (as in plan/auto.py) with a stamp after each."""
     from gpujoin.plan.auto import GroupByEstimate as GE
+    from gpujoin.plan.stats import GROUP_DRAWS, more_groups_than
 
     st("start")
+    words = cp.empty(SAMPLES_OUT, cp.uint64)
+    st("cp.empty(words)")
+    read = launch_sample(keys, words, GROUP_DRAWS if keys.size > GROUP_DRAWS else 0)
+    st("launch_sample with the random draws")
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     dev = device_model()
     est = GE(int(keys.size), 0, keys.dtype.itemsize, widths, slot_bytes(inputs), 0.0, "s", 0.0)
     cap = max(1, hgb_groups_limits(est, dev)[0])
-    fits(4 * HashTable.nbytes(cap, keys.dtype.itemsize, capped=True))
-    st("estimate, cap, room")
-    words = cp.empty(SAMPLES_OUT + 2, cp.uint64)
-    st("cp.empty(words)")
-    t = HashTable(keys, cap=cap, state=words[SAMPLES_OUT:])
-    st("HashTable: clear and the capped build's launches")
-    read = launch_sample(keys, words[:SAMPLES_OUT])
-    st("launch_sample")
+    st("estimate, cap (the device counts the sample)")
     host = words.get()
     st("words.get()")
-    smp = read(host[:SAMPLES_OUT])
-    st("read the sample")
-    t.finish(host[SAMPLES_OUT:])
-    st("table.finish")
+    smp, draws = read(host)
     est.top_share, est.hot_share = smp.top_share, smp.repeated_share
-    est.groups = cap + 1 if t.overflow else t.num_groups
+    _, top = hgb_groups_limits(est, dev)
+    more = more_groups_than(draws, top)
+    st("read the sample, the draws' test")
+    t = None
+    if more:
+        est.groups, est.sketched = top + 1, 0.0
+    else:
+        fits(4 * HashTable.nbytes(cap, keys.dtype.itemsize, capped=True))
+        t = HashTable(keys, cap=cap)
+        st("HashTable(cap): the capped build, its state read back")
+        est.groups = cap + 1 if t.overflow else t.num_groups
     choice = choose_group_by(est, dev)
     choice.estimate, choice.table = est, t
     st("choose_group_by")

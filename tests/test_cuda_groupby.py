@@ -441,15 +441,65 @@ def test_planner_counts_groups_with_hgbs_own_table(dtype):
     out = run("hgb", keys, inputs, table=choice.table)
     np.testing.assert_array_equal(np.sort(cp.asnumpy(out.keys)), cp.asnumpy(cp.unique(keys)))
     assert int(out.columns[0]["sum"].sum()) == keys.size
-    few = rng.integers(-3, 13, 1 << 18).astype(dtype)  # a sample shows every group; the table is kept too
+    few = rng.integers(-3, 13, 1 << 18).astype(dtype)  # a sample shows every group: HGB sizes its own table
     choice = resolve_gpu_group_by(few, inputs)
-    assert choice.algorithm == "hgb" and choice.table.num_groups == 16 and choice.estimate.groups == 16
-    out = run("hgb", few, inputs, table=choice.table)
+    assert choice.algorithm == "hgb" and choice.table is None and choice.estimate.groups == 16
+    assert choice.estimate.method == "sample (every group seen twice)"
+    out = run("hgb", few, inputs, groups_estimate=16)
     np.testing.assert_array_equal(np.sort(cp.asnumpy(out.keys)), np.arange(-3, 13))
     many = rng.integers(0, 1 << 22, 1 << 22).astype(dtype)
     choice = resolve_gpu_group_by(many, inputs)
     assert choice.algorithm == "pgb-tr" and choice.table is None and choice.estimate.groups_for("pgb-tr") is None
     assert choice.estimate.method.startswith("more than")
+
+
+def _drawn(keys: np.ndarray, draws: int) -> np.ndarray:
+    """sample_counts' random rows of ``keys``: mix64(i + 0x9E3779B97F4A7C15), times the rows, high word."""
+    M = (1 << 64) - 1
+    out = []
+    for i in range(draws):
+        h = (i + 0x9E3779B97F4A7C15) & M
+        h ^= h >> 33
+        h = (h * 0xFF51AFD7ED558CCD) & M
+        h ^= h >> 33
+        h = (h * 0xC4CEB9FE1A85EC53) & M
+        h ^= h >> 33
+        out.append((h * keys.size) >> 64)
+    return keys[np.array(out, np.int64)]
+
+
+@pytest.mark.parametrize("dtype", [cp.int32, cp.int64])
+def test_planner_draws_random_rows_whatever_the_order(dtype):
+    # issue 17 item 3: rows drawn at random tell more groups than fit shared memory without
+    # HGB's capped build (its launches and sync had cost PGB-TR 10% at 2^24 rows), sorted keys
+    # too (a strided sample of those sees a new key at every step); where they cannot tell, the
+    # capped build counts
+    from gpujoin.cuda import primitives as prim
+    from gpujoin.cuda.groupby.common import slot_bytes
+    from gpujoin.plan import stats
+    from gpujoin.plan.auto import resolve_gpu_group_by, shared_groups
+    from gpujoin.plan.calibrate import device_model
+
+    n, draws = 1 << 21, stats.GROUP_DRAWS
+    inputs = [AggInput(cp.ones(n, cp.int32), None, ("sum",))]
+    cap = shared_groups(slot_bytes(inputs), device_model())
+    for groups, more in ((cap // 3, False), (cap - 8, False), (4 * cap, True)):
+        keys = (cp.arange(n, dtype=cp.int64) * groups // n).astype(dtype)  # sorted, equal counts
+        keys[0] = np.iinfo(dtype).min  # the sentinel key counts as a key
+        got = prim.key_samples([keys], 4096, draws=draws)
+        assert got.sizes == (4096, draws)
+        assert (got.summaries[0] == prim.key_samples([keys], 4096).summaries[0]).all()
+        d = stats._summary(got.summaries[1], draws)
+        assert d == stats.Sample.of_counts(np.unique(_drawn(cp.asnumpy(keys), draws), return_counts=True)[1])
+        assert stats.more_groups_than(d, cap) == more, (groups, d)
+        choice = resolve_gpu_group_by(keys, inputs)
+        if more:
+            assert choice.algorithm == "pgb-tr" and choice.table is None and "random rows" in choice.estimate.method
+        else:
+            assert choice.algorithm == "hgb" and choice.estimate.groups == groups + 1
+            assert choice.estimate.method == "hash table (exact)"
+    with pytest.raises(ValueError, match="random draws"):
+        prim.key_samples([keys, keys], 4096, draws=8)
 
 
 def test_explain_on_the_gpu_predicts_and_measures():

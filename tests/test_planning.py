@@ -118,6 +118,28 @@ def test_build_multiplicity_from_a_samples_distinct_keys():
     assert stats.build_multiplicity(0, 0, 0) == 1.0
 
 
+def test_random_draws_bound_the_groups_whatever_their_frequencies():
+    """more_groups_than never says "more" for keys of at most ``groups`` groups (uniform, Zipf,
+    one hot key, fewer groups), and says it for 2^16 uniform groups against 28,160 (issue 17)."""
+    rng = np.random.default_rng(5)
+    cap, draws = 28_160, stats.GROUP_DRAWS
+    population = {
+        "uniform at the bound": np.full(cap, 1 / cap),
+        "zipf 0.5": (lambda w: w / w.sum())(1 / np.arange(1, cap + 1) ** 0.5),
+        "one hot key": np.append(np.full(cap - 1, 0.5 / (cap - 1)), 0.5),
+        "fewer groups": np.full(cap // 2, 2 / cap),
+    }
+    for name, p in population.items():
+        got = [np.unique(rng.choice(p.size, draws, p=p)).size for _ in range(40)]
+        assert max(got) < stats.distinct_bound(cap, draws), name
+        assert not stats.more_groups_than(stats.Sample(draws, max(got)), cap), name
+    many = [np.unique(rng.integers(0, 1 << 16, draws)).size for _ in range(40)]
+    assert all(stats.more_groups_than(stats.Sample(draws, d), cap) for d in many)
+    assert not stats.more_groups_than(None, cap) and not stats.more_groups_than(stats.Sample(), cap)
+    assert stats.distinct_bound(cap, draws) == pytest.approx(7558, abs=1)
+    assert stats.distinct_bound(1, 10) > 1 and not stats.more_groups_than(stats.Sample(10, 1), 1)
+
+
 def test_join_rule_follows_section_4():
     dev = cost.H200_ANCHORS
     est = lambda mr, k=4, pw=4, share=0.0: stats.JoinEstimate(2**27, 2**27, k, [pw, pw], [pw, pw], mr, share)  # noqa: E731

@@ -566,8 +566,11 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     return int(out[0].get())
 
 
-#: The largest sample key_samples summarizes (groupby.cu: SAMPLE_SLOTS / 2).
+#: The largest sample key_samples summarizes (half of groupby.cu's sample_counts table).
 SUMMARY_MAX = 4096
+#: The most random draws launch_key_samples takes (a table of twice as many slots, 12 bytes a
+#: slot for 8-byte keys: 192 KiB of one block's shared memory).
+DRAWS_MAX = 8192
 
 
 @dataclass
@@ -584,19 +587,21 @@ class KeySamples:
 
 
 def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
-                match: tuple[int, int] | None = None) -> KeySamples:
+                match: tuple[int, int] | None = None, draws: int = 0) -> KeySamples:
     """The planner's samples of one or two device key arrays (a join's build and probe keys, or
     a group-by's keys) in one launch batch and one sync (issue 17 item 3): a strided sample of
     ``size`` (<= SUMMARY_MAX) keys of each, counted in shared memory and summarized
     (KeySamples.summaries), and with ``match`` = (build sample, probe sample) sizes how many of
-    a probe sample's keys a build sample holds (keys[0] build, keys[1] probe).  Nothing leaves
-    the GPU but the 12 numbers: on an H200 the host copies of the samples, np.unique and a
-    separate match-ratio sync cost 0.4-0.6 ms, 16-20% of a 2^24-row join.
+    a probe sample's keys a build sample holds (keys[0] build, keys[1] probe); ``draws``: see
+    launch_key_samples.  Nothing leaves the GPU but the 12 numbers: on an H200 the host copies
+    of the samples, np.unique and a separate match-ratio sync cost 0.4-0.6 ms, 16-20% of a
+    2^24-row join.
 
-    Raises ValueError for more than two arrays or ``size`` above SUMMARY_MAX; MemoryError
+    Raises ValueError for more than two arrays, ``size`` above SUMMARY_MAX or ``draws`` above
+    DRAWS_MAX or with two arrays; MemoryError
     (CuPy's) when ``match``'s table (16 bytes a build sample key) does not fit."""
     out = cp.empty(SAMPLES_OUT, cp.uint64)
-    pending = launch_key_samples(keys, out, size, match)
+    pending = launch_key_samples(keys, out, size, match, draws)
     return pending.result(out.get())
 
 
@@ -622,17 +627,24 @@ class PendingSamples:
 
 
 def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMMARY_MAX,
-                       match: tuple[int, int] | None = None) -> PendingSamples:
+                       match: tuple[int, int] | None = None, draws: int = 0) -> PendingSamples:
     """key_samples' launches only, into ``out`` (SAMPLES_OUT device u64, on the current stream),
-    so that a caller reads them back in one copy with other results (the group-by planner: with
-    HGB's capped build)."""
-    if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX:
-        raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys")
+    so that a caller reads them back in one copy with other results.  ``draws`` (one key array,
+    at most DRAWS_MAX): a second sample of that many rows drawn at random, with replacement
+    (a fixed seed), summarized as the second one (KeySamples.summaries[1]): its distinct keys
+    bound the groups whatever the keys' order (stats.more_groups_than, the group-by planner)."""
+    if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX or draws > DRAWS_MAX or (draws and len(keys) != 1):
+        raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys, "
+                         f"and up to {DRAWS_MAX} random draws of one array")
     if match is not None and len(keys) != 2:
         raise ValueError("key_samples' match needs build and probe keys")
-    dt = np.result_type(*[k.dtype for k in keys])
+    dt = keys[0].dtype if len(keys) == 1 else np.result_type(*[k.dtype for k in keys])
     kt = key_type(dt)
     samples = [_strided(k, size, dt) for k in keys]
+    rows = int(keys[0].size) if draws else 0
+    if rows:  # the draws read the keys in place (_strided's answer: in place when its step is)
+        whole = keys[0] if samples[0][0] is keys[0] else cp.ascontiguousarray(keys[0].astype(dt, copy=False))
+        samples.append((whole, 1, draws))
     pending = PendingSamples(tuple(s[2] for s in samples), match is not None)
     if not any(pending.sizes):
         return pending
@@ -643,15 +655,16 @@ def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMM
         if build[2] and probe[2]:
             table = cp.empty(_table_slots(build[2]), dt)  # filled by sample_counts' extra blocks
     fn = kernel("groupby.cu", f"sample_counts<{kt}>")
-    smem = 8192 * (dt.itemsize + 4)
-    if _smem_set.get(fn) != smem:  # a driver call each time otherwise
+    slots = max(2 * SUMMARY_MAX, 1 << (2 * max(s[2] for s in samples) - 1).bit_length())
+    smem = slots * (dt.itemsize + 4)
+    if _smem_set.get(fn, 0) < smem:  # a driver call each time otherwise
         fn.max_dynamic_shared_size_bytes = _smem_set[fn] = smem
     a, b = samples[0], samples[-1]
     fill = 0 if table is None else max(1, min(64, table.size >> 12))
     # sample_counts writes the summaries and zeroes the match's counters
     fn((len(samples) + fill,), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]),
                                          np.int32(len(samples)), ptr(table), np.int64(0 if table is None else table.size),
-                                         out), shared_mem=smem)
+                                         out, np.uint32(slots), np.int64(rows)), shared_mem=smem)
     if table is not None:
         _found(build, probe, table, out[8:])
     return pending

@@ -183,44 +183,50 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     from ..cuda.primitives import SAMPLES_OUT
     from ..cuda.runtime import fits
     from .calibrate import device_model
-    from .stats import Sample, estimate_groups, hll_sub, launch_sample
+    from .stats import GROUP_DRAWS, Sample, estimate_groups, hll_sub, launch_sample, more_groups_than
 
+    # a small sample first: the skew, the groups when it shows every one twice, and from rows
+    # drawn at random whether the groups surely pass the bound of shared memory; only if neither
+    # answers, HGB's own build, capped at that bound, counts them exactly up to it (the rules'
+    # first test) and is kept for HGB.  At 2^24 rows the planner's time is host time (each CuPy
+    # call 2-20 us, a round trip 30-50, against PGB-TR's 0.9-1.4 ms on an H200): the capped
+    # build's launches and sync, launched with the sample, had cost PGB-TR 9% at 2^16 groups,
+    # where the draws now answer alone (3%), and a few groups 3-6% more (the two syncs' round
+    # trips; docs/BENCHMARKS.md).  HyperLogLog's pass over every key had cost 19% of HGB's 3 ms
+    # at 2^28 rows.  The sample is launched first, the planner's Python runs while it counts.
     n = int(keys.size)
+    if n:
+        words = cp.empty(SAMPLES_OUT, cp.uint64)
+        read = launch_sample(keys, words, GROUP_DRAWS if n > GROUP_DRAWS else 0)
     dev = device_model()
     sb = slot_bytes(inputs)
-    # HGB's own build, capped at the groups whose accumulators fit shared memory, counts the
-    # groups exactly up to that bound (the rules' first test) and is kept for HGB; a small
-    # sample gives the skew.  At 2^24 rows the planner's time is host time (each CuPy call
-    # 2-20 us, a round trip 30-50, against HGB's 0.4 ms on an H200), and HGB waits on its own
-    # build anyway: so the build is launched first, the sample and the rest of the planner's
-    # Python run while the device builds, and one copy reads both back.  HyperLogLog's pass
-    # over every key had cost 19% of HGB's 3 ms at 2^28 rows.
     cap = max(1, shared_groups(sb, dev))
-    # no counting table larger than a quarter of the free memory
-    room = lambda c: fits(4 * HashTable.nbytes(c, keys.dtype.itemsize, capped=True))  # noqa: E731
-    table, read = None, None
-    if n:
-        words = cp.empty(SAMPLES_OUT + 2, cp.uint64)  # the sample's, then the build's state
-        table = HashTable(keys, cap=cap, state=words[SAMPLES_OUT:]) if room(cap) else None
-        read = launch_sample(keys, words[:SAMPLES_OUT])
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     est = GroupByEstimate(n, 0, keys.dtype.itemsize, widths, sb, 0.0, "sample (every group seen twice)", 0.0)
-    host = words.get() if n else None
-    smp = read(host[:SAMPLES_OUT]) if read else Sample()
-    est.top_share, est.hot_share = smp.top_share, smp.repeated_share
-    if table is not None:
-        table.finish(host[SAMPLES_OUT:])
+    # no counting table larger than a quarter of the free memory
+    room = lambda c: fits(4 * HashTable.nbytes(c, keys.dtype.itemsize, capped=True))  # noqa: E731
+    table, smp = None, Sample()
+    if n:
+        smp, draws = read(words.get())
+        est.top_share, est.hot_share = smp.top_share, smp.repeated_share
         _, top = hgb_groups_limits(est, dev)
-        # hot groups: caps growing 16x up to what fits L2, so that HGB gets a table near its groups
-        while table.overflow and cap < top and room(min(top, cap * 16)):
-            cap = min(top, cap * 16)
-            table = HashTable(keys, cap=cap)
-        if not table.overflow:
-            est.groups, est.method = table.num_groups, "hash table (exact)"
-        elif cap >= top:  # PGB sketches the groups in its first radix pass
-            est.groups, est.sketched = cap + 1, 0.0
-            est.method = f"more than {cap:,} (a hash table of {cap:,} overflowed)"
-        table = None if table.overflow else table
+        if more_groups_than(draws, top):  # PGB sketches the groups in its first radix pass
+            est.groups, est.sketched = top + 1, 0.0
+            est.method = f"more than {top:,} ({draws.distinct:,} distinct keys in {draws.size:,} random rows)"
+        elif smp.groups is not None:  # few groups, every one seen twice: HGB sizes its table by them
+            est.groups = smp.groups
+        elif room(cap):
+            table = HashTable(keys, cap=cap)  # (its state read back)
+            # hot groups: caps growing 16x up to what fits L2, so that HGB gets a table near its groups
+            while table.overflow and cap < top and room(min(top, cap * 16)):
+                cap = min(top, cap * 16)
+                table = HashTable(keys, cap=cap)
+            if not table.overflow:
+                est.groups, est.method = table.num_groups, "hash table (exact)"
+            elif cap >= top:  # PGB sketches the groups in its first radix pass
+                est.groups, est.sketched = cap + 1, 0.0
+                est.method = f"more than {cap:,} (a hash table of {cap:,} overflowed)"
+            table = None if table.overflow else table
     if table is None and keys.size and not est.groups:
         if smp.groups is not None:
             est.groups = smp.groups

@@ -22,6 +22,7 @@ these statistics, without saying how to get them.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -211,14 +212,46 @@ def sample(keys) -> Sample:
     return _summary(got.summaries[0], got.sizes[0])
 
 
-def launch_sample(keys, out):
+def launch_sample(keys, out, draws: int = 0):
     """:func:`sample` of non-empty device ``keys``, launched into ``out`` (primitives.SAMPLES_OUT
-    device u64) and not read: returns the function that makes the Sample of those words once read
-    back (the group-by planner reads them in one copy with HGB's capped build)."""
+    device u64) and not read: returns the function that makes (the Sample, the Sample of
+    ``draws`` rows drawn at random or None) of those words once read back."""
     from ..cuda.primitives import launch_key_samples
 
-    size = launch_key_samples([keys], out, SKEW_SAMPLE).sizes[0]
-    return lambda words: Sample(size, *(int(x) for x in words[:4]))  # the one sample's 4 words
+    sizes = launch_key_samples([keys], out, SKEW_SAMPLE, draws=draws).sizes
+
+    def read(words):
+        w = words[:8].tolist()  # Python ints: the planner's host time counts at 2^24 rows
+        return Sample(sizes[0], *w[:4]), Sample(sizes[1], *w[4:8]) if len(sizes) > 1 else None
+    return read
+
+
+#: Random draws of the group-by planner's test of more groups than fit shared memory
+#: (more_groups_than), and the chance it may err.
+GROUP_DRAWS, GROUP_TEST_ERROR = 8192, 1e-6
+
+
+@functools.lru_cache(maxsize=64)
+def distinct_bound(groups: int, draws: int, error: float = GROUP_TEST_ERROR) -> float:
+    """A bound that the distinct keys among ``draws`` rows drawn at random (with replacement)
+    from keys of at most ``groups`` groups pass with probability at most ``error``, whatever
+    the groups' frequencies.  Their expected count is at most mu = g (1 - (1 - 1/g)^draws), the
+    uniform case (it is Schur-concave in the frequencies); the groups' occupancy indicators are
+    negatively associated (Dubhashi and Ranjan 1998), so Chernoff's bound P(X >= mu + t) <=
+    exp(-t^2 / (2 mu + t)) holds for their sum: t = (L + sqrt(L^2 + 8 L mu)) / 2, L = ln(1 /
+    error)."""
+    g = max(int(groups), 1)
+    mu = g * -math.expm1(draws * math.log1p(-1 / g)) if g > 1 else 1.0
+    L = math.log(1 / error)
+    return mu + (L + math.sqrt(L * L + 8 * L * mu)) / 2
+
+
+def more_groups_than(draws: Sample | None, groups: int) -> bool:
+    """Whether ``draws`` (a Sample of rows drawn at random) shows more than ``groups`` groups,
+    wrong with probability at most GROUP_TEST_ERROR (:func:`distinct_bound`).  On uniform keys,
+    8,192 draws tell 2^16 groups (7,700 distinct expected) from 28,160 (the bound: 7,558).  False
+    when the draws cannot tell, so that the caller counts the groups."""
+    return bool(draws is not None and draws.size and draws.distinct > distinct_bound(groups, draws.size))
 
 
 def top_share(keys) -> float:

@@ -87,6 +87,18 @@ def _slots(groups: int) -> int:
     return max(1024, _pow2(2 * groups + groups // 4))
 
 
+#: The fewest slots of a table sized by an estimate, from SPREAD_ROWS rows (fewer rows: as many
+#: slots as rows / 64): few groups spread over many slots.  On an H200 at 2^28 rows, HGB's
+#: stage 1 (its HyperLogLog estimate and the build) took 2.75 ms over 2^8 groups in the 1,024
+#: slots of the estimate and 0.65 in 131,072; over 2^12 groups 3.68 in 16,384 and 1.72
+#: (docs/BENCHMARKS.md).
+SPREAD_SLOTS, SPREAD_ROWS = 1 << 17, 1 << 23
+
+
+def _spread_slots(rows: int) -> int:
+    return min(SPREAD_SLOTS, _pow2(max(rows, 1)) // (SPREAD_ROWS // SPREAD_SLOTS))
+
+
 def _slot_bytes(key_bytes: int) -> int:
     """A table slot's bytes: its key, its group id, and the key of the id it may take."""
     return 2 * key_bytes + 4
@@ -137,7 +149,8 @@ class HashTable:
         check_rows(keys.size, "hash tables")
         self.keys, self.cap, self.overflow, self.hot = keys, cap, False, 0  # hot: number_first's
         self._launch(self.capped_slots(keys.size, cap) if cap else
-                     _slots(estimate_groups(keys) if estimate is None else estimate), state)
+                     max(_slots(estimate_groups(keys) if estimate is None else estimate), _spread_slots(keys.size)),
+                     state)
         if state is None:
             self.finish(self.state.get())
 

@@ -601,20 +601,22 @@ sample_insert(const K* __restrict__ keys, i64 step, i64 n, K* __restrict__ table
     if ((threadIdx.x & 31) == 0 && added) atomicAdd(distinct, added);
 }
 
-#define SAMPLE_SLOTS 8192  // the table of sample_counts: twice its largest sample
-
-// A strided sample's key counts, summarized: block b < 2 reads keys_b[i * step_b] (i < n_b <=
-// SAMPLE_SLOTS / 2) into a shared-memory table and writes out[4 b ...] = distinct keys, rows of
-// keys seen more than once, the largest count, the smallest count (0s for no keys), and zeroes
-// out[8 ... 11] (the counters of the match ratio's kernels that follow); blocks from `nsamples`
-// on fill `table_fill` (fill_slots keys) with the sentinel key, the match ratio's table: what the
-// planner reads from a sample (top key's share, repeated share, whether every group was seen
-// twice), in one launch for both sides of a join, without the sample leaving the GPU.
-// Dynamic shared memory: SAMPLE_SLOTS * (sizeof(K) + 4) bytes.
+// A sample's key counts, summarized: block b < 2 reads keys_b[i * step_b] (i < n_b <= slots /
+// 2) into a shared-memory table of `slots` (a power of two) and writes out[4 b ...] = distinct
+// keys, rows of keys seen more than once, the largest count, the smallest count (0s for no
+// keys), and zeroes out[8 ... 11] (the counters of the match ratio's kernels that follow); blocks
+// from `nsamples` on fill `table_fill` (fill_slots keys) with the sentinel key, the match
+// ratio's table: what the planner reads from a sample (top key's share, repeated share, whether
+// every group was seen twice), in one launch for both sides of a join, without the sample
+// leaving the GPU.  With random_rows1 > 0, block 1 draws its n_1 rows at random (with
+// replacement, a fixed seed) from keys1[0 .. random_rows1): the group-by planner's test of more
+// groups than a bound, which a strided sample of sorted keys would fail (stats.more_groups_than).
+// Dynamic shared memory: slots * (sizeof(K) + 4) bytes.
 template <typename K>
 __global__ void __launch_bounds__(1024)
 sample_counts(const K* __restrict__ keys0, i64 step0, int n0, const K* __restrict__ keys1, i64 step1, int n1,
-              int nsamples, K* __restrict__ table_fill, i64 fill_slots, unsigned long long* __restrict__ out) {
+              int nsamples, K* __restrict__ table_fill, i64 fill_slots, unsigned long long* __restrict__ out,
+              u32 slots, i64 random_rows1) {
     if ((int)blockIdx.x >= nsamples) {  // the blocks past the samples' fill the match ratio's table
         const i64 stride = (i64)(gridDim.x - nsamples) * blockDim.x;
         for (i64 j = (i64)(blockIdx.x - nsamples) * blockDim.x + threadIdx.x; j < fill_slots; j += stride)
@@ -623,25 +625,40 @@ sample_counts(const K* __restrict__ keys0, i64 step0, int n0, const K* __restric
     }
     extern __shared__ __align__(16) unsigned char dyn[];
     K* table = reinterpret_cast<K*>(dyn);
-    u32* counts = reinterpret_cast<u32*>(dyn + SAMPLE_SLOTS * sizeof(K));
+    u32* counts = reinterpret_cast<u32*>(dyn + slots * sizeof(K));
     __shared__ u32 tally[5];  // sentinel rows, distinct, repeated rows, largest, smallest
     const K* __restrict__ keys = blockIdx.x ? keys1 : keys0;
     const i64 step = blockIdx.x ? step1 : step0;
     const int n = blockIdx.x ? n1 : n0;
-    for (int j = threadIdx.x; j < SAMPLE_SLOTS; j += blockDim.x) { table[j] = sentinel<K>(); counts[j] = 0; }
+    const i64 random_rows = blockIdx.x ? random_rows1 : 0;
+    for (u32 j = threadIdx.x; j < slots; j += blockDim.x) { table[j] = sentinel<K>(); counts[j] = 0; }
     if (threadIdx.x < 5) tally[threadIdx.x] = threadIdx.x == 4 ? 0xffffffffu : 0u;
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const K k = keys[(i64)i * step];
-        if (k == sentinel<K>()) { atomicAdd(&tally[0], 1u); continue; }
-        u32 slot;
-        insert_key(table, SAMPLE_SLOTS - 1u, hash_key(k) & (SAMPLE_SLOTS - 1u), k, SAMPLE_SLOTS - 1u, &slot);
-        atomicAdd(&counts[slot], 1u);
+    // up to 8 rows a thread loaded before any is counted: a sample's loads in flight together
+    for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
+        K ks[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = base + u * (int)blockDim.x + (int)threadIdx.x;
+            // a random row: the high word of a 64-bit hash of i times the rows
+            if (i < n) ks[u] = keys[random_rows > 0 ? (i64)__umul64hi(mix64((u64)i + 0x9E3779B97F4A7C15ull),
+                                                                    (u64)random_rows)
+                                                    : (i64)i * step];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (base + u * (int)blockDim.x + (int)threadIdx.x >= n) break;
+            const K k = ks[u];
+            if (k == sentinel<K>()) { atomicAdd(&tally[0], 1u); continue; }
+            u32 slot;
+            insert_key(table, slots - 1u, hash_key(k) & (slots - 1u), k, slots - 1u, &slot);
+            atomicAdd(&counts[slot], 1u);
+        }
     }
     __syncthreads();
     u32 d = 0, rep = 0, top = 0, least = 0xffffffffu;
-    for (int j = threadIdx.x; j <= SAMPLE_SLOTS; j += blockDim.x) {
-        const u32 c = j < SAMPLE_SLOTS ? counts[j] : tally[0];  // the sentinel key's count last
+    for (u32 j = threadIdx.x; j <= slots; j += blockDim.x) {
+        const u32 c = j < slots ? counts[j] : tally[0];  // the sentinel key's count last
         if (!c) continue;
         ++d;
         rep += c > 1 ? c : 0u;
