@@ -11,10 +11,12 @@ import sys
 import time
 
 import cupy as cp
+import numpy as np
 
 from gpujoin.bench.workloads import GroupByWorkload, make_groupby
+from gpujoin.cuda import primitives as prim
 from gpujoin.cuda.groupby import run
-from gpujoin.cuda.groupby.common import AggInput, slot_bytes
+from gpujoin.cuda.groupby.common import AggInput, estimate_groups, slot_bytes
 from gpujoin.cuda.groupby.hgb import HashTable
 from gpujoin.cuda.primitives import SAMPLES_OUT
 from gpujoin.cuda.runtime import fits
@@ -52,6 +54,15 @@ def host_steps():
     per_call("memset_async of 14 u64", lambda: words.data.memset_async(0, words.nbytes))
     per_call("cp.full(4096, -2^31, int32)", lambda: cp.full(4096, -2**31, cp.int32))
     per_call("launch_sample (launch only)", lambda: launch_sample(k, words[:SAMPLES_OUT]))
+    per_call("launch_sample with 8,192 draws (launch only)", lambda: launch_sample(k, words[:SAMPLES_OUT], 8192))
+    per_call("  its _strided", lambda: prim._strided(k, 4096, k.dtype))
+    per_call("  its kernel()", lambda: prim.kernel("groupby.cu", "sample_counts<i32>"))
+    fn, w12 = prim.kernel("groupby.cu", "sample_counts<i32>"), words[:SAMPLES_OUT]
+    per_call("  its launch alone (12 arguments)", lambda: fn(
+        (2,), (1024,), (k, np.int64(1), np.int32(4096), k, np.int64(1), np.int32(8192), np.int32(2), np.uint64(0),
+                        np.int64(0), w12, np.uint32(16384), np.int64(k.size)), shared_mem=16384 * 8))
+    per_call("launch_sample with draws and its read back", lambda: launch_sample(k, w12, 8192)(w12.get()), reps=500)
+    per_call("HyperLogLog estimate_groups with its read back", lambda: estimate_groups(k), reps=500)
     per_call("HashTable(cap=28160, state=...) (launch only)",
              lambda: HashTable(k, cap=28160, state=words[SAMPLES_OUT:]))
     per_call("words.get()", lambda: words.get(), reps=500)

@@ -399,14 +399,18 @@ def test_auto_chooses_by_the_statistics_on_the_gpu():
     assert choice.algorithm == "smj-tr" and choice.estimate.heavy_build
     # uniform many-to-many keys, 8 build rows a key: too few repeats for the 4,096-key sample, seen
     # in the match ratio's 2^18-key build sample; with two payloads (the match ratio is measured)
+    # and with one (the build sample alone, no match ratio); 8-byte keys: PHJ-TR, not measured
     big = 1 << 21
     shuffle = cp.random.RandomState(9).permutation
     many = cp.repeat(cp.arange(big // 8, dtype=cp.int32), 8)[shuffle(big)]
-    pay = [cp.ones(big, cp.int32)] * 2
-    choice = resolve_gpu_join(many, rng.integers(0, big // 8, big, dtype=cp.int32), pay, pay)
-    assert choice.algorithm == "smj-tr" and 7 < choice.estimate.build_multiplicity < 9, choice.reason
-    choice = resolve_gpu_join(shuffle(big).astype(cp.int32), rng.integers(0, big, big, dtype=cp.int32), pay, pay)
-    assert choice.algorithm != "smj-tr" and choice.estimate.build_multiplicity < 1.1
+    for pay in ([cp.ones(big, cp.int32)] * 2, [cp.ones(big, cp.int32)]):
+        choice = resolve_gpu_join(many, rng.integers(0, big // 8, big, dtype=cp.int32), pay, pay)
+        assert choice.algorithm == "smj-tr" and 7 < choice.estimate.build_multiplicity < 9, choice.reason
+        assert (choice.estimate.match_ratio is None) == (len(pay) == 1)
+        choice = resolve_gpu_join(shuffle(big).astype(cp.int32), rng.integers(0, big, big, dtype=cp.int32), pay, pay)
+        assert choice.algorithm != "smj-tr" and choice.estimate.build_multiplicity < 1.1
+    choice = resolve_gpu_join(many.astype(cp.int64), rng.integers(0, big // 8, big, dtype=cp.int64), pay, pay)
+    assert choice.algorithm == "phj-tr" and choice.estimate.build_multiplicity is None
     t = {"k": rng.integers(0, 16, n, dtype=cp.int32), "v": rng.integers(0, 100, n, dtype=cp.int32)}
     plan = gpujoin.explain(gpujoin.group_by, t, "k", aggs={"m": ("v", "max")}, run=True)
     assert plan.choice == "hgb" and "every group seen twice" in str(plan) and plan.result.num_rows == 16

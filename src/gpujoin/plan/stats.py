@@ -336,23 +336,27 @@ def build_multiplicity(rows: int, sampled: int, distinct: int) -> float:
     return (lo * hi) ** 0.5
 
 
-def device_join_samples(build_keys, probe_keys, match: bool) -> tuple[Sample, Sample, float | None]:
+def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False
+                        ) -> tuple[Sample, Sample, float | None]:
     """A device join's samples in one launch batch and one sync (primitives.key_samples): the
     build and probe keys' SKEW_SAMPLE summaries and, with ``match``, the match ratio from a
     hash table of DEVICE_BUILD_SAMPLE build keys probed by DEVICE_PROBE_SAMPLE probe keys, and
-    from that table's distinct keys the build's multiplicity (the build Sample's).  The
+    from that table's distinct keys the build's multiplicity (the build Sample's); with
+    ``multiplicity`` alone, that table and the multiplicity without the probe keys.  The
     probe summary comes from the same launch as the build's (a second block), so it costs no
-    time of its own; the match ratio's table is built only when ``match``."""
+    time of its own; the match ratio's table is built only when ``match`` or ``multiplicity``."""
     from ..cuda.primitives import key_samples
 
     both = build_keys.size and probe_keys.size
-    got = key_samples([build_keys, probe_keys], SKEW_SAMPLE,
-                      (DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE) if match and both else None)
+    sizes = None
+    if both and (match or multiplicity):
+        sizes = (DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE if match else 0)
+    got = key_samples([build_keys, probe_keys], SKEW_SAMPLE, sizes)
     ratio, b = None, _summary(got.summaries[0], got.sizes[0])
     if match:
         ratio = _ratio(got.found, got.match_sizes[1], build_keys.size, got.match_sizes[0]) if both else 0.0
-        if both:  # the match ratio's build sample (DEVICE_BUILD_SAMPLE keys): its distinct keys
-            b.multiplicity = build_multiplicity(int(build_keys.size), got.match_sizes[0], got.build_distinct)
+    if sizes:  # the match ratio's build sample (DEVICE_BUILD_SAMPLE keys): its distinct keys
+        b.multiplicity = build_multiplicity(int(build_keys.size), got.match_sizes[0], got.build_distinct)
     return b, _summary(got.summaries[1], got.sizes[1]), ratio
 
 
