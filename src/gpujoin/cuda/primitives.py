@@ -599,9 +599,9 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
     of the samples, np.unique and a separate match-ratio sync cost 0.4-0.6 ms, 16-20% of a
     2^24-row join.
 
-    Raises ValueError for more than two arrays, ``size`` above SUMMARY_MAX or ``draws`` above
-    DRAWS_MAX or with two arrays; MemoryError
-    (CuPy's) when ``match``'s table (16 bytes a build sample key) does not fit."""
+    Raises ValueError for more than two arrays, ``size`` above SUMMARY_MAX, or ``draws`` above
+    DRAWS_MAX or with two arrays; MemoryError (CuPy's) when ``match``'s table (16 bytes a build
+    sample key) does not fit."""
     out = cp.empty(SAMPLES_OUT, cp.uint64)
     pending = launch_key_samples(keys, out, size, match, draws)
     return pending.result(out.get())

@@ -15,8 +15,13 @@
   5.88 against 12.95; uniform keys (share about 0.12, birthday repeats) PGB-TR 6.49 against
   HGB 13.07 (docs/BENCHMARKS.md).
 
-Arrays are NumPy (host) or CuPy (device) int32/int64 keys; samples are strided, so they cost no
-random generator and the same input gives the same estimate.  Source: paper 003 §4 asks for
+- more groups than a bound (the GPU group-by): the distinct keys of rows drawn at random, against
+  what keys of that many groups could leave (:func:`distinct_bound`, a Chernoff bound); random
+  rows, because a strided sample of sorted keys sees a new key at every step.
+
+Arrays are NumPy (host) or CuPy (device) int32/int64 keys; samples are strided, and the random
+draws come from a hash of the draw's index (a fixed seed), so they cost no random generator and
+the same input gives the same estimate.  Source: paper 003 §4 asks for
 these statistics, without saying how to get them.
 """
 
@@ -150,8 +155,9 @@ class JoinEstimate:
 
 @dataclass
 class Sample:
-    """A strided sample of SKEW_SAMPLE keys, summarized: its size, distinct keys, rows of keys
-    seen more than once, the largest and the smallest count.  Counted on the host for host keys
+    """A sample of keys (strided, SKEW_SAMPLE of them; or rows drawn at random), summarized:
+    its size, distinct keys, rows of keys seen more than once, the largest and the smallest
+    count.  Counted on the host for host keys
     (np.unique), on the GPU for device keys (primitives.key_samples: the sample never leaves
     the GPU, and a join's two samples and match ratio share one sync)."""
 

@@ -96,6 +96,7 @@ SPREAD_SLOTS, SPREAD_ROWS = 1 << 17, 1 << 23
 
 
 def _spread_slots(rows: int) -> int:
+    """The fewest slots of a table sized by an estimate, for ``rows`` keys (SPREAD_SLOTS)."""
     return min(SPREAD_SLOTS, _pow2(max(rows, 1)) // (SPREAD_ROWS // SPREAD_SLOTS))
 
 
