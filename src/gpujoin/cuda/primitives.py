@@ -533,23 +533,25 @@ def _table_slots(build_count: int) -> int:
     return 1 << max(10, (2 * build_count - 1).bit_length())
 
 
-def _found(build: tuple, probe: tuple, table: cp.ndarray, out: cp.ndarray) -> None:
+def _found(build: tuple, probe: tuple, table: cp.ndarray, out: int) -> None:
     """out[0] += how many probe sample keys the build sample holds (each a _strided triple),
     through ``table`` (_table_slots(build count) sentinel keys: the key dtype's minimum), a
     distinct-key hash table of the build sample's keys (HGB's probing); out[1]'s two int32 the
     build's flags (the sentinel key seen); out[2] += the build sample's distinct keys (less the
-    sentinel key).  out[0:3] zeroed."""
+    sentinel key).  ``out``: the device address of those three u64 words, zeroed (addresses,
+    not CuPy views: at 2^24 rows the planner's time is host time, each view a few us)."""
     slots = table.size
     kt = key_type(table)
-    flags = out[1:2].view(cp.int32)
+    flags = np.uint64(out + 8)
     sms = device_properties(cp.cuda.Device().id)["sms"]
     grid = lambda n: (max(1, min(-(-n // 256), sms * 8)),)  # noqa: E731
     kernel("groupby.cu", f"sample_insert<{kt}>")(grid(build[2]), (256,), (build[0], np.int64(build[1]),
                                                 np.int64(build[2]), table, np.uint32(slots - 1), flags,
-                                                out[2:]))
+                                                np.uint64(out + 16)))
     if probe[2]:
         kernel("groupby.cu", f"key_count_found<{kt}>")(grid(probe[2]), (256,), (probe[0], np.int64(probe[1]),
-                                                      np.int64(probe[2]), table, np.uint32(slots - 1), flags, out[0:]))
+                                                      np.int64(probe[2]), table, np.uint32(slots - 1), flags,
+                                                      np.uint64(out)))
 
 
 def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
@@ -563,7 +565,8 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     out = cp.zeros(3, cp.uint64)
     dt = build_sample.dtype
     table = cp.full(_table_slots(build_sample.size), np.iinfo(dt).min, dt)
-    _found(_strided(build_sample, build_sample.size, dt), _strided(probe_sample, probe_sample.size, dt), table, out)
+    _found(_strided(build_sample, build_sample.size, dt), _strided(probe_sample, probe_sample.size, dt), table,
+           out.data.ptr)
     return int(out[0].get())
 
 
@@ -669,5 +672,5 @@ def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMM
                                          np.int32(len(samples)), ptr(table), np.int64(0 if table is None else table.size),
                                          out, np.uint32(slots), np.int64(rows)), shared_mem=smem)
     if table is not None:
-        _found(build, probe, table, out[8:])
+        _found(build, probe, table, out.data.ptr + 8 * 8)
     return pending

@@ -1,0 +1,1 @@
+"""The CPU engine: multi-threaded Numba twins of gpujoin's algorithms (the reference backend)."""

@@ -1,0 +1,1 @@
+"""CPU group-by algorithms."""

@@ -1,0 +1,153 @@
+"""CUDA C++ sources of gpujoin's kernels and the template instantiations each one exports."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from itertools import product
+from pathlib import Path
+
+DIR = Path(__file__).parent
+
+_KEYS = ("i32", "i64")
+_WORDS = ("u32", "u64")
+_VALUES = ("u8", "u16", "u32", "u64")
+_INDEX = ("i32", "i64", "u32", "u64")
+
+#: Thread block cluster sizes of the distributed-shared-memory HGB aggregation.
+CLUSTER_SIZES = (2, 4, 8)
+
+#: Column specializations of the group-by kernels (groupby.cu: spec_col), type | flags << 8 with
+#: types i32 0, i64 1, f32 2, f64 3 and flags count 1, sum 2, sum_lo 4, min 8, max 16; -1 reads
+#: them from each column's descriptor.  The specialized ones: min, max, or both of 4-byte
+#: integers, max of 4-byte floats, and sums of 8-byte integers (decimals).
+GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 << 8)
+
+#: Register budgets the radix scatter is built for (minimum resident blocks per SM).
+SCATTER_MINB = (1, 4)
+
+#: Digit bits of a radix partition pass (partition.cu): at most 8 a stable pass (a warp ballot a
+#: bit), 9 an unstable one (radix_scatter_unstable: 512 threads, a digit each), taken where it saves
+#: a pass: PHJ's 17-18 bits (2^28-2^29 build rows) in two passes, not 8 + 8 + 1 or 2, each pass a
+#: read and write of every column.  GPUJOIN_UNSTABLE_PASS_BITS=8 restores the 8-bit passes.
+MAX_PASS_BITS = 8
+UNSTABLE_PASS_BITS = int(os.environ.get("GPUJOIN_UNSTABLE_PASS_BITS", "9"))
+
+
+def pass_count(bits: int, unstable: bool) -> int:
+    """How many passes partition ``bits`` digit bits: 8 a pass, or, unstable, 9 where that takes
+    fewer (17-18 bits in 2, 25-27 in 3)."""
+    most = UNSTABLE_PASS_BITS if unstable else MAX_PASS_BITS
+    return max(0, min(-(-bits // MAX_PASS_BITS), -(-bits // most)))
+
+
+def pass_widths(bits: int, unstable: bool) -> list[int]:
+    """Digit bits of each pass over ``bits`` bits, least significant first: 8 each and the rest
+    last, or, where 9-bit unstable passes save one, as even as they can be (17: 9 + 8)."""
+    count = pass_count(bits, unstable)
+    if count == -(-bits // MAX_PASS_BITS):
+        return [min(MAX_PASS_BITS, bits - lo) for lo in range(0, bits, MAX_PASS_BITS)]
+    return [bits // count + (i < bits % count) for i in range(count)]
+
+
+def radix_of(bits: int) -> int:
+    """Digit counts a tile has in a pass of ``bits`` bits (partition.cu: 256, 512 for 9 bits)."""
+    return 512 if bits > 8 else 256
+
+
+def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits: int = 8) -> str:
+    """The radix scatter instance for key and value types (stable: radix_scatter, 4-byte staging
+    when both fit, with a register budget; else radix_scatter_unstable, for digits of at most 8
+    bits or of 9)."""
+    if not stable:
+        return f"radix_scatter_unstable<{key}, {value}, {9 if bits > 8 else 8}>"
+    stage = "u32" if key == "i32" and value in ("u8", "u16", "u32") else "u64"
+    return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
+
+
+#: C++ types of onesweep.cu's instances: keys by byte width, values by byte width (0: keys only),
+#: offsets (32-bit below 2^32 rows).
+ONESWEEP_KEYS = {4: "int", 8: "long long"}
+ONESWEEP_VALUES = {0: "cub::NullType", 4: "unsigned int", 8: "unsigned long long"}
+ONESWEEP_OFFSETS = ("unsigned int", "unsigned long long")
+
+#: Every kernel (template instantiation) of every source file, as its C++ name expression.
+NAME_EXPRESSIONS: dict[str, list[str]] = {
+    "partition.cu": (
+        [f"radix_histogram<{k}, {i}>" for k, i in product(_KEYS, (16, 32))]
+        + [scatter_name(k, v, True, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
+        + [scatter_name(k, v, False, 1, b) for k, v, b in product(_KEYS, _VALUES, (8, 9))]
+        + [f"partition_bounds<{k}>" for k in _KEYS]
+        + ["segment_bounds"]
+    ),
+    "hashjoin.cu": (
+        [f"phj_match<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
+        + [f"nphj_build<{k}>" for k in _KEYS]
+        + [f"nphj_probe<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
+    ),
+    "merge.cu": (
+        [f"merge_bounds<{k}>" for k in _KEYS]
+        + [f"merge_splits<{k}>" for k in _KEYS]
+        + ["ends_splits"]
+        + [f"expand_matches<{k}, {b}, {p}>" for k, b, p in product(_KEYS, _WORDS, _WORDS)]
+    ),
+    "bitmap.cu": ["bitmap_build", "bitmap_probe<u32>", "bitmap_probe<u64>"],
+    "groupby.cu": (
+        [f"{name}<{k}>" for name, k in product(("hll_sketch", "hgb_build", "hgb_clear", "hgb_lookup", "key_count_found",
+                                                "sample_insert", "sample_counts"), _KEYS)]
+        + [f"hgb_aggregate<{k}, {s}>" for k, s in product(_KEYS, GROUPBY_SPECS)]
+        + [f"hgb_aggregate_cluster<{k}, {c}>" for k, c in product(_KEYS, CLUSTER_SIZES)]
+        + [f"sorted_reduce<{i}>" for i in ("i32", "i64")]
+        + [f"pgb_aggregate<{k}, i32, {s}>" for k, s in product(_KEYS, GROUPBY_SPECS)]
+    ),
+    "bandwidth.cu": ["read_l1", "read_l2"],
+    "scan.cu": ([f"scan_reduce<{i}>" for i in ("i32", "i64")] + ["scan_sums"]
+                + [f"scan_down<{i}, {o}>" for i, o in product(("i32", "i64"), ("i32", "i64"))]
+                + [f"sum_into<{i}>" for i in ("i32", "i64")]),
+    "shuffle.cu": [f"dest_histogram<{d}>" for d in ("u8", "i32")]
+    + [f"dest_scatter<{v}, {d}>" for v, d in product(_VALUES, ("u8", "i32"))],
+    "gather.cu": (
+        [f"gather<{v}, {i}>" for v, i in product(_VALUES, _INDEX)]
+        + ["compact_count"]
+        + [f"compact_write<{i}>" for i in ("i32", "i64")]
+        + [f"value_range<{k}>" for k in _KEYS]
+    ),
+    "onesweep.cu": (
+        [f"onesweep_histogram<{k}, {o}>" for k, o in product(ONESWEEP_KEYS.values(), ONESWEEP_OFFSETS)]
+        + [f"onesweep_{n}<{k}, {v}, {o}>" for n, k, v, o in product(("pass", "tile"), ONESWEEP_KEYS.values(),
+                                                                     ONESWEEP_VALUES.values(), ONESWEEP_OFFSETS)]
+        + [f"onesweep_exclusive_sum<{o}>" for o in ONESWEEP_OFFSETS]
+    ),
+}
+
+#: Options for NVRTC, besides the architecture.
+OPTIONS = ("-std=c++17", f"-I{DIR}")
+#: Source files that include CUB's headers.
+CUB_FILES = ("onesweep.cu",)
+
+
+def cccl_include() -> tuple[str, ...]:
+    """-I options for CUB's headers: CuPy's own copy of CCCL (cupy/_core/include/cupy/_cccl, the
+    CCCL that CuPy's CUB and Thrust calls use), else the nvidia-cuda-cccl wheel's (CI compiles the
+    kernels without CuPy).  Raises RuntimeError when neither is installed."""
+    spec = importlib.util.find_spec("cupy")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        base = Path(loc) / "_core" / "include" / "cupy" / "_cccl"
+        if (base / "cub" / "cub").is_dir():
+            return tuple(f"-I{base / d}" for d in ("cub", "libcudacxx", "thrust"))
+    spec = importlib.util.find_spec("nvidia")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        for cu in ("cu13", "cu12"):
+            inc = Path(loc) / cu / "include" / "cccl"
+            if (inc / "cub").is_dir():
+                return (f"-I{inc}",)
+    raise RuntimeError("CUB's headers were not found: install CuPy (it carries them) or nvidia-cuda-cccl")
+
+
+def options(file: str) -> tuple[str, ...]:
+    """NVRTC options for ``file``, besides the architecture."""
+    return (*OPTIONS, *cccl_include()) if file in CUB_FILES else OPTIONS
+
+
+def source(name: str) -> str:
+    return (DIR / name).read_text()

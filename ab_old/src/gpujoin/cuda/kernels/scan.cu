@@ -1,0 +1,89 @@
+// Exclusive prefix sums of int32/int64 counts into int32/int64 offsets, with the total after
+// them: out[i] = in[0] + ... + in[i - 1] for i <= n.  Reduce-then-scan over tiles of SCAN_TILE:
+// scan_reduce sums each tile, scan_sums scans the tile sums in one block, scan_down scans each
+// tile from its sum; an input of one tile takes scan_down alone (sums = nullptr).
+// (cupy.cumsum of the same took ~70 us of the interpreter's time and a cast and a subtraction
+// after it; the radix partition and PHJ scan seven times a partition pair of the hybrid join's
+// pass 2, whose GPU threads take turns on the interpreter lock.)
+#include "common.cuh"
+
+#define SCAN_BLOCK 1024
+#define SCAN_ITEMS 8
+#define SCAN_TILE (SCAN_BLOCK * SCAN_ITEMS)
+
+// Exclusive scan of one value a thread across the block; *total: the block's sum.
+__device__ __forceinline__ i64 block_exclusive(i64 v, i64* total) {
+    __shared__ i64 warp_sums[SCAN_BLOCK / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const i64 x = warp_inclusive_sum<i64>(v);
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        const i64 w = warp_inclusive_sum<i64>(lane < warps ? warp_sums[lane] : 0);
+        if (lane < warps) warp_sums[lane] = w;
+    }
+    __syncthreads();
+    const i64 before = warp ? warp_sums[warp - 1] : 0;
+    *total = warp_sums[warps - 1];
+    __syncthreads();  // warp_sums is the next call's
+    return before + x - v;
+}
+
+template <typename In>
+__global__ void __launch_bounds__(SCAN_BLOCK) scan_reduce(const In* __restrict__ in, i64 n, i64* __restrict__ sums) {
+    const i64 base = (i64)blockIdx.x * SCAN_TILE + threadIdx.x;
+    i64 s = 0;
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; ++k) {
+        const i64 i = base + (i64)k * SCAN_BLOCK;  // coalesced
+        if (i < n) s += (i64)in[i];
+    }
+    i64 total;
+    block_exclusive(s, &total);
+    if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+
+// sums[0, m) scanned in place (exclusive), sums[m] = their total.  One block.
+__global__ void __launch_bounds__(SCAN_BLOCK) scan_sums(i64* __restrict__ sums, int m) {
+    i64 carry = 0;
+    for (int b = 0; b < m; b += SCAN_BLOCK) {
+        const int i = b + threadIdx.x;
+        i64 total;
+        const i64 ex = block_exclusive(i < m ? sums[i] : 0, &total);
+        if (i < m) sums[i] = carry + ex;
+        carry += total;
+    }
+    if (threadIdx.x == 0) sums[m] = carry;
+}
+
+template <typename In, typename Out>
+__global__ void __launch_bounds__(SCAN_BLOCK) scan_down(const In* __restrict__ in, i64 n, const i64* __restrict__ sums,
+                                                        Out* __restrict__ out) {
+    const i64 base = (i64)blockIdx.x * SCAN_TILE + (i64)threadIdx.x * SCAN_ITEMS;
+    i64 v[SCAN_ITEMS], s = 0;
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; ++k) {
+        v[k] = base + k < n ? (i64)in[base + k] : 0;
+        s += v[k];
+    }
+    i64 total;
+    i64 run = block_exclusive(s, &total) + (sums ? sums[blockIdx.x] : 0);
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; ++k) {
+        if (base + k < n) out[base + k] = (Out)run;
+        run += v[k];
+    }
+    if (threadIdx.x == 0 && blockIdx.x == gridDim.x - 1) out[n] = (Out)(sums ? sums[gridDim.x] : total);
+}
+
+// total[0] += in[0] + ... + in[n - 1], one atomic a block: a SUM in one launch, added on the GPU
+// to the sum of the blocks before (cupy's sum and the addition after it took ~120 us of the
+// interpreter's time).
+template <typename In>
+__global__ void __launch_bounds__(SCAN_BLOCK) sum_into(const In* __restrict__ in, i64 n, i64* __restrict__ total) {
+    i64 s = 0;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) s += (i64)in[i];
+    i64 t;
+    block_exclusive(s, &t);
+    if (threadIdx.x == 0 && t) atomicAdd((u64*)total, (u64)t);
+}

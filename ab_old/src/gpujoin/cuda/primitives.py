@@ -1,0 +1,673 @@
+"""GPU primitives of gpujoin, each a thin wrapper over its kernels in ``kernels/*.cu``.
+
+Strategies (``cuda/join``, ``cuda/groupby``) call these, never raw kernels.  Arrays are CuPy
+arrays on the current device; keys are int32 or int64, carried columns any 1/2/4/8-byte type
+(moved as raw bits).  Sources: paper 003 §0-§1 (radix partition, GFTR), Green et al. 2012
+(merge path).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import cupy as cp
+import numpy as np
+
+from . import onesweep
+from .kernels import pass_widths, radix_of, scatter_name
+from .runtime import device_properties, kernel, ptr
+
+#: Register budget of the stable radix scatter for 4-byte keys and values (kernels.SCATTER_MINB:
+#: blocks per SM; others uncapped); GPUJOIN_SCATTER_MINB overrides.  With the tile's keys kept in
+#: shared memory (partition.cu) the cap (4, 64 registers) pays again: on an H200 2^27 pairs sort
+#: on 27 bits in 6.37 ms against 6.88 uncapped (80 registers, 3 blocks an SM), SMJ-TR 20.9
+#: against 21.7 ms (scripts/profile_partition.py, profile_smj.py).  With keys re-read from global
+#: memory it had not (16 bits 3.68 against 3.52 ms).
+SCATTER_MINB = int(os.environ.get("GPUJOIN_SCATTER_MINB", "4"))
+#: GPUJOIN_STABLE_PARTITION=1 ranks every radix pass stably (warp ballots), for comparison.
+FORCE_STABLE = os.environ.get("GPUJOIN_STABLE_PARTITION") == "1"
+
+#: radix_sort takes CUB's one-sweep sort where it serves (GPUJOIN_ONESWEEP=0: partition.cu's
+#: stable passes everywhere, for comparison).
+ONESWEEP = os.environ.get("GPUJOIN_ONESWEEP", "1") != "0"
+
+#: radix_partition's tile: 256 threads x 16 items (the stable passes).
+PART_BLOCK, PART_TILE = 256, 4096
+#: radix_scatter_unstable's block and tile (partition.cu: UNSTABLE_BLOCK, UNSTABLE_TILE).
+UNSTABLE_BLOCK, UNSTABLE_TILE = 512, 8192
+COMPACT_BLOCK, COMPACT_TILE = 256, 4096
+_KEY = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+_WORD = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.uint32): "u32",
+          np.dtype(np.uint64): "u64"}
+
+
+def key_type(keys) -> str:
+    """The C++ type of a key array or dtype (int32 or int64)."""
+    try:
+        return _KEY[np.dtype(getattr(keys, "dtype", keys))]
+    except KeyError:
+        raise TypeError(f"GPU join and group-by keys must be int32 or int64, got "
+                        f"{np.dtype(getattr(keys, 'dtype', keys))}") from None
+
+
+def word_type(dtype) -> str:
+    """The C++ unsigned type of ``dtype``'s width."""
+    return _WORD[np.dtype(dtype).itemsize]
+
+
+def as_words(a: cp.ndarray) -> cp.ndarray:
+    """``a`` viewed as unsigned integers of its width (bits unchanged)."""
+    return a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.kind != "u" else a
+
+
+def _grid(n: int, block: int, per_sm: int = 32) -> int:
+    return max(1, min((n + block - 1) // block, 132 * per_sm))
+
+
+def _u64(x) -> np.uint64:
+    return np.uint64(x)
+
+
+@dataclass
+class Digits:
+    """Which bits of a key form its partition: bits [shift, shift + bits) of the murmur3 hash
+    (``use_hash`` 1), of the murmur3 hash of the key xor a seed (2: independent of the first,
+    for the out-of-core pass 1), or of ``key - base`` as an unsigned number (0/False:
+    order-preserving when base is the minimum key)."""
+
+    bits: int
+    shift: int = 0
+    use_hash: int = True
+    base: int = 0
+
+
+def _passes(digits: Digits, unstable: bool = False) -> list[tuple[int, int]]:
+    """(shift, bits) of each pass, least significant digit first (kernels.pass_widths)."""
+    widths = pass_widths(digits.bits, unstable)
+    return [(digits.shift + sum(widths[:i]), w) for i, w in enumerate(widths)]
+
+
+def _width_groups(values: list[cp.ndarray]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault(v.dtype.itemsize, []).append(i)
+    return groups
+
+
+def _unstable(values: list[cp.ndarray], stable: bool) -> bool:
+    """Whether radix_partition ranks its passes unstably (most significant digit first): asked,
+    and one launch moves every column (shared atomics may order a tile differently in each
+    launch)."""
+    return not (stable or FORCE_STABLE) and len(_width_groups(values)) <= 1
+
+
+def _order(digits: Digits, unstable: bool) -> list[tuple[int, int]]:
+    """The passes in the order radix_partition runs them: LSD (stable ranking: each pass keeps
+    the order of the ones before) or MSD (unstable: each pass after the first partitions the
+    partitions of the ones before, so no pass needs stability)."""
+    passes = _passes(digits, unstable)
+    return passes[::-1] if unstable else passes
+
+
+@functools.lru_cache(maxsize=None)
+def _tiles_kernel():
+    """(offsets: int64 (P + 1,) raw, tile) -> each partition's tiles (int32 (P,)): one kernel,
+    as a segmented pass runs once a pair of pass 2."""
+    return cp.ElementwiseKernel("raw int64 off, int64 tile", "int32 tiles",
+                                "tiles = (int)((off[i + 1] - off[i] + tile - 1) / tile);", "gpujoin_segment_tiles")
+
+
+#: Elements a block of scan.cu scans (SCAN_BLOCK threads of SCAN_ITEMS).
+SCAN_TILE, SCAN_BLOCK = 8192, 1024
+_SCAN_TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def exclusive_scan(values: cp.ndarray, dtype=cp.int64) -> cp.ndarray:
+    """Exclusive prefix sums of ``values`` (int32 or int64 (n,)) and their total: (n + 1,) of
+    ``dtype`` (int32 or int64; the caller knows the total fits), ``out[i] = values[:i].sum()``.
+    Three launches of scan.cu (one for n <= 8192) and no cast: ``cupy.cumsum`` took ~70 us of
+    the interpreter's time a call, then a subtraction."""
+    n = values.size
+    out = cp.empty(n + 1, dtype)
+    it, ot = _SCAN_TYPES[values.dtype], _SCAN_TYPES[out.dtype]
+    if n == 0:
+        out.fill(0)
+        return out
+    m = -(-n // SCAN_TILE)
+    sums = None
+    if m > 1:
+        sums = cp.empty(m + 1, cp.int64)
+        kernel("scan.cu", f"scan_reduce<{it}>")((m,), (SCAN_BLOCK,), (values, np.int64(n), sums))
+        kernel("scan.cu", "scan_sums")((1,), (SCAN_BLOCK,), (sums, np.int32(m)))
+    kernel("scan.cu", f"scan_down<{it}, {ot}>")((m,), (SCAN_BLOCK,), (values, np.int64(n), ptr(sums), out))
+    return out
+
+
+def sum_into(values: cp.ndarray, total: cp.ndarray) -> None:
+    """``total`` (int64 0-d or (1,) on the device) += the sum of ``values`` (int32 or int64 (n,)),
+    in int64 arithmetic (wrapping, as numpy's), in one launch."""
+    n = values.size
+    if n:
+        grid = min(-(-n // SCAN_BLOCK), device_properties(cp.cuda.Device().id)["sms"] * 4)
+        fn = kernel("scan.cu", f"sum_into<{_SCAN_TYPES[values.dtype]}>")
+        fn((grid,), (SCAN_BLOCK,), (values, np.int64(n), total))
+
+
+#: Words that device_words passes as kernel arguments (more go through a copy from host memory).
+WORDS_BY_ARGUMENT = 8
+
+
+@functools.lru_cache(maxsize=None)
+def _words_kernel():
+    ws = ", ".join(f"unsigned long long w{i}" for i in range(WORDS_BY_ARGUMENT))
+    return cp.RawKernel(f"""extern "C" __global__ void gpujoin_words(unsigned long long* out, int n, {ws}) {{
+        const unsigned long long w[] = {{{", ".join(f"w{i}" for i in range(WORDS_BY_ARGUMENT))}}};
+        if (threadIdx.x < n) out[threadIdx.x] = w[threadIdx.x];
+    }}""", "gpujoin_words")
+
+
+def device_words(words: list[int]) -> cp.ndarray:
+    """``words`` (Python ints below 2**64: column addresses) as a uint64 device array, written
+    by one kernel from its arguments: ``cupy.asarray`` of a list copies from host memory
+    through a page-locked staging block (~90 us of the interpreter's time, four a pair of the
+    hybrid join's pass 2, whose GPU threads take turns on the interpreter lock)."""
+    n = len(words)
+    if n > WORDS_BY_ARGUMENT:
+        return cp.asarray(words, dtype=cp.uint64)
+    out = cp.empty(n, cp.uint64)
+    if n:
+        args = [np.uint64(w) for w in words] + [np.uint64(0)] * (WORDS_BY_ARGUMENT - n)
+        _words_kernel()((1,), (WORDS_BY_ARGUMENT,), (out, np.int32(n), *args))
+    return out
+
+
+@dataclass
+class _Segments:
+    """The partitions that a segmented (MSD) pass partitions further: offsets (int64 (P + 1,))
+    and the exclusive sum of their tile counts (int32 (P + 1,)); ``blocks`` is an upper bound of
+    the tiles (a launch's grid; blocks past the last tile return at once)."""
+
+    offsets: cp.ndarray
+    tile_start: cp.ndarray
+    blocks: int
+
+    @classmethod
+    def of(cls, offsets: cp.ndarray, n: int, tile: int) -> "_Segments":
+        tiles = cp.empty(offsets.size - 1, cp.int32)
+        _tiles_kernel()(offsets, tile, tiles)
+        tile_start = exclusive_scan(tiles, cp.int32)
+        return cls(offsets, tile_start, -(-n // tile) + offsets.size - 1)
+
+    def args(self) -> tuple:
+        return self.offsets, self.tile_start, np.int32(self.offsets.size - 1)
+
+
+_GLOBAL = (0, 0, np.int32(0))  # no segments: tiles from row 0
+
+
+def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: int, counts: cp.ndarray,
+               sketch: cp.ndarray | None, segments: _Segments | None = None) -> None:
+    radix = radix_of(bits)
+    n, nblocks = keys.size, counts.size // radix
+    # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
+    grid = nblocks if sketch is None else min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
+    kernel("partition.cu", f"radix_histogram<{key_type(keys)}, {tile // PART_BLOCK}>")(
+        (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
+                                 np.int32(shift), np.int32(bits), np.int32(radix), counts, np.int32(nblocks),
+                                 ptr(sketch))
+        + (segments.args() if segments else _GLOBAL),
+        shared_mem=0 if sketch is None else sketch.nbytes)
+
+
+def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, sketch: cp.ndarray | None = None,
+                    stable: bool = True) -> cp.ndarray:
+    """The per-tile digit counts of the first pass of ``radix_partition(keys, values, digits,
+    stable=stable)`` (int32 (256 * tiles,), 512 for a 9-bit first pass, digit-major), to hand to
+    it as ``counts``; ``sketch``
+    (uint32 (2**12,), zeroed: the HyperLogLog registers of groupby.common.estimate_groups) is
+    filled from the same read of the keys.  Raises ValueError for empty keys or no digits."""
+    if keys.size == 0 or digits.bits == 0:
+        raise ValueError("radix_histogram needs keys and at least one digit bit")
+    unstable = _unstable(values, stable)
+    shift, bits = _order(digits, unstable)[0]
+    tile = UNSTABLE_TILE if unstable else PART_TILE
+    counts = cp.empty(radix_of(bits) * -(-keys.size // tile), cp.int32)
+    _histogram(keys, digits, shift, bits, tile, counts, sketch)
+    return counts
+
+
+def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, bounds: bool = True,
+                    counts: cp.ndarray | None = None, stable: bool = True,
+                    out: tuple | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
+    """Radix partition of ``keys`` and every column of ``values`` on ``digits``.
+
+    Passes of at most 8 bits, 9 unstable where that saves a pass (histogram, scan, shared-memory
+    staged scatter), so the output is ordered by the digit and, if ``stable``, within a partition
+    by input position; every value column lands at the same positions as its key (GFTR, paper
+    003 §1.4).  Stable passes run least significant digit first (warp-ballot ranking keeps the
+    previous passes' order).
+    Unstable, when every column has one width, passes run most significant digit first, each
+    after the first within the partitions of the ones before (tiles cut at their starts), and
+    rank a tile by shared atomics on 8192-row tiles: faster, and the last pass's scan gives the
+    bounds without a read of the keys.
+
+    Parameters
+    ----------
+    keys : int32 or int64 (n,)
+    values : list of (n,) arrays of 1, 2, 4 or 8-byte items
+    digits : Digits
+    bounds : also return the partition offsets
+    counts : the first pass's histogram, from ``radix_histogram(keys, values, digits, stable=stable)``
+    stable : keep input order within each partition
+    out : (keys, [values]) arrays of the same dtypes and sizes that the last pass writes (the
+        out-of-core pass 1 carves its cache from one allocation: no allocation a chunk)
+
+    Returns
+    -------
+    keys_out, values_out, offsets
+        Partitioned copies, and int64 (2**bits + 1,) offsets of each partition (or None).
+
+    Memory: two copies of keys and values (the output and one ping-pong buffer), plus
+    256 int32 + 256 int64 counters per 4096-row tile (8192 rows unstable; 512 of each for
+    a 9-bit pass).
+    """
+    n = keys.size
+    unstable = _unstable(values, stable)
+    passes = _passes(digits, unstable)
+    src_k, src_v = keys, list(values)
+    if out is not None and (out[0].shape != keys.shape or out[0].dtype != keys.dtype or len(out[1]) != len(values)
+                            or any(o.shape != v.shape or o.dtype != v.dtype for o, v in zip(out[1], values))):
+        raise ValueError("radix_partition: out must match the keys' and values' dtypes and sizes")
+    if n == 0 or not passes:
+        offsets = cp.zeros((1 << digits.bits) + 1, cp.int64) if bounds else None
+        if bounds and not passes:
+            offsets[1] = n
+        if out is not None:
+            out[0][...] = keys
+            for o, v in zip(out[1], values):
+                o[...] = v
+            return out[0], list(out[1]), offsets
+        return keys.copy(), [v.copy() for v in values], offsets
+    kt, kb = key_type(keys), keys.dtype.itemsize
+    launches = list(_width_groups(values).items()) or [(4, [])]
+    tile = UNSTABLE_TILE if unstable else PART_TILE
+    segments, seg_offsets = None, None
+    for p, (shift, bits) in enumerate(_order(digits, unstable)):
+        if p > 0 and unstable:  # partition the partitions of the passes before
+            segments = _Segments.of(seg_offsets, n, tile)
+        nblocks = segments.blocks if segments else -(-n // tile)
+        radix = radix_of(bits)
+        if p == 0 and counts is not None:
+            if counts.size != radix * nblocks:
+                raise ValueError("counts are not radix_histogram's of these keys, values and digits")
+        else:
+            counts = cp.empty(radix * nblocks, cp.int32)
+            _histogram(src_k, digits, shift, bits, tile, counts, None, segments)
+        offs = exclusive_scan(counts)  # (one more entry than counts: the total)
+        if out is not None and p == len(passes) - 1:
+            dst_k, dst_v = out[0], list(out[1])
+        else:
+            dst_k = cp.empty_like(src_k)
+            dst_v = [cp.empty_like(v) for v in src_v]
+        for g, (width, idx) in enumerate(launches):
+            # both tables of column addresses in one array, written by a kernel
+            ptrs = device_words([src_v[i].data.ptr for i in idx] + [dst_v[i].data.ptr for i in idx] or [0, 0])
+            vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
+            # a register cap pays for 4-byte keys; 8-byte keys would spill under it
+            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
+                                                          SCATTER_MINB if kt == "i32" and width <= 4 else 1, bits))
+            args = (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
+                    np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0))
+            if unstable:
+                smem = tile * (kb + width + (2 if bits > 8 else 1))  # radix_scatter's is static
+                if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
+                    scatter.max_dynamic_shared_size_bytes = smem
+                scatter((nblocks,), (UNSTABLE_BLOCK,), args + (segments.args() if segments else _GLOBAL),
+                        shared_mem=smem)
+            else:
+                scatter((nblocks,), (PART_BLOCK,), args)
+        src_k, src_v = dst_k, dst_v
+        if unstable and p + 1 < len(passes):
+            seg_offsets = _scan_bounds(offs, nblocks, bits, n, segments)
+    if not bounds:
+        offsets = None
+    elif unstable or len(passes) == 1:
+        # the last pass's scan holds where each digit (of each partition before) starts, which
+        # saves partition_offsets' read of every key
+        offsets = _scan_bounds(offs, nblocks, bits, n, segments)
+    else:
+        offsets = partition_offsets(src_k, digits)
+    return src_k, src_v, offsets
+
+
+@functools.lru_cache(maxsize=None)
+def _bounds_kernel():
+    """(offs: int64 raw, tiles a digit, n) -> offsets (int64 (2**bits + 1,)): where tile 0 of each
+    digit starts, then n (one kernel for a strided copy and a fill)."""
+    return cp.ElementwiseKernel("raw int64 offs, int64 stride, int64 n", "int64 out",
+                                "out = i == _ind.size() - 1 ? n : offs[i * stride];", "gpujoin_scan_bounds")
+
+
+def _scan_bounds(offs: cp.ndarray, nblocks: int, bits: int, n: int, segments: _Segments | None) -> cp.ndarray:
+    """Partition offsets (int64 (P * 2**bits + 1,)) from a pass's exclusive scan ``offs``: global
+    (P = 1), where tile 0 of each digit starts; segmented, segment_bounds."""
+    if segments is None:
+        offsets = cp.empty((1 << bits) + 1, cp.int64)
+        _bounds_kernel()(offs, nblocks, n, offsets)
+        return offsets
+    nseg = segments.offsets.size - 1
+    offsets = cp.empty((nseg << bits) + 1, cp.int64)
+    kernel("partition.cu", "segment_bounds")((_grid(offsets.size, 256),), (256,),
+                                             (offs, segments.offsets, segments.tile_start, np.int32(nseg),
+                                              np.int32(bits), np.int32(radix_of(bits)), np.int64(n), offsets))
+    return offsets
+
+
+def partition_offsets(keys: cp.ndarray, digits: Digits) -> cp.ndarray:
+    """int64 (2**bits + 1,) start of each partition of ``keys``, already ordered by ``digits``."""
+    P = 1 << digits.bits
+    offsets = cp.zeros(P + 1, cp.int64)
+    n = keys.size
+    if n:
+        k = kernel("partition.cu", f"partition_bounds<{key_type(keys)}>")
+        k((_grid(n, 256),), (256,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
+                                     np.int32(digits.shift), np.int32(digits.bits), offsets))
+    return offsets
+
+
+def radix_sort(keys: cp.ndarray, values: list[cp.ndarray], base: int, bits: int
+               ) -> tuple[cp.ndarray, list[cp.ndarray]]:
+    """Stable LSD radix sort of ``keys`` (and ``values`` with them) on bits [0, bits) of key - base.
+
+    With base = min(keys) and bits = bit length of max - min, this sorts ascending by key.
+    It runs as CUB's one-sweep sort (onesweep.sort_columns: 1.65-1.9x partition.cu's stable
+    passes on an H200 for a key and one column) wherever that takes no more 8-bit passes than
+    ``bits`` does (it sorts on the keys' own bits, and [base, base + 2^bits) may straddle a power
+    of two); else, and with GPUJOIN_ONESWEEP=0, through radix_partition's stable passes.
+    """
+    if ONESWEEP and bits and onesweep.supports(keys, values):
+        top = (1 << (8 * keys.dtype.itemsize - 1)) - 1
+        end = onesweep.sort_bits(base, min(base + (1 << bits) - 1, top), keys.dtype.itemsize)
+        if -(-end // onesweep.PASS_BITS) <= -(-bits // onesweep.PASS_BITS):
+            return onesweep.sort_columns(keys, list(values), end)
+    k, v, _ = radix_partition(keys, values, Digits(bits=bits, use_hash=False, base=base), bounds=False)
+    return k, v
+
+
+def value_range(arrays: list[cp.ndarray]) -> tuple[int, int] | None:
+    """(smallest, largest) value over every int32 or int64 device array of ``arrays``, as Python
+    ints (None when all are empty): one read of each (gather.cu: value_range) and one sync, where
+    CuPy's min and max read each twice and synchronize twice (0.66 ms of SMJ's 21 ms at 2^27 a
+    side on an H200).  Raises TypeError for another dtype (key_type)."""
+    arrays = [cp.ascontiguousarray(a) for a in arrays if a.size]
+    if not arrays:
+        return None
+    out = cp.asarray(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64))
+    sms = device_properties(cp.cuda.Device().id)["sms"]
+    for a in arrays:
+        kernel("gather.cu", f"value_range<{key_type(a)}>")((max(1, min(-(-a.size // 1024), sms * 8)),), (256,),
+                                                           (a, np.int64(a.size), out))
+    lo, hi = out.get()
+    return int(lo), int(hi)
+
+
+def gather(src: cp.ndarray, idx: cp.ndarray, with_validity: bool = False
+           ) -> tuple[cp.ndarray, cp.ndarray | None]:
+    """``out[i] = src[idx[i]]``; a negative index gives a null (0 and validity False).
+
+    idx: int32, int64, uint32 or uint64.  Returns (out, validity uint8 or None).
+    """
+    n = idx.size
+    out = cp.empty(n, src.dtype)
+    valid = cp.empty(n, cp.uint8) if with_validity else None
+    if n:
+        k = kernel("gather.cu", f"gather<{_WORD[src.dtype.itemsize]}, {_INDEX[idx.dtype]}>")
+        k((_grid(n, 256),), (256,), (as_words(src), idx, _u64(n), as_words(out), ptr(valid)))
+    return out, valid
+
+
+def compact(flags: cp.ndarray, want: bool, index_dtype=cp.int64) -> cp.ndarray:
+    """Positions i (ascending) where ``bool(flags[i]) == want``; flags uint8 (n,)."""
+    n = flags.size
+    if n == 0:
+        return cp.empty(0, index_dtype)
+    nblocks = (n + COMPACT_TILE - 1) // COMPACT_TILE
+    counts = cp.empty(nblocks, cp.int64)
+    kernel("gather.cu", "compact_count")((nblocks,), (COMPACT_BLOCK,),
+                                        (flags, np.int64(n), np.int32(want), counts))
+    offs = cp.cumsum(counts)
+    total = int(offs[-1])
+    offs -= counts
+    out = cp.empty(total, index_dtype)
+    if total:
+        kernel("gather.cu", f"compact_write<{_INDEX[np.dtype(index_dtype)]}>")(
+            (nblocks,), (COMPACT_BLOCK,), (flags, np.int64(n), np.int32(want), offs, out))
+    return out
+
+
+MERGE_TILE = 2048  # merge.cu: 256 threads x 8 merge steps per block
+
+
+def merge_bounds(a: cp.ndarray, b: cp.ndarray, upper: bool, counts: bool = False, offsets: bool = False):
+    """For each b[j] of sorted ``b``: how many of sorted ``a`` are < b[j] (or <= when ``upper``).
+
+    Merge path over a and b (same key dtype); int64 (len(b),).  From the same pass, lower bounds
+    only: ``counts``, how many of ``a`` equal each b[j] (returns (bounds, counts)), or
+    ``offsets``, int64 (len(b) + 1,) the exclusive prefix sums of those counts and their total
+    (returns (bounds, offsets); a block scan and decoupled look-back in the merge kernel).
+    """
+    if (counts or offsets) and upper:
+        raise ValueError("merge_bounds counts the equal keys from lower bounds only")
+    if counts and offsets:
+        raise ValueError("merge_bounds returns counts or offsets, not both")
+    out = cp.empty(b.size, cp.int64)
+    eq = cp.empty(b.size, cp.int64) if counts else None
+    offs = (cp.empty(b.size + 1, cp.int64) if b.size else cp.zeros(1, cp.int64)) if offsets else None
+    total = a.size + b.size
+    if b.size:
+        blocks = (total + MERGE_TILE - 1) // MERGE_TILE
+        # each block's start in one launch of a thread a block, and the look-back's words
+        words = cp.zeros(2 * blocks + 1 if offsets else blocks + 1, cp.int64)
+        splits, status = words[:blocks + 1], words[blocks + 1:] if offsets else None
+        args = (a, np.int64(a.size), b, np.int64(b.size), np.int32(upper))
+        kernel("merge.cu", f"merge_splits<{key_type(a)}>")((-(-(blocks + 1) // 256),), (256,),
+                                                           args + (np.int64(blocks), splits))
+        kernel("merge.cu", f"merge_bounds<{key_type(a)}>")((blocks,), (256,),
+                                                           args + (out, ptr(eq), ptr(offs), ptr(status), splits))
+    if counts:
+        return out, eq
+    return (out, offs) if offsets else out
+
+
+def hash_partition_bits(n: int, target: int) -> int:
+    """Radix bits so that n rows make partitions of about ``target`` rows on average."""
+    bits = 0
+    while (n >> bits) > target:
+        bits += 1
+    return bits
+
+
+def frequent_keys(keys: cp.ndarray, min_rows: float, sample: int, min_seen: int = 2,
+                  top: int | None = None, min_share: float = 0.0) -> cp.ndarray | None:
+    """Sorted keys that a strided sample of ``sample`` of ``keys`` shows holding about
+    ``min_rows`` rows or more, seen at least ``min_seen`` times in it (once when the sample is
+    all of ``keys``); at most the ``top`` most frequent; None when there are none, or when
+    together they hold less than ``min_share`` of the sample.  The heavy hitters that the hash
+    joins and HGB treat apart (issue 17): a strided sample costs no random generator, and the
+    same input gives the same keys.  The sample is counted on the host: a GPU unique of 2^14
+    keys took 0.54 ms on an H200 (sort, compaction and their syncs), the copy and a host sort
+    a tenth of that."""
+    n = keys.size
+    if n == 0 or n < min_rows:
+        return None
+    step = max(1, n // sample)
+    s = cp.asnumpy(keys[::step][:sample])
+    s.sort()
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    uniq, counts = s[starts], np.diff(np.append(starts, s.size))
+    seen = 1 if s.size == n else min_seen
+    pick = (counts >= seen) & (counts * (n / s.size) >= min_rows)
+    heavy, counts = uniq[pick], counts[pick]
+    if not heavy.size or (min_share and counts.sum() < min_share * s.size):
+        return None
+    if top is not None and heavy.size > top:
+        heavy = np.sort(heavy[np.argsort(-counts, kind="stable")[:top]])
+    return cp.asarray(heavy)
+
+
+def _strided(keys: cp.ndarray, size: int, dtype) -> tuple[cp.ndarray, int, int]:
+    """A strided sample of ``size`` of ``keys`` read in place: (array, step, count), the
+    sample keys[i * step] for i < count.  A key of another dtype, or a view with strides, is
+    sampled into a contiguous copy of ``dtype`` first (count keys, step 1)."""
+    step = max(1, keys.size // size)
+    count = min(size, -(-keys.size // step))
+    if keys.dtype == dtype and keys.flags.c_contiguous:
+        return keys, step, count
+    return cp.ascontiguousarray(keys[::step][:count].astype(dtype, copy=False)), 1, count
+
+
+def _table_slots(build_count: int) -> int:
+    return 1 << max(10, (2 * build_count - 1).bit_length())
+
+
+def _found(build: tuple, probe: tuple, table: cp.ndarray, out: cp.ndarray) -> None:
+    """out[0] += how many probe sample keys the build sample holds (each a _strided triple),
+    through ``table`` (_table_slots(build count) sentinel keys: the key dtype's minimum), a
+    distinct-key hash table of the build sample's keys (HGB's probing); out[1]'s two int32 the
+    build's flags (the sentinel key seen); out[2] += the build sample's distinct keys (less the
+    sentinel key).  out[0:3] zeroed."""
+    slots = table.size
+    kt = key_type(table)
+    flags = out[1:2].view(cp.int32)
+    sms = device_properties(cp.cuda.Device().id)["sms"]
+    grid = lambda n: (max(1, min(-(-n // 256), sms * 8)),)  # noqa: E731
+    kernel("groupby.cu", f"sample_insert<{kt}>")(grid(build[2]), (256,), (build[0], np.int64(build[1]),
+                                                np.int64(build[2]), table, np.uint32(slots - 1), flags,
+                                                out[2:]))
+    if probe[2]:
+        kernel("groupby.cu", f"key_count_found<{kt}>")(grid(probe[2]), (256,), (probe[0], np.int64(probe[1]),
+                                                      np.int64(probe[2]), table, np.uint32(slots - 1), flags, out[0:]))
+
+
+def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
+    """How many keys of ``probe_sample`` occur in ``build_sample`` (device int32/int64 arrays of
+    one dtype; any strides): a distinct-key hash table of the build sample (HGB's probing, so
+    repeated build keys cost nothing) probed by every probe key, one sync.  The planner's match
+    ratio (issue 17 item 3): a CuPy sort of the build sample and a binary search cost 0.4 ms on
+    an H200 at 2^24 rows, mostly fixed costs."""
+    if build_sample.size == 0 or probe_sample.size == 0:
+        return 0
+    out = cp.zeros(3, cp.uint64)
+    dt = build_sample.dtype
+    table = cp.full(_table_slots(build_sample.size), np.iinfo(dt).min, dt)
+    _found(_strided(build_sample, build_sample.size, dt), _strided(probe_sample, probe_sample.size, dt), table, out)
+    return int(out[0].get())
+
+
+#: The largest sample key_samples summarizes (half of groupby.cu's sample_counts table).
+SUMMARY_MAX = 4096
+#: The most random draws launch_key_samples takes (a table of twice as many slots, 12 bytes a
+#: slot for 8-byte keys: 192 KiB of one block's shared memory).
+DRAWS_MAX = 8192
+
+
+@dataclass
+class KeySamples:
+    """key_samples' answer: each sample's size and summary (int64 (4,): distinct keys, rows of
+    keys seen more than once, the largest count, the smallest count), and the probe sample keys
+    found among the build sample's and the build sample's distinct keys (None when not asked)."""
+
+    sizes: tuple[int, ...]
+    summaries: np.ndarray  # (samples, 4)
+    found: int | None = None
+    match_sizes: tuple[int, int] = (0, 0)
+    build_distinct: int | None = None
+
+
+def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
+                match: tuple[int, int] | None = None, draws: int = 0) -> KeySamples:
+    """The planner's samples of one or two device key arrays (a join's build and probe keys, or
+    a group-by's keys) in one launch batch and one sync (issue 17 item 3): a strided sample of
+    ``size`` (<= SUMMARY_MAX) keys of each, counted in shared memory and summarized
+    (KeySamples.summaries), and with ``match`` = (build sample, probe sample) sizes how many of
+    a probe sample's keys a build sample holds (keys[0] build, keys[1] probe) and the build
+    sample's distinct keys (a probe sample of 0: those only); ``draws``: see
+    launch_key_samples.  Nothing leaves the GPU but the 12 numbers: on an H200 the host copies
+    of the samples, np.unique and a separate match-ratio sync cost 0.4-0.6 ms, 16-20% of a
+    2^24-row join.
+
+    Raises ValueError for more than two arrays, ``size`` above SUMMARY_MAX, or ``draws`` above
+    DRAWS_MAX or with two arrays; MemoryError (CuPy's) when ``match``'s table (16 bytes a build
+    sample key) does not fit."""
+    out = cp.empty(SAMPLES_OUT, cp.uint64)
+    pending = launch_key_samples(keys, out, size, match, draws)
+    return pending.result(out.get())
+
+
+#: The u64 words that launch_key_samples writes.
+SAMPLES_OUT = 12
+_smem_set: dict = {}  # sample_counts' functions and the dynamic shared memory set on each
+
+
+@dataclass
+class PendingSamples:
+    """key_samples launched, not read: :meth:`result` of the SAMPLES_OUT words read back."""
+
+    sizes: tuple[int, ...]
+    match: bool
+    match_sizes: tuple[int, int] = (0, 0)
+
+    def result(self, res: np.ndarray) -> KeySamples:
+        if not any(self.sizes):
+            return KeySamples(self.sizes, np.zeros((len(self.sizes), 4), np.int64), 0 if self.match else None)
+        return KeySamples(self.sizes, res[:4 * len(self.sizes)].astype(np.int64).reshape(len(self.sizes), 4),
+                          int(res[8]) if self.match else None, self.match_sizes,
+                          int(res[10]) if self.match else None)
+
+
+def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMMARY_MAX,
+                       match: tuple[int, int] | None = None, draws: int = 0) -> PendingSamples:
+    """key_samples' launches only, into ``out`` (SAMPLES_OUT device u64, on the current stream),
+    so that a caller reads them back in one copy with other results.  ``draws`` (one key array,
+    at most DRAWS_MAX): a second sample of that many rows drawn at random, with replacement
+    (a fixed seed), summarized as the second one (KeySamples.summaries[1]): its distinct keys
+    bound the groups whatever the keys' order (stats.more_groups_than, the group-by planner)."""
+    if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX or draws > DRAWS_MAX or (draws and len(keys) != 1):
+        raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys, "
+                         f"and up to {DRAWS_MAX} random draws of one array")
+    if match is not None and len(keys) != 2:
+        raise ValueError("key_samples' match needs build and probe keys")
+    dt = keys[0].dtype if len(keys) == 1 else np.result_type(*[k.dtype for k in keys])
+    kt = key_type(dt)
+    samples = [_strided(k, size, dt) for k in keys]
+    rows = int(keys[0].size) if draws else 0
+    if rows:  # the draws read the keys in place (_strided's answer: in place when its step is)
+        whole = keys[0] if samples[0][0] is keys[0] else cp.ascontiguousarray(keys[0].astype(dt, copy=False))
+        samples.append((whole, 1, draws))
+    pending = PendingSamples(tuple(s[2] for s in samples), match is not None)
+    if not any(pending.sizes):
+        return pending
+    table = None
+    if match is not None:
+        build = _strided(keys[0], match[0], dt)
+        probe = _strided(keys[1], match[1], dt) if match[1] else (keys[1], 1, 0)
+        pending.match_sizes = (build[2], probe[2])
+        if build[2]:  # (a probe sample of 0: the build sample's distinct keys only)
+            table = cp.empty(_table_slots(build[2]), dt)  # filled by sample_counts' extra blocks
+    fn = kernel("groupby.cu", f"sample_counts<{kt}>")
+    slots = max(2 * SUMMARY_MAX, 1 << (2 * max(s[2] for s in samples) - 1).bit_length())
+    smem = slots * (dt.itemsize + 4)
+    if _smem_set.get(fn, 0) < smem:  # a driver call each time otherwise
+        fn.max_dynamic_shared_size_bytes = _smem_set[fn] = smem
+    a, b = samples[0], samples[-1]
+    fill = 0 if table is None else max(1, min(64, table.size >> 12))
+    # sample_counts writes the summaries and zeroes the match's counters
+    fn((len(samples) + fill,), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]),
+                                         np.int32(len(samples)), ptr(table), np.int64(0 if table is None else table.size),
+                                         out, np.uint32(slots), np.int64(rows)), shared_mem=smem)
+    if table is not None:
+        _found(build, probe, table, out[8:])
+    return pending

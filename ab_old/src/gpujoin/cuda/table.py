@@ -1,0 +1,182 @@
+"""DeviceTable: columns in GPU memory, the input and output of device-resident joins and group-bys."""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+import pyarrow as pa
+
+from ..table import decimal_to_int64, int64_to_decimal
+
+
+class DeviceTable:
+    """Named columns on the GPU.
+
+    Parameters
+    ----------
+    columns : dict of name -> CuPy array (n,), fixed-width (integers, floats, bool)
+    validity : dict of name -> uint8/bool CuPy array (n,), 1 where the value is present;
+        a column without an entry has no nulls
+    types : dict of name -> pyarrow type to give the column on the host (default: from dtype).
+        Dates and timestamps are stored as their int32/int64 counts, decimals of precision
+        <= 18 as int64 unscaled values, strings as int32 codes into ``dictionaries``.
+    dictionaries : dict of name -> pyarrow string array, the values of a string column's codes
+        (a code of i stands for ``dictionaries[name][i]``)
+    """
+
+    def __init__(self, columns: dict, validity: dict | None = None, types: dict | None = None,
+                 dictionaries: dict | None = None):
+        self.columns = {name: cp.asarray(a) for name, a in columns.items()}
+        lengths = {a.shape[0] for a in self.columns.values()} if self.columns else {0}
+        if len(lengths) > 1 or any(a.ndim != 1 for a in self.columns.values()):
+            raise ValueError(f"DeviceTable columns must be 1-D and of one length, got {sorted(lengths)}")
+        self.validity = {k: v for k, v in (validity or {}).items() if v is not None}
+        self.types = {k: v for k, v in (types or {}).items() if v is not None}
+        self.dictionaries = {k: v for k, v in (dictionaries or {}).items() if v is not None}
+
+    @property
+    def num_rows(self) -> int:
+        return next(iter(self.columns.values())).shape[0] if self.columns else 0
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.columns)
+
+    def __getitem__(self, name: str) -> cp.ndarray:
+        return self.columns[name]
+
+    def meta(self, name: str, out: str | None = None) -> tuple[dict, dict]:
+        """({out: type}, {out: dictionary}) of column ``name``: what a derived column keeps."""
+        out = name if out is None else out
+        return ({out: self.types[name]} if name in self.types else {},
+                {out: self.dictionaries[name]} if name in self.dictionaries else {})
+
+    def select(self, names: list[str]) -> DeviceTable:
+        """The columns ``names``, in that order (no copy)."""
+        return DeviceTable({n: self.columns[n] for n in names},
+                           {n: self.validity[n] for n in names if n in self.validity},
+                           {n: self.types[n] for n in names if n in self.types},
+                           {n: self.dictionaries[n] for n in names if n in self.dictionaries})
+
+    def rename(self, mapping: dict[str, str]) -> DeviceTable:
+        """The table with columns renamed by ``mapping`` (old -> new; no copy)."""
+        m = lambda n: mapping.get(n, n)  # noqa: E731
+        return DeviceTable({m(n): a for n, a in self.columns.items()}, {m(n): v for n, v in self.validity.items()},
+                           {m(n): v for n, v in self.types.items()}, {m(n): v for n, v in self.dictionaries.items()})
+
+    def with_column(self, name: str, values: cp.ndarray, type: pa.DataType | None = None) -> DeviceTable:
+        """The table with column ``name`` added or replaced (values (n,) without nulls)."""
+        out = self.select([n for n in self.columns if n != name])
+        out.columns[name] = cp.asarray(values)
+        if type is not None:
+            out.types[name] = type
+        return out
+
+    def filter(self, mask: cp.ndarray) -> DeviceTable:
+        """The rows where ``mask`` (bool (n,)) is true, in order."""
+        rows = cp.flatnonzero(mask)
+        if rows.size == self.num_rows:
+            return self
+        return DeviceTable({n: a[rows] for n, a in self.columns.items()},
+                           {n: v[rows] for n, v in self.validity.items()}, self.types, self.dictionaries)
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> DeviceTable:
+        """Copy a pyarrow table to the GPU: integer, float, bool, temporal, decimal128 (precision
+        <= 18) and string columns; strings are dictionary-encoded on the host first.
+
+        Raises TypeError for other column types (the message names the column).
+        """
+        cols, valid, types, dicts = {}, {}, {}, {}
+        for name, col in zip(table.column_names, table.columns):
+            t = col.type
+            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
+                if not pa.types.is_dictionary(t):
+                    arr = arr.dictionary_encode()
+                elif not (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
+                    raise TypeError(f"column {name!r}: dictionary of {t.value_type} cannot live in a DeviceTable; "
+                                    f"only dictionaries of strings can")
+                dicts[name] = arr.dictionary
+                t = arr.dictionary.type
+                values = arr.indices.to_numpy(zero_copy_only=False) if not arr.null_count else \
+                    arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
+                values = values.astype(np.int32)
+            elif pa.types.is_decimal128(t) and t.precision <= 18:
+                values = decimal_to_int64(arr)
+            elif (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                  or pa.types.is_temporal(t)):
+                storage = arr.view(pa.int32() if t.bit_width == 32 else pa.int64()) if pa.types.is_temporal(t) \
+                    else arr
+                if arr.null_count:  # nulls become 0 under a validity mask (to_numpy would make floats)
+                    storage = storage.fill_null(False if pa.types.is_boolean(t) else 0)
+                values = storage.to_numpy(zero_copy_only=False)
+                values = values.astype(np.uint8) if values.dtype == np.bool_ else values
+            else:
+                raise TypeError(f"column {name!r}: type {t} cannot live in a DeviceTable; only integer, float, "
+                                f"bool, temporal, decimal128 (precision <= 18) and string columns can")
+            if arr.null_count:
+                valid[name] = cp.asarray(arr.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8))
+            cols[name] = cp.asarray(values)
+            types[name] = t
+        return cls(cols, valid, types, dicts)
+
+    def to_arrow(self, decode_strings: bool = True) -> pa.Table:
+        """Copy to the host as a pyarrow table (nulls where validity is 0).
+
+        String columns come back as strings, or with ``decode_strings=False`` as dictionary
+        arrays over the same values (no per-row string copy: cheaper for long outputs).
+        """
+        arrays = []
+        for name, a in self.columns.items():
+            values = cp.asnumpy(a)
+            valid = cp.asnumpy(self.validity[name]).astype(bool) if name in self.validity else None
+            mask = None if valid is None else ~valid
+            t = self.types.get(name)
+            if name in self.dictionaries:
+                arr = pa.DictionaryArray.from_arrays(pa.array(values, mask=mask), self.dictionaries[name])
+                arr = arr.dictionary_decode() if decode_strings else arr
+            elif t is not None and pa.types.is_decimal128(t):
+                arr = int64_to_decimal(values, t, valid)
+            else:
+                if t is not None and pa.types.is_boolean(t):
+                    values = values.astype(bool)
+                arr = pa.array(values, mask=mask)
+                if t is not None and arr.type != t:
+                    arr = arr.view(t) if pa.types.is_temporal(t) else arr.cast(t)
+            arrays.append(arr)
+        return pa.Table.from_arrays(arrays, names=list(self.columns))
+
+    def __repr__(self) -> str:
+        cols = ", ".join(f"{n}: {self.types.get(n, a.dtype)}{'?' if n in self.validity else ''}"
+                         for n, a in self.columns.items())
+        return f"DeviceTable({self.num_rows} rows; {cols})"
+
+
+def as_device_table(x) -> DeviceTable:
+    return x if isinstance(x, DeviceTable) else DeviceTable(x)
+
+
+def concat_tables(tables: list[DeviceTable]) -> DeviceTable:
+    """One DeviceTable of ``tables``' rows, in order: the same columns in each (the first's
+    types and dictionaries kept, string codes into the same dictionaries); a column with nulls
+    in some part gets a mask, all-valid in the others.
+
+    Raises
+    ------
+    ValueError
+        No tables, or tables whose column names differ.
+    """
+    if not tables:
+        raise ValueError("concat_tables needs at least one table")
+    names = tables[0].column_names
+    for t in tables[1:]:
+        if t.column_names != names:
+            raise ValueError(f"concat_tables: column names differ: {names} and {t.column_names}")
+    if len(tables) == 1:
+        return tables[0]
+    cols = {n: cp.concatenate([t.columns[n] for t in tables]) for n in names}
+    validity = {n: cp.concatenate([t.validity[n].astype(cp.uint8, copy=False) if n in t.validity
+                                   else cp.ones(t.num_rows, cp.uint8) for t in tables])
+                for n in names if any(n in t.validity for t in tables)}
+    return DeviceTable(cols, validity, dict(tables[0].types), dict(tables[0].dictionaries))

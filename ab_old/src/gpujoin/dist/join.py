@@ -1,0 +1,347 @@
+"""Paper 001's distributed repartitioned join and group-by, SPMD: every rank calls
+:func:`join` (or :func:`group_by`) with its slice of the tables and gets back its slice of the
+result.
+
+Both sides are hash-partitioned on the join key (``shuffle.key_hashes`` with the first-level
+seed), each row sent to the rank its hash names (``shuffle.shuffle``: one or two levels), and each
+rank joins what it received with gpujoin's engine (``gpujoin.join``: the planner's in-core
+algorithm on the rank's GPU, or the CPU engine).  Rows of equal keys meet on one rank, so every
+join type keeps its meaning: inner, left, right, full, semi and anti (a row without a partner is
+on exactly one rank, which emits it once).  Rows with a null key never match: they stay on their
+rank (and are emitted there by the outer and anti joins).  ``how="cross"`` is not a repartitioned
+join and is refused.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from ..table import combined, to_arrow_table
+from .comm import Communicator
+from .shuffle import SEED_FIRST, destinations, key_hashes, shuffle_many
+from .shuffle import shuffle as shuffle_rows  # the functions take a parameter named shuffle
+
+HOWS = ("inner", "left", "right", "full", "semi", "anti")
+
+
+def default_communicator() -> Communicator:
+    """The job's ranks: MPI's when mpi4py is installed and the process runs under a launcher
+    with more than one rank, else one rank."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return Communicator.single()
+    if MPI.COMM_WORLD.Get_size() == 1:
+        return Communicator.single()
+    return Communicator.from_mpi()
+
+
+def _destinations(table: pa.Table, names: list[str], types: list, comm: Communicator) -> np.ndarray:
+    """Each row's rank: its key's first-level hash, or this rank for a null key."""
+    from ..plan.keys import cast_key
+
+    cols = [cast_key(n, combined(table, n), t) for n, t in zip(names, types)]
+    dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
+    valid = None
+    for c in cols:
+        if c.null_count:
+            v = np.asarray(c.is_valid())
+            valid = v if valid is None else valid & v
+    if valid is not None:
+        dest[~valid] = comm.rank
+    return dest
+
+
+def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: Communicator) -> list:
+    """The promoted key types, checked to agree on every rank."""
+    from ..plan.keys import promote_key_types
+
+    types = [promote_key_types(a, lt.schema.field(a).type, b, rt.schema.field(b).type) for a, b in zip(lk, rk)]
+    return _same_on_every_rank(types, comm)
+
+
+def _same_on_every_rank(types: list, comm: Communicator) -> list:
+    """``types``, checked to be every rank's: a rank whose keys had other types would hash them
+    differently and send equal keys to different ranks."""
+    seen = comm.allgather([str(t) for t in types])
+    if any(s != seen[0] for s in seen):
+        raise TypeError(f"the ranks' key types differ ({seen}); give every rank slices of the same schema")
+    return types
+
+
+def _host_table(x) -> pa.Table:
+    """A rank's slice as an Arrow table (tables in GPU memory copied to the host: what the CLI's
+    checks read)."""
+    from ..table import on_device
+
+    if on_device(x):
+        from ..cuda.table import as_device_table
+
+        return as_device_table(x).to_arrow()
+    return to_arrow_table(x)
+
+
+def _check_how(how: str, nulls_equal: bool) -> None:
+    """ValueError for a join type or null semantics a repartitioned join cannot answer."""
+    if how not in HOWS:
+        raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
+    if nulls_equal:
+        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
+
+
+def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "inner", nulls_equal: bool = False):
+    """(left table, right table, left keys, right keys), or the error this rank's join would
+    raise before it talks to the other ranks (``gpujoin dist join`` runs it on every rank first,
+    so that a bad argument stops every rank with its message)."""
+    from ..plan.join import _resolve_keys
+    from ..table import check_columns
+
+    _check_how(how, nulls_equal)
+    lt, rt = _host_table(left), _host_table(right)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    return lt, rt, lk, rk
+
+
+#: Rows of one table a rank's local join takes at once under ``buckets="auto"`` on more than two
+#: ranks: more and the rows are shuffled and joined in hash buckets of about this many.  Two H200s
+#: (docs/BENCHMARKS.md), since PHJ's 9-bit radix passes: 1 bucket is the fastest at 2^27, 2^28
+#: and 2^29 rows a rank (44.1 ms at 2^28 against 46.0 for 2 and 48.8 for 4): half of a rank's
+#: rows cross NVLink in 15.6 ms while its local join takes 25.8, and a bucket's join beside the
+#: NCCL groups runs slower than alone.  Four H200s: 3/4 of the rows cross, at 62% of the
+#: all-to-all's rate, in about the local join's time, and 2 buckets at 2^28 rows a rank took
+#: 53.6 ms against 59.8 for 1 and 59.8 for 4.
+BUCKET_ROWS = 1 << 27
+
+
+def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner", suffix: str = "_right",
+         comm: Communicator | None = None, shuffle: str = "auto", compression: str = "none", device: str = "auto",
+         buckets: int | str = "auto", stats: dict | None = None, **kwargs) -> pa.Table:
+    """This rank's slice of the join of every rank's ``left`` and ``right`` slices.
+
+    Parameters
+    ----------
+    left, right : this rank's rows (any table ``gpujoin.join`` takes): host tables are shuffled
+        over MPI, tables in GPU memory (both sides) over NCCL
+    on, left_on, right_on, how, suffix : as :func:`gpujoin.join` (``how`` not "cross")
+    comm : the ranks (default: ``default_communicator()``)
+    shuffle : "auto", "one-level" or "two-level" (``shuffle.shuffle``)
+    compression : "none", "auto" (the integer columns of messages to other hosts, paper 001;
+        for host tables only those whose compression pays at the link's rate) or "cascaded" (of
+        every message to another rank): ``cascaded``'s codec, scheme per column (tables in GPU
+        memory: nvCOMP's, on the GPU; see ``shuffle.shuffle_many``)
+    device : where each rank joins its rows ("auto", "cpu", "cuda")
+    buckets : tables in GPU memory: each rank's rows shuffled and joined in this many hash
+        buckets (each bucket's join runs as soon as its rows have arrived, while the links carry
+        the next: ``device_shuffle.exchange_buckets``); "auto": where the shuffle is
+        one-level over NCCL without compression on more than two ranks: ceil(rows / BUCKET_ROWS)
+        for the most rows a rank has of one table, else 1 (shuffle everything, then join once, as
+        paper 001).  Host tables: ignored.
+    stats : a dict that receives the phases' seconds and the rows sent and received (with
+        buckets, "shuffle" is the time until the first bucket's rows have arrived and
+        "local_join" the rest)
+    kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
+
+    Returns
+    -------
+    pyarrow.Table (a DeviceTable for inputs in GPU memory): this rank's output rows, the columns
+    of ``gpujoin.join``'s output.
+
+    Raises
+    ------
+    ValueError
+        ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression (raised by the
+        shuffle, on every rank alike), ``buckets`` neither "auto" nor a whole number from 1.
+    ImportError
+        ``compression="cascaded"`` of tables in GPU memory without nvCOMP.
+    TypeError
+        The ranks' key types differ, or some ranks pass tables in GPU memory and others host
+        tables, or one side is in GPU memory and the other not.
+    MemoryError
+        A rank's shuffle of tables in GPU memory would not fit in its free GPU memory (every rank
+        raises it, before data moves).
+
+    References
+    ----------
+    Paper 001 (Gao et al., scaling joins to a thousand GPUs) §3-§4.
+    """
+    from ..plan.join import execute_join
+
+    comm = comm or default_communicator()
+    if _on_device(left, right, comm):
+        return _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device,
+                            buckets, stats, kwargs)
+    t0 = time.perf_counter()
+    lt, rt, lk, rk = check_inputs(left, right, on, left_on, right_on, how, kwargs.get("nulls_equal", False))
+    types = _key_types(lt, rt, lk, rk, comm)
+    ld, rd = _destinations(lt, lk, types, comm), _destinations(rt, rk, types, comm)
+    t1 = time.perf_counter()
+    sent: dict = {}
+    lt2, rt2 = shuffle_rows(lt, ld, comm, shuffle, compression, sent), shuffle_rows(rt, rd, comm, shuffle,
+                                                                                    compression, sent)
+    t2 = time.perf_counter()
+    out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                               device=device, **kwargs)
+    if stats is not None:
+        stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
+                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
+                      "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
+                      "compression": sent.get("compression", {}),
+                      "compression_not_paying": sent.get("compression_not_paying", {})})
+    return out
+
+
+def _on_device(left, right, comm: Communicator) -> bool:
+    """Whether this job's tables are in GPU memory (every rank's, and both sides)."""
+    from ..table import on_device
+
+    mine = (on_device(left), on_device(right))
+    if mine[0] != mine[1]:
+        raise TypeError("one side is in GPU memory and the other on the host: pass both as DeviceTables "
+                        "(DeviceTable.from_arrow) or both as host tables")
+    if len(set(comm.allgather(mine[0]))) > 1:
+        raise TypeError("some ranks pass tables in GPU memory and others host tables; give every rank the same kind")
+    return mine[0]
+
+
+def _sync() -> None:
+    import cupy as cp
+
+    cp.cuda.get_current_stream().synchronize()
+
+
+def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> list:
+    """The DeviceTables of ``tables``, checked (columns, key dtypes the same on every rank) and
+    with their string columns re-coded into dictionaries shared by every rank (the i-th key of
+    every table in one dictionary)."""
+    from ..cuda.table import as_device_table
+    from ..table import check_columns
+    from .device_shuffle import unify_dictionaries
+
+    tables = [as_device_table(t) for t in tables]
+    for t, k, side in zip(tables, keys, ("left", "right")):
+        check_columns(t, k, side if len(tables) > 1 else "input")
+    _same_on_every_rank([f"gpu {t[n].dtype} {'string' if n in t.dictionaries else ''}"
+                         for t, k in zip(tables, keys) for n in k], comm)
+    groups = [[(i, k[j]) for i, k in enumerate(keys)] for j in range(len(keys[0]))]
+    groups = [g for g in groups if any(n in tables[i].dictionaries for i, n in g)]
+    for i, t in enumerate(tables):
+        groups += [[(i, n)] for n in t.column_names if n in t.dictionaries and n not in keys[i]]
+    return unify_dictionaries(tables, groups, comm)
+
+
+def _bucket_count(buckets, method: str, compression: str, comm: Communicator, rows: int) -> int:
+    """The local join's hash buckets (:func:`join`'s ``buckets``) for tables in GPU memory
+    shuffled by ``method`` (resolved: "one-level" or "two-level"); ``rows`` the most any rank
+    has of one table."""
+    if buckets == "auto":
+        ok = method == "one-level" and compression == "none" and comm.size > 2
+        return max(1, -(-rows // BUCKET_ROWS)) if ok else 1
+    if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
+        raise ValueError(f"buckets must be 'auto' or a whole number from 1, got {buckets!r}")
+    if buckets > 1 and (method != "one-level" or compression != "none"):
+        return 1  # (the buckets ride the one-level pipeline; two levels and compression exchange whole tables)
+    return int(buckets)
+
+
+def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device, buckets,
+                 stats, kwargs):
+    """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
+    over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables), in hash buckets."""
+    from ..cuda.table import concat_tables
+    from ..plan.join import _resolve_keys, execute_join
+    from . import device_shuffle
+    from .shuffle import auto_method
+
+    _check_how(how, kwargs.get("nulls_equal", False))
+    if buckets != "auto":
+        _bucket_count(buckets, "one-level", "none", comm, 0)  # (a bad value raised before any collective)
+    _sync()
+    t0 = time.perf_counter()
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    lt, rt = _device_tables([left, right], [lk, rk], comm)
+    rows = max(comm.allgather(max(lt.num_rows, rt.num_rows)))
+    if shuffle == "auto":
+        uniform = comm.nodes < 2 or len(set(comm.allgather(comm.local_size))) == 1
+        shuffle = auto_method(comm, rows, uniform, device=True)
+    B = _bucket_count(buckets, shuffle, compression, comm, rows)
+    ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B, comm.rank,
+                                                 device_shuffle.key_validity(t, k))
+              for t, k in ((lt, lk), (rt, rk))]
+    _sync()
+    t1 = time.perf_counter()
+    moved: dict = {}
+    if B > 1:
+        parts = device_shuffle.exchange_buckets([lt, rt], [ld, rd], comm, B, moved)
+    else:
+        parts = iter([shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)])
+    del ld, rd
+    outs, received, t2 = [], [0, 0], None
+    for lt2, rt2 in parts:  # each bucket joined as it arrives (one bucket: the whole tables)
+        if t2 is None:
+            _sync()
+            t2 = time.perf_counter()
+        out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                                   device=device, **kwargs)
+        outs.append(out)
+        received = [received[0] + lt2.num_rows, received[1] + rt2.num_rows]
+        del lt2, rt2
+    # (device="cpu" joins on the host: Arrow tables)
+    out = pa.concat_tables(outs) if isinstance(outs[0], pa.Table) else concat_tables(outs)
+    _sync()
+    if stats is not None:
+        stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
+                      "rows_in": (lt.num_rows, rt.num_rows), "rows_received": tuple(received),
+                      "buckets": moved.get("buckets", 1),
+                      "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
+                      "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
+                      # (compressed messages count their compressed bytes)
+                      "wire_bytes_sent": moved.get("wire_bytes_sent", 0),
+                      "compression": moved.get("compression", {})})
+    return out
+
+
+def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "auto", compression: str = "none",
+             device: str = "auto", algorithm: str = "auto", stats: dict | None = None):
+    """This rank's groups of the group-by of every rank's ``table`` slice: rows hash-partitioned on
+    the key columns ``by`` (null keys on rank 0: they form one group), then grouped locally (a
+    table in GPU memory is shuffled over NCCL and grouped on the rank's GPU).
+    Finish with ``.agg(...)`` as :func:`gpujoin.group_by` (every aggregate works: a group's rows
+    are all on one rank).  ``shuffle`` and ``compression`` as :func:`join`'s; ``stats`` receives
+    the shuffle's (bytes, each compressed column's figures).
+
+    Raises
+    ------
+    TypeError
+        The ranks' key types differ.
+    ValueError
+        An unknown shuffle or compression.
+    ImportError
+        ``compression="cascaded"`` of a table in GPU memory without nvCOMP.
+    """
+    from ..plan.groupby import GroupBy
+    from ..table import check_columns
+
+    comm = comm or default_communicator()
+    by = [by] if isinstance(by, str) else list(by)
+    if _on_device(table, table, comm):  # in GPU memory: hashed there, shuffled over NCCL
+        from . import device_shuffle
+
+        (t,) = _device_tables([table], [by], comm)
+        dest = device_shuffle.destinations([t[b] for b in by], SEED_FIRST, comm.size,
+                                           device_shuffle.key_validity(t, by), 0)
+        return GroupBy(shuffle_rows(t, dest, comm, shuffle, compression, stats), by, algorithm=algorithm,
+                       device=device)
+    t = _host_table(table)
+    check_columns(t, by, "input")
+    _same_on_every_rank([t.schema.field(b).type for b in by], comm)
+    cols = [combined(t, b) for b in by]
+    dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
+    for c in cols:  # a null key is one group: its rows go to rank 0 together
+        if c.null_count:
+            dest[~np.asarray(c.is_valid())] = 0
+    return GroupBy(shuffle_rows(t, dest, comm, shuffle, compression, stats), by, algorithm=algorithm, device=device)

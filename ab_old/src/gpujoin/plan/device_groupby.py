@@ -1,0 +1,172 @@
+"""Group-bys of device-resident tables: input and output stay in GPU memory.
+
+The planner's part for DeviceTables (or dicts of CuPy arrays): integer (also date and
+dictionary-coded string) key columns without nulls, several packed into one int64 key
+(nullable keys and wider composite keys go through Arrow tables, which also run on the GPU),
+value columns of any integer, bool or float type with validity masks; each aggregate becomes
+the accumulators it needs, and the results get SQL semantics: sums of integers are int64
+(an overflow is an error), of floats float64; mean float64; count and size int64; min and max
+the column's own type; an all-null group's sum, min, max and mean are null.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from ..backend import resolve_device
+from ..errors import ComputeError, InvalidOperationError, SchemaError
+from .device_join import _key_dtype, from_key, to_key
+from .groupby import GroupByStats
+
+_NEEDS = {"sum": ("sum",), "mean": ("sum", "count"), "min": ("min",), "max": ("max",), "count": ("count",)}
+
+
+def _kernel_values(name: str, a):
+    """The column as int32, int64, float32 or float64, the types the kernels read."""
+    import cupy as cp
+
+    k, size = a.dtype.kind, a.dtype.itemsize
+    if k == "f":
+        return a if size >= 4 else a.astype(cp.float32)
+    if k == "b" or (k in "iu" and size < 4) or a.dtype == np.int32:
+        return a.astype(cp.int32, copy=False)
+    if a.dtype == np.uint64:
+        if a.size and bool((a >> np.uint64(63)).any()):
+            raise ComputeError(f"column {name!r} (uint64) has values above 2**63-1, which aggregates do not "
+                               f"support; cast it to float64")
+        return a.view(cp.int64)
+    if k in "iu":
+        return a.astype(cp.int64, copy=False)
+    raise InvalidOperationError(f"cannot aggregate column {name!r} of dtype {a.dtype}")
+
+
+def _sum_int64(name: str, hi, lo, present):
+    """Exact int64 totals from the halves sum(v >> 32) and sum(v & 0xffffffff); ComputeError on overflow."""
+    import cupy as cp
+
+    high = hi + (lo >> 32)  # the total is high * 2^32 + (lo & 0xffffffff), exactly
+    if bool(((high < -(2**31)) | (high >= 2**31))[present].any()):
+        raise ComputeError(f"the sum of column {name!r} overflows int64 in at least one group; "
+                           f"cast the column to float64 first")
+    return (high << 32) | (lo & cp.int64(0xFFFFFFFF))
+
+
+def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
+    """``GroupBy.agg`` for a DeviceTable; returns (DeviceTable, GroupByStats).
+
+    Raises
+    ------
+    ValueError
+        A key column with nulls, or composite keys whose value ranges span more than 63 bits
+        (composite keys are packed into one int64 key: :mod:`gpujoin.plan.pack_keys`).
+    SchemaError
+        A key column that is not an integer, date or string.
+    InvalidOperationError, ComputeError
+        As for host tables.
+    MemoryError
+        The group-by does not fit in free GPU memory.
+    """
+    import cupy as cp
+
+    from ..cuda.groupby import AggInput, run
+    from ..cuda.table import DeviceTable
+
+    for kname in by:
+        if kname in table.validity:
+            raise ValueError(f"the key column {kname!r} has a validity mask; device-resident group-by keys cannot "
+                             f"be null: pass an Arrow table")
+        if table[kname].dtype.kind not in "iub":
+            raise SchemaError(f"group-by key {kname!r} has dtype {table[kname].dtype}; device-resident keys must be "
+                              f"integers, dates or strings (pass an Arrow table for other key types)")
+    packing = None
+    if len(by) == 1:
+        kcol = table[by[0]]
+        _, kdt = _key_dtype(by[0], kcol.dtype, by[0], kcol.dtype)
+        keys = to_key(kcol, kdt)
+    else:  # composite keys: one exact int64 key when their ranges fit 63 bits together
+        from .pack_keys import pack_keys
+
+        (keys,), packing = pack_keys([[table[k] for k in by]], by)
+    stats = GroupByStats(algorithm, resolve_device("cuda", "group_by"), table.num_rows)
+    t0 = time.perf_counter()
+
+    # one input per column: the union of what its aggregates need, and count for null groups
+    ops: dict[str, set] = {}
+    for _, col, fn in specs:
+        if fn == "n_unique":
+            raise InvalidOperationError(f"n_unique (of column {col!r}) runs on the CPU engine only; pass a host "
+                                        f"table with device='cpu'")
+        if fn == "size":
+            continue
+        ops.setdefault(col, set()).update(_NEEDS[fn])
+        if col in table.validity and fn != "count":
+            ops[col].add("count")
+    cols = list(ops)
+    # row counts only when an aggregate reads them (size, or count of a column without nulls):
+    # an unasked count costs a shared atomic per row and 4 bytes per group (PGB's table size);
+    # with no aggregates at all, one input keeps the algorithms' layouts non-empty
+    need_sizes = not cols or any(fn == "size" or (fn == "count" and col not in table.validity)
+                                 for _, col, fn in specs)
+    inputs = [AggInput(None, None, ("count",))] if need_sizes else []
+    for col in cols:
+        valid = table.validity.get(col)
+        inputs.append(AggInput(_kernel_values(col, table[col]),
+                               None if valid is None else valid.astype(cp.uint8, copy=False), tuple(ops[col])))
+    if algorithm == "auto":
+        from .auto import resolve_gpu_group_by
+
+        choice = resolve_gpu_group_by(keys, inputs)
+        algorithm = stats.algorithm = choice.algorithm
+        stats.params["auto"] = choice.reason
+        groups = choice.estimate.groups_for(algorithm)
+    else:  # a few groups, all seen in a small sample, need no HyperLogLog pass (None: the algorithm runs it)
+        from .stats import sample
+
+        choice, groups = None, sample(keys).groups
+    out = run(algorithm, keys, inputs, groups_estimate=groups, table=choice and choice.table)
+    sizes = out.columns[0]["count"] if need_sizes else None
+    res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}
+
+    key_columns = packing.unpack(out.keys) if packing else [from_key(out.keys, kcol.dtype)]
+    columns, validity, types, dicts = dict(zip(by, key_columns)), {}, {}, {}
+    for kname in by:
+        t, d = table.meta(kname)
+        types.update(t)
+        dicts.update(d)
+    for name, col, fn in specs:
+        if fn == "size" or (fn == "count" and col not in table.validity):
+            columns[name] = sizes
+            continue
+        r, src = res[col], table[col]
+        if fn == "count":
+            columns[name] = r["count"]
+            continue
+        present = r["count"] > 0 if col in table.validity else None
+        floating = src.dtype.kind == "f"
+        if fn in ("min", "max"):
+            columns[name] = from_key(r[fn], src.dtype)  # uint64: the int64 bits back
+            t, d = table.meta(col, name)
+            types.update(t)
+            dicts.update(d)
+        elif fn == "sum":  # 8-byte integers come as exact halves; floats and 4-byte integers whole
+            columns[name] = r["sum"] if "sum_lo" not in r else _sum_int64(
+                col, r["sum"], r["sum_lo"], present if present is not None else slice(None))
+            t = table.types.get(col)
+            if t is not None and pa.types.is_decimal128(t):  # SQL: sum(decimal(p, s)) is decimal(38, s)
+                types[name] = pa.decimal128(38, t.scale)
+        else:  # mean
+            total = r["sum"].astype(cp.float64) if floating or "sum_lo" not in r else \
+                r["sum"].astype(cp.float64) * 2.0**32 + r["sum_lo"].astype(cp.float64)
+            columns[name] = total / cp.maximum(r["count"], 1)
+        if present is not None:
+            validity[name] = present.astype(cp.uint8)
+    result = DeviceTable(columns, validity, types, dicts)
+    cp.cuda.Device().synchronize()
+    stats.phases = dict(out.phases)
+    stats.phases["total"] = time.perf_counter() - t0
+    stats.params.update(out.params)
+    stats.groups = out.num_groups
+    return result, stats

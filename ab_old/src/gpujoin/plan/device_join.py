@@ -1,0 +1,187 @@
+"""Joins of device-resident tables: inputs and output stay in GPU memory.
+
+The planner's part for DeviceTables (or dicts of CuPy arrays): check the key columns, promote
+their types, choose the build side and the join mode, hand every output column's source to the
+GPU algorithm as a payload (validity masks travel as payloads too), and lay the output out as
+``polars.DataFrame.join`` would.  Keys here are integer (date/time, or dictionary-coded string
+over one shared dictionary) columns without nulls; several a side are packed into one int64 key
+(:mod:`gpujoin.plan.pack_keys`); nullable keys and wider composite keys go through Arrow tables
+(``gpujoin.join`` on host tables, which also runs on the GPU).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..backend import HOST_STREAMING, resolve_algorithm, resolve_device
+from ..errors import ComputeError, SchemaError
+from ..table import check_columns
+from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, output_layout
+
+
+def _key_dtype(lname, ldt, rname, rdt) -> tuple[np.dtype, np.dtype]:
+    """(output key dtype, int32/int64 dtype the GPU joins on) for two integer key columns."""
+    t = np.result_type(ldt, rdt)
+    if ldt.kind not in "iub" or rdt.kind not in "iub" or t.kind not in "iub":
+        raise SchemaError(f"join keys {lname!r} ({ldt}) and {rname!r} ({rdt}) cannot be compared on the GPU: "
+                          f"device-resident keys must both be integers; pass Arrow tables for other key types")
+    if t == np.uint64:
+        return t, np.dtype(np.int64)  # same bits: equality is all a hash or merge join needs
+    return t, np.dtype(np.int32) if (t.itemsize < 4 or t == np.int32) else np.dtype(np.int64)
+
+
+def to_key(a, dt):
+    """Key column ``a`` as the GPU's int32/int64 key dtype ``dt`` (uint64: the same bits)."""
+    return a.view(dt) if a.dtype == np.uint64 else a.astype(dt, copy=False)
+
+
+def from_key(k, dt):
+    """GPU keys back as the output column's dtype ``dt`` (the inverse of ``to_key``)."""
+    return k.view(dt) if dt == np.uint64 else k.astype(dt, copy=False)
+
+
+def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, how="inner", suffix="_right",
+                        nulls_equal=False, validate="m:m", coalesce=None, algorithm="auto", device="auto",
+                        radix_bits=None, memory_limit=None):
+    """:func:`gpujoin.join` for device-resident inputs; returns (DeviceTable, JoinStats).
+
+    Raises
+    ------
+    ColumnNotFoundError, SchemaError, ValueError
+        As for host tables; also for keys with nulls, composite keys whose ranges span more than
+        63 bits, and string keys over different dictionaries (use Arrow tables).
+    RuntimeError
+        device="cpu" with device-resident inputs.
+    MemoryError
+        The join does not fit in free GPU memory (or within ``memory_limit``).
+    """
+    if device not in ("auto", "cuda"):
+        raise RuntimeError(f"device={device!r}: these tables are in GPU memory; use device='cuda' or 'auto', "
+                           f"or pass host tables (DeviceTable.to_arrow())")
+    dev = resolve_device("cuda", "join")
+    algo = resolve_algorithm("join", algorithm, dev)
+    if algo in HOST_STREAMING:
+        raise ValueError(f"algorithm={algo!r} streams host-resident tables (out of core, or over several GPUs); "
+                         f"these tables are already in GPU memory: use an in-core algorithm, or pass host tables "
+                         f"(DeviceTable.to_arrow())")
+    from ..outofcore.budget import gpu_memory_cap
+
+    with gpu_memory_cap(memory_limit):
+        return _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
+                                    radix_bits)
+
+
+def _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev, radix_bits):
+    import cupy as cp
+
+    from ..cuda.join import run
+    from ..cuda.table import DeviceTable, as_device_table
+
+    lt, rt = as_device_table(left), as_device_table(right)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    if coalesce is None:
+        coalesce = how != "full"
+    stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
+    layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce)
+    t0 = time.perf_counter()
+    if how == "cross":
+        nl, nr = lt.num_rows, rt.num_rows
+        lidx = cp.repeat(cp.arange(nl, dtype=cp.int64), nr)
+        ridx = cp.tile(cp.arange(nr, dtype=cp.int64), nl)
+        cols = {out: (lt if side == "l" else rt)[name][lidx if side == "l" else ridx]
+                for side, name, out, _ in layout}
+        valid = {out: (lt if side == "l" else rt).validity[name][lidx if side == "l" else ridx]
+                 for side, name, out, _ in layout if name in (lt if side == "l" else rt).validity}
+        types, dicts = {}, {}
+        for s, n, o, _ in layout:
+            t, d = (lt if s == "l" else rt).meta(n, o)
+            types.update(t)
+            dicts.update(d)
+        result = DeviceTable(cols, valid, types, dicts)
+        stats.output_rows = result.num_rows
+        stats.phases = {"transform": 0.0, "match": time.perf_counter() - t0, "materialize": 0.0}
+        return result, stats
+    for a, b in zip(lk, rk):
+        for t, name, side in ((lt, a, "left"), (rt, b, "right")):
+            if name in t.validity:
+                raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
+                                 f"cannot be null: drop those rows or pass Arrow tables")
+        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
+        if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
+            raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one dictionary "
+                              f"(encode both tables' strings together, or pass Arrow tables)")
+    packing = None
+    if len(lk) == 1:
+        ln, rn = lk[0], rk[0]
+        out_dt, join_dt = _key_dtype(ln, lt[ln].dtype, rn, rt[rn].dtype)
+        lkey, rkey = to_key(lt[ln], join_dt), to_key(rt[rn], join_dt)
+    else:  # composite keys: one exact int64 key when their ranges fit 63 bits together
+        from .pack_keys import pack_keys
+
+        for a, b in zip(lk, rk):
+            _key_dtype(a, lt[a].dtype, b, rt[b].dtype)  # integers only, as for one key
+        (lkey, rkey), packing = pack_keys([[lt[a] for a in lk], [rt[b] for b in rk]], lk)
+    for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")), (rkey, "right", validate in ("1:1", "m:1"))):
+        if check and cp.unique(keys).size != keys.size:
+            raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
+
+    build_left = build_on_left(how, lt.num_rows, rt.num_rows)
+    stats.params["build_side"] = "left" if build_left else "right"
+    mode = JOIN_MODES[how]
+    # each side's payloads: the columns its output needs, then their validity masks
+    sides = {"l": (lt, []), "r": (rt, [])}
+    index, vindex = {}, {}
+    for side, name, _out, key in layout:
+        if not key:
+            t, pay = sides[side]
+            index[(side, name)] = len(pay)
+            pay.append(t[name])
+    for (side, name) in list(index):
+        t, pay = sides[side]
+        if name in t.validity:
+            vindex[(side, name)] = len(pay)
+            pay.append(t.validity[name].astype(cp.uint8, copy=False))
+    bside, pside = ("l", "r") if build_left else ("r", "l")
+    emit_keys = any(key for *_, key in layout)
+    if algo == "auto":
+        from .auto import resolve_gpu_join
+
+        choice = resolve_gpu_join(lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1],
+                                  sides[pside][1])
+        algo = stats.algorithm = choice.algorithm
+        stats.params["auto"] = choice.reason
+    res = run(algo, lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1], sides[pside][1],
+              mode, emit_keys=emit_keys, radix_bits=radix_bits)
+    stats.phases.update(res.phases)
+    stats.params.update(res.params)
+    t1 = time.perf_counter()
+    cols, valid, types, dicts, unpacked = {}, {}, {}, {}, None
+    for side, name, out, key in layout:
+        src = lt if side == "l" else rt
+        t, d = src.meta(name, out)
+        types.update(t)
+        dicts.update(d)
+        if key:
+            if packing is None:
+                cols[out] = from_key(res.key_column(), out_dt)
+            else:
+                unpacked = unpacked if unpacked is not None else packing.unpack(res.key_column())
+                cols[out] = unpacked[(lk if side == "l" else rk).index(name)]
+            continue
+        column = res.build_column if side == bside else res.probe_column
+        values, present = column(index[(side, name)])
+        if (side, name) in vindex:
+            v, _ = column(vindex[(side, name)])
+            present = v if present is None else (present & v)
+        cols[out] = values
+        if present is not None:
+            valid[out] = present
+    result = DeviceTable(cols, valid, types, dicts)
+    cp.cuda.Device().synchronize()
+    stats.phases["materialize"] = time.perf_counter() - t1
+    stats.output_rows = result.num_rows
+    return result, stats
