@@ -502,6 +502,15 @@ def test_planner_draws_random_rows_whatever_the_order(dtype):
         else:
             assert choice.algorithm == "hgb" and choice.estimate.groups == groups + 1
             assert choice.estimate.method == "hash table (exact)"
+    # hot keys over a tail of rare ones: a strided sample sees the hot ones only, twice each;
+    # the random rows see some of the tail, so the groups are counted, not taken from the sample
+    hot = cp.random.default_rng(2).integers(0, 16, n).astype(dtype)
+    off_stride = np.flatnonzero(np.arange(n) % (n // 4096))  # rows the strided sample skips
+    tail = np.random.default_rng(2).choice(off_stride, n // 64, replace=False)
+    hot[cp.asarray(tail)] = cp.arange(100, 100 + n // 64, dtype=dtype)
+    assert stats.sample(hot).groups == 16
+    choice = resolve_gpu_group_by(hot, inputs)
+    assert choice.estimate.groups > cap and "random rows" not in choice.estimate.method, choice.estimate
     with pytest.raises(ValueError, match="random draws"):
         prim.key_samples([keys, keys], 4096, draws=8)
 

@@ -217,7 +217,9 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
         if more_groups_than(draws, top):  # PGB sketches the groups in its first radix pass
             est.groups, est.sketched = top + 1, 0.0
             est.method = f"more than {top:,} ({draws.distinct:,} distinct keys in {draws.size:,} random rows)"
-        elif smp.groups is not None:  # few groups, every one seen twice: HGB sizes its table by them
+        elif smp.groups is not None and draws is not None and draws.distinct <= smp.groups:
+            # few groups, every one seen twice, and no other among the random rows (hot keys
+            # over a tail of rare ones would show a few): HGB sizes its table by them
             est.groups = smp.groups
         elif room(cap):
             table = HashTable(keys, cap=cap)  # (its state read back)
