@@ -1,1 +1,0 @@
-"""The CPU engine: multi-threaded Numba twins of gpujoin's algorithms (the reference backend)."""

@@ -1,1 +1,0 @@
-"""CPU group-by algorithms."""

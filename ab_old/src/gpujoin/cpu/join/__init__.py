@@ -1,1 +1,0 @@
-"""CPU join algorithms."""

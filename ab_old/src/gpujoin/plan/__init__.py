@@ -1,1 +1,0 @@
-"""Planning: normalize inputs, validate keys and types, choose the backend and the algorithm."""
