@@ -16,6 +16,7 @@ from gpujoin.bench.workloads import JoinWorkload, make_join
 from gpujoin.plan import stats
 from gpujoin.plan.auto import resolve_gpu_join
 from gpujoin.plan.join import execute_join
+from profile_planner_host import random_rounds  # (scripts/ is the script's directory)
 
 
 def main(rounds: int = 100) -> None:
@@ -27,21 +28,7 @@ def main(rounds: int = 100) -> None:
         cases += [(f"{p} payload(s): resolve_gpu_join", lambda r=r, s=s, a=pay_r, b=pay_s: resolve_gpu_join(r["k"], s["k"], a, b)),
                   (f"{p} payload(s): join, auto", lambda r=r, s=s: execute_join(s, r, "k", algorithm="auto")),
                   (f"{p} payload(s): join, {algo}", lambda r=r, s=s, a=algo: execute_join(s, r, "k", algorithm=a))]
-    times = {label: [] for label, _ in cases}
-    for _, fn in cases:
-        fn()
-    for _ in range(rounds):
-        random.shuffle(cases)
-        for label, fn in cases:
-            cp.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            fn()
-            cp.cuda.Device().synchronize()
-            times[label].append(time.perf_counter() - t0)
-    for label in sorted(times):
-        q = statistics.quantiles(times[label], n=4)
-        print(f"{label:45} {statistics.median(times[label]) * 1e3:8.3f} ms (quartiles {q[0] * 1e3:.3f}-{q[2] * 1e3:.3f})",
-              flush=True)
+    random_rounds(cases, rounds, 45)
 
 
 def sample_sizes(bits: list[int], rounds: int = 60) -> None:

@@ -88,10 +88,16 @@ def at_2_24():
                   (f"2^24 g=2^{lg} resolve", lambda k=k, inputs=inputs: resolve_gpu_group_by(k, inputs)),
                   (f"2^24 g=2^{lg} {algo} alone", lambda k=k, inputs=inputs, a=algo, g=g:
                    run(a, k, inputs, groups_estimate=g))]
+    random_rounds(cases, 100)
+
+
+def random_rounds(cases: list, rounds: int, width: int = 58) -> None:
+    """Each (label, function) of ``cases`` once to warm up, then ``rounds`` rounds in random
+    order, the device synchronized around each call; prints each label's median and quartiles."""
     times = {label: [] for label, _ in cases}
     for _, fn in cases:
         fn()
-    for _ in range(100):
+    for _ in range(rounds):
         random.shuffle(cases)
         for label, fn in cases:
             cp.cuda.Device().synchronize()
@@ -101,7 +107,7 @@ def at_2_24():
             times[label].append(time.perf_counter() - t0)
     for label in sorted(times):
         q = statistics.quantiles(times[label], n=4)
-        print(f"{label:58} {statistics.median(times[label]) * 1e3:8.3f} ms (quartiles {q[0] * 1e3:.3f}-"
+        print(f"{label:{width}} {statistics.median(times[label]) * 1e3:8.3f} ms (quartiles {q[0] * 1e3:.3f}-"
               f"{q[2] * 1e3:.3f})", flush=True)
 
 
