@@ -636,8 +636,10 @@ def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMM
     """key_samples' launches only, into ``out`` (SAMPLES_OUT device u64, on the current stream),
     so that a caller reads them back in one copy with other results.  ``draws`` (one key array,
     at most DRAWS_MAX): a second sample of that many rows drawn at random, with replacement
-    (a fixed seed), summarized as the second one (KeySamples.summaries[1]): its distinct keys
-    bound the groups whatever the keys' order (stats.more_groups_than, the group-by planner)."""
+    (a fixed seed), summarized as the second one (KeySamples.summaries[1], its size in
+    PendingSamples.sizes: halved where the device's shared memory holds no table of twice as
+    many slots): its distinct keys bound the groups whatever the keys' order
+    (stats.more_groups_than, the group-by planner)."""
     if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX or draws > DRAWS_MAX or (draws and len(keys) != 1):
         raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys, "
                          f"and up to {DRAWS_MAX} random draws of one array")
@@ -646,6 +648,10 @@ def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMM
     dt = keys[0].dtype if len(keys) == 1 else np.result_type(*[k.dtype for k in keys])
     kt = key_type(dt)
     samples = [_strided(k, size, dt) for k in keys]
+    if draws:  # no more than a block's shared memory holds (an H200's 227 KiB: all 8,192)
+        optin = device_properties(cp.cuda.Device().id)["smem_optin"]
+        while draws > SUMMARY_MAX and 2 * draws * (dt.itemsize + 4) > optin:
+            draws //= 2
     rows = int(keys[0].size) if draws else 0
     if rows:  # the draws read the keys in place (_strided's answer: in place when its step is)
         whole = keys[0] if samples[0][0] is keys[0] else cp.ascontiguousarray(keys[0].astype(dt, copy=False))
