@@ -140,6 +140,28 @@ def test_random_draws_bound_the_groups_whatever_their_frequencies():
     assert stats.distinct_bound(1, 10) > 1 and not stats.more_groups_than(stats.Sample(10, 1), 1)
 
 
+def test_host_keys_many_to_many_take_smj_tr():
+    """Host keys joined on the GPU (auto's host branch): uniform keys of 8 build rows each are
+    counted in a sorted 2^16-key sample and go to SMJ-TR, with one payload column too; unique
+    keys and 8-byte keys stay with PHJ-TR (issue 17)."""
+    from gpujoin.plan.auto import resolve_gpu_join
+
+    rng = np.random.default_rng(4)
+    big = 1 << 21
+    many = rng.permutation(np.repeat(np.arange(big // 8, dtype=np.int32), 8))
+    probe = rng.integers(0, big // 8, big, dtype=np.int32)
+    for pay in ([np.ones(big, np.int32)], [np.ones(big, np.int32)] * 2):
+        choice = resolve_gpu_join(many, probe, pay, pay)
+        assert choice.algorithm == "smj-tr" and 7 < choice.estimate.build_multiplicity < 9, choice.reason
+        assert choice.estimate.match_ratio is None  # not needed once the keys are many-to-many
+        unique = resolve_gpu_join(rng.permutation(big).astype(np.int32), probe, pay, pay)
+        assert unique.algorithm != "smj-tr" and unique.estimate.build_multiplicity < 1.1
+    wide = resolve_gpu_join(many.astype(np.int64), probe.astype(np.int64), pay, pay)
+    assert wide.algorithm == "phj-tr" and wide.estimate.build_multiplicity is None
+    assert stats.multiplicity(np.zeros(0, np.int32)) == 1.0
+    assert stats.multiplicity(np.repeat(np.arange(100), 4)) == pytest.approx(4)  # every key sampled: exact
+
+
 def test_join_rule_follows_section_4():
     dev = cost.H200_ANCHORS
     est = lambda mr, k=4, pw=4, share=0.0: stats.JoinEstimate(2**27, 2**27, k, [pw, pw], [pw, pw], mr, share)  # noqa: E731

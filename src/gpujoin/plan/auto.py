@@ -125,7 +125,7 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
     """``algorithm="auto"`` for a GPU join of these device (or host) arrays."""
     from .calibrate import device_model
-    from .stats import JoinEstimate, device_join_samples, estimate_join, match_ratio, top_share
+    from .stats import JoinEstimate, device_join_samples, estimate_join, match_ratio, multiplicity, top_share
 
     dev = device_model()
     bw, pw = [p.dtype.itemsize for p in build_payloads], [p.dtype.itemsize for p in probe_payloads]
@@ -150,13 +150,15 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
                 est.match_ratio, est.top_share = ratio, p.top_share
     else:
         # each sampled statistic only when the rules reach it (heavy build keys from a small
-        # sample, then §4's order: width, match ratio, skew)
+        # sample, then §4's order: many-to-many keys, width, match ratio, skew)
         est = estimate_join(build_keys, probe_keys, bw, pw, measure=False)
         crossover = cost.engine_phj_crossover(dev, max(len(bw), len(pw), 1))
-        if not est.heavy_build and not wide_join(est) and crossover > 0:
-            est.match_ratio = match_ratio(build_keys, probe_keys)
-            if est.match_ratio < crossover:
-                est.top_share = top_share(probe_keys)
+        if not est.heavy_build and not wide_join(est):
+            est.build_multiplicity = multiplicity(build_keys)
+            if not est.many_to_many and crossover > 0:
+                est.match_ratio = match_ratio(build_keys, probe_keys)
+                if est.match_ratio < crossover:
+                    est.top_share = top_share(probe_keys)
     choice = choose_join(est, dev)
     choice.estimate = est
     return choice

@@ -342,6 +342,21 @@ def build_multiplicity(rows: int, sampled: int, distinct: int) -> float:
     return (lo * hi) ** 0.5
 
 
+#: The host planner's build sample for build_multiplicity (strided, sorted with NumPy): at 2^26
+#: rows over 2^23 keys, 8 rows a key, its 2^16 keys hold about 224 repeats to count.
+HOST_MULTIPLICITY_SAMPLE = 1 << 16
+
+
+def multiplicity(build_keys) -> float:
+    """Build rows a distinct key of host ``build_keys`` (NumPy (n,)): :func:`build_multiplicity`
+    of a strided sample of HOST_MULTIPLICITY_SAMPLE keys, its distinct keys counted once sorted
+    (exact when the sample is every key).  1.0 for no keys."""
+    if build_keys.size == 0:
+        return 1.0
+    s = np.sort(_sample(build_keys, HOST_MULTIPLICITY_SAMPLE))
+    return build_multiplicity(int(build_keys.size), int(s.size), 1 + int(np.count_nonzero(s[1:] != s[:-1])))
+
+
 def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False
                         ) -> tuple[Sample, Sample, float | None]:
     """A device join's samples in one launch batch and one sync (primitives.key_samples): the
