@@ -157,9 +157,9 @@ class JoinEstimate:
 class Sample:
     """A sample of keys (strided, SKEW_SAMPLE of them; or rows drawn at random), summarized:
     its size, distinct keys, rows of keys seen more than once, the largest and the smallest
-    count.  Counted on the host for host keys
-    (np.unique), on the GPU for device keys (primitives.key_samples: the sample never leaves
-    the GPU, and a join's two samples and match ratio share one sync)."""
+    count.  Counted on the host for host keys (np.unique), on the GPU for device keys
+    (primitives.key_samples: the sample never leaves the GPU, and a join's two samples and match
+    ratio share one sync)."""
 
     size: int = 0
     distinct: int = 0
