@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|join-planner|auto-sweep|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -340,6 +340,21 @@ for line in open(sys.argv[1]):
     print(f"2^{w['log2_rows']} g=2^{w['log2_groups']} z={w['zipf']}: {r['algorithm']:7} {r.get('chosen') or '':7} "
           f"median {r['median_s'] * 1e3:.3f} ms, min {r['min_s'] * 1e3:.3f}")
 PY
+fi
+if [[ $stage == join-planner ]]; then
+  # issue 17 item 3: the planner's samples' tests, then the join planner's host time at 2^24 rows a side
+  # (profile_join_auto.py: --host's steps, then auto against the chosen algorithm), the tree in ab_old/src
+  # (git archive of an older commit) and this one taking turns where ab_old/ was carried
+  xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-8}"; warm "$xdist"
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf -W ignore::Warning $xdist \
+    tests/test_cuda_join.py tests/test_cuda_groupby.py tests/test_planning.py \
+    -k "${PYTEST_K:-planner or key_samples or auto or multiplicity or draws}" > "$OUT/pytest_planner.log" 2>&1; tail -3 "$OUT/pytest_planner.log"
+  trees="src"; [[ -d ab_old/src ]] && trees=${TREES:-"ab_old/src src ab_old/src src"}
+  timeout 120 python3 scripts/profile_join_auto.py --host 2>&1 | tee "$OUT/join_planner_host.txt"
+  for t in $trees; do
+    echo "== $t"
+    PYTHONPATH=$t:${PYTHONPATH#src} timeout 120 python3 scripts/profile_join_auto.py 2>&1 | tee -a "$OUT/join_planner_$(echo $t | tr / _).txt"
+  done
 fi
 if [[ $stage == gb-skew ]]; then
   # issue 17 item 2: every group-by algorithm and auto under Zipf keys, 2^28 rows, MAX of two

@@ -3,20 +3,29 @@
 with the chosen algorithm named, one and two payload columns, in random-order rounds (median).
 ``--samples 16,17,18``: resolve_gpu_join and the auto join with the match ratio's build and
 probe samples of 2^b keys each (stats.DEVICE_BUILD_SAMPLE / DEVICE_PROBE_SAMPLE), and the ratio
-each measures at 30% and 10% of probe keys matching."""
+each measures at 30% and 10% of probe keys matching.  ``--host``: the host time of each step of
+resolve_gpu_join (launch-only steps back to back on 2^12 keys, as profile_planner_host.py), and
+the samples' launch's GPU time; GPUJOIN_KERNEL_DEFINES adds -D options to the kernels'."""
 
+import os
 import random
 import statistics
 import sys
 import time
 
 import cupy as cp
+import numpy as np
 
 from gpujoin.bench.workloads import JoinWorkload, make_join
 from gpujoin.plan import stats
 from gpujoin.plan.auto import resolve_gpu_join
 from gpujoin.plan.join import execute_join
 from profile_planner_host import random_rounds  # (scripts/ is the script's directory)
+
+if os.environ.get("GPUJOIN_KERNEL_DEFINES"):  # e.g. -DMATCH_SLEEP=256: a variant of the kernels, compiled apart
+    from gpujoin.cuda import kernels
+
+    kernels.OPTIONS += tuple(os.environ["GPUJOIN_KERNEL_DEFINES"].split())
 
 
 def main(rounds: int = 100) -> None:
@@ -41,6 +50,7 @@ def sample_sizes(bits: list[int], rounds: int = 60) -> None:
             random.shuffle(bits)
             for b in bits:
                 stats.DEVICE_BUILD_SAMPLE = stats.DEVICE_PROBE_SAMPLE = 1 << b
+                stats.DEVICE_SAMPLE_SHIFT = 24 - b
                 cp.cuda.Device().synchronize()
                 t0 = time.perf_counter()
                 c = resolve_gpu_join(r["k"], s["k"], pay_r, pay_s)
@@ -52,8 +62,85 @@ def sample_sizes(bits: list[int], rounds: int = 60) -> None:
                   f"measured ratio {got[b]:.4f}", flush=True)
 
 
+def host_steps() -> None:
+    from gpujoin.cuda import primitives as prim
+    from gpujoin.plan import cost
+    from gpujoin.plan.auto import choose_join
+    from gpujoin.plan.calibrate import device_model
+    from profile_planner_host import per_call
+
+    dev = device_model()
+    for log2 in (12, 24):
+        r, s = make_join(JoinWorkload(log2_r=log2, log2_s=log2, payloads=1), cp)
+        bk, pk, pay_r, pay_s = r["k"], s["k"], [r["r0"]], [s["s0"]]
+        big = 1 << 18
+        est = stats.JoinEstimate(bk.size, pk.size, 4, [4], [4], None, None)
+        if log2 == 12:
+            out = cp.empty(prim.SAMPLES_OUT, cp.uint64)
+            per_call("device_model()", device_model)
+            per_call("JoinEstimate(...)", lambda: stats.JoinEstimate(bk.size, pk.size, 4, [4], [4], None, None))
+            per_call("engine_phj_crossover", lambda: cost.engine_phj_crossover(dev, 1))
+            per_call("choose_join", lambda: choose_join(est, dev))
+            per_call("cp.empty(2^19, int32)", lambda: cp.empty(1 << 19, cp.int32))
+            per_call("out.get()", out.get, reps=500)
+            per_call("_scratch()", prim._scratch)
+            per_call("the argument struct", lambda: np.array((1,) * 17 + (2,) * 8, prim.SAMPLE_ARGS)[()])
+        per_call(f"2^{log2}: launch_key_samples, summaries (launch only)",
+                 lambda: prim.launch_key_samples([bk, pk], stats.SKEW_SAMPLE))
+        per_call(f"2^{log2}: launch_key_samples, multiplicity (launch only)",
+                 lambda: prim.launch_key_samples([bk, pk], stats.SKEW_SAMPLE, (big, 0)))
+        per_call(f"2^{log2}: key_samples, multiplicity (with its wait)",
+                 lambda: prim.key_samples([bk, pk], stats.SKEW_SAMPLE, (big, 0)), reps=500)
+        per_call(f"2^{log2}: device_join_samples, multiplicity", lambda: stats.device_join_samples(
+            bk, pk, False, True), reps=500)
+        per_call(f"2^{log2}: device_join_samples, match", lambda: stats.device_join_samples(
+            bk, pk, True, True), reps=500)
+        per_call(f"2^{log2}: resolve_gpu_join, 1 payload", lambda: resolve_gpu_join(bk, pk, pay_r, pay_s), reps=500)
+        per_call(f"2^{log2}: resolve_gpu_join, 2 payloads", lambda: resolve_gpu_join(bk, pk, pay_r * 2, pay_s * 2),
+                 reps=500)
+        if log2 == 24:
+            for what, m in (("multiplicity", (big, 0)), ("match", (big, big)), ("multiplicity 2^16", (1 << 16, 0))):
+                launch, wait = [], []
+                for _ in range(300):
+                    cp.cuda.Device().synchronize()
+                    t0 = time.perf_counter()
+                    pending = prim.launch_key_samples([bk, pk], stats.SKEW_SAMPLE, m)
+                    t1 = time.perf_counter()
+                    pending.result()
+                    t2 = time.perf_counter()
+                    launch.append(t1 - t0)
+                    wait.append(t2 - t1)
+                print(f"  {what}: launch {statistics.median(launch) * 1e6:.1f} us, then the wait and read "
+                      f"{statistics.median(wait) * 1e6:.1f} us", flush=True)
+            gpu_time(bk, pk)
+
+
+def gpu_time(bk, pk) -> None:
+    """The GPU time of the samples' launch (events around it, queued behind a long kernel so
+    that the host's launch time is not in it), by what it samples."""
+    from gpujoin.cuda import primitives as prim
+
+    junk = cp.empty(1 << 28, cp.uint32)
+    for what, m in (("summaries only", None), ("multiplicity 2^14", (1 << 14, 0)), ("multiplicity 2^16", (1 << 16, 0)),
+                    ("multiplicity 2^18", (1 << 18, 0)), ("match 2^16", (1 << 16, 1 << 16)),
+                    ("match 2^17 / 2^18", (1 << 17, 1 << 18)), ("match 2^18", (1 << 18, 1 << 18))):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        gpu = []
+        for _ in range(30):
+            junk.fill(0)
+            e0.record()
+            pending = prim.launch_key_samples([bk, pk], stats.SKEW_SAMPLE, m)
+            e1.record()
+            pending.result()
+            e1.synchronize()
+            gpu.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        print(f"  GPU time of the samples' launch, {what}: median {statistics.median(gpu):.1f} us", flush=True)
+
+
 if __name__ == "__main__":
-    if "--samples" in sys.argv:
+    if "--host" in sys.argv:
+        host_steps()
+    elif "--samples" in sys.argv:
         sample_sizes([int(b) for b in sys.argv[sys.argv.index("--samples") + 1].split(",")])
     else:
         main()

@@ -11,7 +11,6 @@ import sys
 import time
 
 import cupy as cp
-import numpy as np
 
 from gpujoin.bench.workloads import GroupByWorkload, make_groupby
 from gpujoin.cuda import primitives as prim
@@ -53,15 +52,11 @@ def host_steps():
     per_call("cp.empty(14, u64)", lambda: cp.empty(SAMPLES_OUT + 2, cp.uint64))
     per_call("memset_async of 14 u64", lambda: words.data.memset_async(0, words.nbytes))
     per_call("cp.full(4096, -2^31, int32)", lambda: cp.full(4096, -2**31, cp.int32))
-    per_call("launch_sample (launch only)", lambda: launch_sample(k, words[:SAMPLES_OUT]))
-    per_call("launch_sample with 8,192 draws (launch only)", lambda: launch_sample(k, words[:SAMPLES_OUT], 8192))
+    per_call("launch_sample (launch only)", lambda: launch_sample(k))
+    per_call("launch_sample with 8,192 draws (launch only)", lambda: launch_sample(k, 8192))
     per_call("  its _strided", lambda: prim._strided(k, 4096, k.dtype))
     per_call("  its kernel()", lambda: prim.kernel("groupby.cu", "sample_counts<i32>"))
-    fn, w12 = prim.kernel("groupby.cu", "sample_counts<i32>"), words[:SAMPLES_OUT]
-    per_call("  its launch alone (12 arguments)", lambda: fn(
-        (2,), (1024,), (k, np.int64(1), np.int32(4096), k, np.int64(1), np.int32(8192), np.int32(2), np.uint64(0),
-                        np.int64(0), w12, np.uint32(16384), np.int64(k.size)), shared_mem=16384 * 8))
-    per_call("launch_sample with draws and its read back", lambda: launch_sample(k, w12, 8192)(w12.get()), reps=500)
+    per_call("launch_sample with draws and its read back", lambda: launch_sample(k, 8192)(), reps=500)
     per_call("HyperLogLog estimate_groups with its read back", lambda: estimate_groups(k), reps=500)
     per_call("HashTable(cap=28160, state=...) (launch only)",
              lambda: HashTable(k, cap=28160, state=words[SAMPLES_OUT:]))
@@ -119,18 +114,15 @@ def stamped_resolve(keys, inputs, st):
     from gpujoin.plan.stats import GROUP_DRAWS, more_groups_than
 
     st("start")
-    words = cp.empty(SAMPLES_OUT, cp.uint64)
-    st("cp.empty(words)")
-    read = launch_sample(keys, words, GROUP_DRAWS if keys.size > GROUP_DRAWS else 0)
+    read = launch_sample(keys, GROUP_DRAWS if keys.size > GROUP_DRAWS else 0)
     st("launch_sample with the random draws")
     widths = [i.values.dtype.itemsize for i in inputs if i.values is not None]
     dev = device_model()
     est = GE(int(keys.size), 0, keys.dtype.itemsize, widths, slot_bytes(inputs), 0.0, "s", 0.0)
     cap = max(1, hgb_groups_limits(est, dev)[0])
     st("estimate, cap (the device counts the sample)")
-    host = words.get()
-    st("words.get()")
-    smp, draws = read(host)
+    smp, draws = read()
+    st("read(): the wait for the sample's words")
     est.top_share, est.hot_share = smp.top_share, smp.repeated_share
     _, top = hgb_groups_limits(est, dev)
     more = more_groups_than(draws, top)

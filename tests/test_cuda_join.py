@@ -459,6 +459,21 @@ def test_planner_samples_on_the_device(dtype):
     assert prim.count_found(build[:3], probe) == 3  # no sentinel key in the build sample
     assert prim.count_found(build[::2], probe[::3]) == 2  # strided views: 5, low, 9 in {5, 7, 9}
     assert prim.count_found(build[:0], probe) == 0
+    # the stages of one launch over more blocks than an H200 holds at once (fill, then inserts,
+    # then probes, each waiting for the one before), repeated on two streams: the same count
+    # each time, and the stages' counters back at zero after every launch
+    rng = np.random.default_rng(3)
+    big_b = rng.integers(0, 1 << 21, 1 << 20).astype(dtype)
+    big_p = rng.integers(0, 1 << 22, 3 << 19).astype(dtype)
+    want = int(np.isin(big_p, big_b).sum())
+    for stream in (cp.cuda.Stream.null, cp.cuda.Stream(non_blocking=True)):
+        with stream:
+            b_d, p_d = cp.asarray(big_b), cp.asarray(big_p)
+            for _ in range(3):
+                assert prim.count_found(b_d, p_d) == want
+            got = prim.key_samples([b_d, p_d], 4096, (b_d.size, 0))  # the build's distinct keys only
+            assert got.build_distinct == np.unique(big_b).size
+            assert not prim._scratch().dev[12:15].any()
     keys = cp.concatenate([cp.full(3000, 4, dtype), cp.full(1000, low, dtype), cp.arange(4000, dtype=dtype)])
     assert cp.asnumpy(prim.frequent_keys(keys, 100, 1 << 12, 2)).tolist() == [low, 4]
     assert cp.asnumpy(prim.frequent_keys(keys, 100, 1 << 12, 2, top=1)).tolist() == [4]

@@ -533,41 +533,113 @@ def _table_slots(build_count: int) -> int:
     return 1 << max(10, (2 * build_count - 1).bit_length())
 
 
-def _found(build: tuple, probe: tuple, table: cp.ndarray, out: int) -> None:
-    """out[0] += how many probe sample keys the build sample holds (each a _strided triple),
-    through ``table`` (_table_slots(build count) sentinel keys: the key dtype's minimum), a
-    distinct-key hash table of the build sample's keys (HGB's probing); out[1]'s two int32 the
-    build's flags (the sentinel key seen); out[2] += the build sample's distinct keys (less the
-    sentinel key).  ``out``: the device address of those three u64 words, zeroed (addresses,
-    not CuPy views: at 2^24 rows the planner's time is host time, each view a few us)."""
-    slots = table.size
-    kt = key_type(table)
-    flags = np.uint64(out + 8)
-    sms = device_properties(cp.cuda.Device().id)["sms"]
-    grid = lambda n: (max(1, min(-(-n // 256), sms * 8)),)  # noqa: E731
-    kernel("groupby.cu", f"sample_insert<{kt}>")(grid(build[2]), (256,), (build[0], np.int64(build[1]),
-                                                np.int64(build[2]), table, np.uint32(slots - 1), flags,
-                                                np.uint64(out + 16)))
-    if probe[2]:
-        kernel("groupby.cu", f"key_count_found<{kt}>")(grid(probe[2]), (256,), (probe[0], np.int64(probe[1]),
-                                                      np.int64(probe[2]), table, np.uint32(slots - 1), flags,
-                                                      np.uint64(out)))
-
-
 def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     """How many keys of ``probe_sample`` occur in ``build_sample`` (device int32/int64 arrays of
     one dtype; any strides): a distinct-key hash table of the build sample (HGB's probing, so
-    repeated build keys cost nothing) probed by every probe key, one sync.  The planner's match
-    ratio (issue 17 item 3): a CuPy sort of the build sample and a binary search cost 0.4 ms on
-    an H200 at 2^24 rows, mostly fixed costs."""
+    repeated build keys cost nothing) probed by every probe key, in one launch
+    (groupby.cu match_stages).  The planner's match ratio (issue 17 item 3): a CuPy sort of the
+    build sample and a binary search cost 0.4 ms on an H200 at 2^24 rows, mostly fixed costs."""
     if build_sample.size == 0 or probe_sample.size == 0:
         return 0
-    out = cp.zeros(3, cp.uint64)
     dt = build_sample.dtype
-    table = cp.full(_table_slots(build_sample.size), np.iinfo(dt).min, dt)
-    _found(_strided(build_sample, build_sample.size, dt), _strided(probe_sample, probe_sample.size, dt), table,
-           out.data.ptr)
-    return int(out[0].get())
+    key_type(dt)
+    scratch = _scratch()
+    seq = _launch(scratch, [], dt, 0, 0, _strided(build_sample, build_sample.size, dt),
+                  _strided(probe_sample, probe_sample.size, dt))
+    return int(scratch.wait(seq)[8])
+
+
+#: Sample keys a thread of match_stages loads at once (groupby.cu MATCH_ROWS).
+MATCH_ROWS = 1
+
+#: sample_counts' argument struct (groupby.cu SampleArgs), field for field.
+SAMPLE_ARGS = np.dtype([(n, np.uint64 if n in ("keys0", "keys1", "out", "build", "probe", "table", "ctr", "host", "seq")
+                         else np.int64) for n in ("keys0", "keys1", "step0", "step1", "random_rows1", "out", "build",
+                                                  "probe", "bstep", "bn", "pstep", "pn", "table", "tslots", "ctr",
+                                                  "host", "seq")]
+                       + [(n, np.uint32 if n == "slots" else np.int32) for n in ("n0", "n1", "nsamples", "slots", "nfill",
+                                                                                   "ninsert", "nprobe", "unused")],
+                       align=True)
+
+
+class _Scratch:
+    """A device's, stream's and thread's words for sample_counts: 12 device words of results
+    and 5 u32 counters (zero between launches: each launch's last block zeroes them), and 16
+    page-locked host words that the last block writes, results then the launch's number, so
+    that the host spins on one word instead of a copy and a sync (stream order keeps one
+    stream's launches apart; another stream or thread gets its own).  Also the device's
+    kernels and SM count: at 2^24 rows the planner's time is host time, each lookup a few us."""
+
+    def __init__(self, device: int):
+        self.dev = cp.zeros(16, cp.uint64)  # words 0-11: results, 12-14: the counters
+        self.mem = cp.cuda.alloc_pinned_memory(16 * 8)
+        self.host = np.frombuffer(self.mem, np.uint64, 16)
+        self.host[:] = 0
+        self.out, self.ctr, self.host_ptr = self.dev.data.ptr, self.dev.data.ptr + 12 * 8, self.mem.ptr
+        self.seq = 0
+        props = device_properties(device)
+        self.sms, self.smem_optin = props["sms"], props["smem_optin"]
+        self.fns = {4: kernel("groupby.cu", "sample_counts<i32>"), 8: kernel("groupby.cu", "sample_counts<i64>")}
+
+    def wait(self, seq: int) -> np.ndarray:
+        """The 12 result words of launch ``seq`` (host u64), once its last block wrote them."""
+        host = self.host
+        for i in range(1024):  # up to about 100 us spinning; past that, the stream's sync (GIL released)
+            if host[15] == seq:
+                return host
+        stream = cp.cuda.get_current_stream()
+        stream.synchronize()  # raises the launch's error, if any
+        if host[15] != seq:
+            raise RuntimeError(f"the planner's samples (launch {seq}) were overwritten before being read: "
+                               f"launch_key_samples and its result() must pair up on a stream and thread")
+        return host
+
+
+_scratches: dict = {}
+
+
+def _scratch() -> _Scratch:
+    import threading
+
+    device = cp.cuda.Device().id
+    key = (device, cp.cuda.get_current_stream().ptr, threading.get_ident())
+    got = _scratches.get(key)
+    if got is None:
+        got = _scratches[key] = _Scratch(device)
+    return got
+
+
+def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, build: tuple | None = None,
+            probe: tuple | None = None) -> int:
+    """sample_counts over up to two ``samples`` (_strided triples; the second of ``rows`` random
+    draws when ``rows``), and with a ``build`` triple of at least one key the match ratio's
+    stages (groupby.cu match_stages): the build sample's distinct keys, and the ``probe``
+    triple's keys found among them when it has any.  Results in ``scratch``'s words; returns the
+    launch's number for _Scratch.wait."""
+    fn = scratch.fns[dt.itemsize]
+    smem = slots * (dt.itemsize + 4)
+    if _smem_set.get(fn, 0) < smem:  # a driver call each time otherwise
+        fn.max_dynamic_shared_size_bytes = _smem_set[fn] = smem
+    a = samples[0] if samples else (None, 0, 0)
+    b = samples[-1] if samples else a
+    fill = ins = prb = tslots = table = bptr = pptr = 0
+    bstep = bn = pstep = pn = 0
+    if build is not None and build[2]:
+        tslots = _table_slots(build[2])
+        mem = cp.empty(tslots, dt)  # (freed to the stream's pool: a later allocation runs after this launch)
+        table = mem.data.ptr
+        most = 2 * scratch.sms
+        fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // (1024 * MATCH_ROWS)), most))
+        bptr, bstep, bn = build[0].data.ptr, build[1], build[2]
+        if probe is not None and probe[2]:
+            prb = max(1, min(-(-probe[2] // (1024 * MATCH_ROWS)), most))
+            pptr, pstep, pn = probe[0].data.ptr, probe[1], probe[2]
+    scratch.seq += 1
+    args = np.array((a[0].data.ptr if a[0] is not None else 0, b[0].data.ptr if b[0] is not None else 0, a[1], b[1],
+                     rows, scratch.out, bptr, pptr, bstep, bn, pstep, pn, table, tslots, scratch.ctr,
+                     scratch.host_ptr, scratch.seq, a[2], b[2], len(samples), slots, fill, ins, prb, 0), SAMPLE_ARGS)
+    fn((len(samples) + fill + ins + prb,), (1024,), (args[()],), shared_mem=smem)
+    return scratch.seq
 
 
 #: The largest sample key_samples summarizes (half of groupby.cu's sample_counts table).
@@ -593,8 +665,8 @@ class KeySamples:
 def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
                 match: tuple[int, int] | None = None, draws: int = 0) -> KeySamples:
     """The planner's samples of one or two device key arrays (a join's build and probe keys, or
-    a group-by's keys) in one launch batch and one sync (issue 17 item 3): a strided sample of
-    ``size`` (<= SUMMARY_MAX) keys of each, counted in shared memory and summarized
+    a group-by's keys) in one launch (issue 17 item 3): a strided sample of ``size`` (<=
+    SUMMARY_MAX) keys of each, counted in shared memory and summarized
     (KeySamples.summaries), and with ``match`` = (build sample, probe sample) sizes how many of
     a probe sample's keys a build sample holds (keys[0] build, keys[1] probe) and the build
     sample's distinct keys (a probe sample of 0: those only); ``draws``: see
@@ -605,52 +677,60 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
     Raises ValueError for more than two arrays, ``size`` above SUMMARY_MAX, or ``draws`` above
     DRAWS_MAX or with two arrays; MemoryError (CuPy's) when ``match``'s table (16 bytes a build
     sample key) does not fit."""
-    out = cp.empty(SAMPLES_OUT, cp.uint64)
-    pending = launch_key_samples(keys, out, size, match, draws)
-    return pending.result(out.get())
+    return launch_key_samples(keys, size, match, draws).result()
 
 
-#: The u64 words that launch_key_samples writes.
+#: The u64 words of results that sample_counts writes.
 SAMPLES_OUT = 12
 _smem_set: dict = {}  # sample_counts' functions and the dynamic shared memory set on each
 
 
 @dataclass
 class PendingSamples:
-    """key_samples launched, not read: :meth:`result` of the SAMPLES_OUT words read back."""
+    """key_samples launched, not read: :meth:`result` waits for its words."""
 
     sizes: tuple[int, ...]
     match: bool
     match_sizes: tuple[int, int] = (0, 0)
+    scratch: _Scratch | None = None
+    seq: int = 0
 
-    def result(self, res: np.ndarray) -> KeySamples:
-        if not any(self.sizes):
-            return KeySamples(self.sizes, np.zeros((len(self.sizes), 4), np.int64), 0 if self.match else None)
-        return KeySamples(self.sizes, res[:4 * len(self.sizes)].astype(np.int64).reshape(len(self.sizes), 4),
-                          int(res[8]) if self.match else None, self.match_sizes,
-                          int(res[10]) if self.match else None)
+    def words(self) -> list[int]:
+        """The launch's 12 result words (Python ints; zeros when nothing was launched)."""
+        if self.scratch is None:
+            return [0] * SAMPLES_OUT
+        return self.scratch.wait(self.seq)[:SAMPLES_OUT].tolist()
+
+    def result(self) -> KeySamples:
+        res = self.words()
+        k = len(self.sizes)
+        return KeySamples(self.sizes, np.array(res[:4 * k], np.int64).reshape(k, 4),
+                          res[8] if self.match else None, self.match_sizes, res[10] if self.match else None)
 
 
-def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMMARY_MAX,
+def launch_key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
                        match: tuple[int, int] | None = None, draws: int = 0) -> PendingSamples:
-    """key_samples' launches only, into ``out`` (SAMPLES_OUT device u64, on the current stream),
-    so that a caller reads them back in one copy with other results.  ``draws`` (one key array,
-    at most DRAWS_MAX): a second sample of that many rows drawn at random, with replacement
-    (a fixed seed), summarized as the second one (KeySamples.summaries[1], its size in
-    PendingSamples.sizes: halved where the device's shared memory holds no table of twice as
-    many slots): its distinct keys bound the groups whatever the keys' order
-    (stats.more_groups_than, the group-by planner)."""
+    """key_samples' launch only, on the current stream, so that the caller's Python runs while
+    the GPU counts; PendingSamples.result (on the same thread and stream, before the next
+    launch there) waits for it.  ``draws`` (one key array, at most DRAWS_MAX): a second sample
+    of that many rows drawn at random, with replacement (a fixed seed), summarized as the
+    second one (KeySamples.summaries[1], its size in PendingSamples.sizes: halved where the
+    device's shared memory holds no table of twice as many slots): its distinct keys bound the
+    groups whatever the keys' order (stats.more_groups_than, the group-by planner)."""
     if not 1 <= len(keys) <= 2 or size > SUMMARY_MAX or draws > DRAWS_MAX or (draws and len(keys) != 1):
         raise ValueError(f"key_samples takes one or two key arrays and samples of at most {SUMMARY_MAX} keys, "
                          f"and up to {DRAWS_MAX} random draws of one array")
     if match is not None and len(keys) != 2:
         raise ValueError("key_samples' match needs build and probe keys")
-    dt = keys[0].dtype if len(keys) == 1 else np.result_type(*[k.dtype for k in keys])
-    kt = key_type(dt)
+    dt = keys[0].dtype
+    if len(keys) == 2 and keys[1].dtype != dt:
+        dt = np.result_type(dt, keys[1].dtype)
+    if dt not in _KEY:
+        key_type(dt)  # its TypeError, before any launch
+    scratch = _scratch()
     samples = [_strided(k, size, dt) for k in keys]
     if draws:  # no more than a block's shared memory holds (an H200's 227 KiB: all 8,192)
-        optin = device_properties(cp.cuda.Device().id)["smem_optin"]
-        while draws > SUMMARY_MAX and 2 * draws * (dt.itemsize + 4) > optin:
+        while draws > SUMMARY_MAX and 2 * draws * (dt.itemsize + 4) > scratch.smem_optin:
             draws //= 2
     rows = int(keys[0].size) if draws else 0
     if rows:  # the draws read the keys in place (_strided's answer: in place when its step is)
@@ -659,24 +739,13 @@ def launch_key_samples(keys: list[cp.ndarray], out: cp.ndarray, size: int = SUMM
     pending = PendingSamples(tuple(s[2] for s in samples), match is not None)
     if not any(pending.sizes):
         return pending
-    table = None
+    build = probe = None
     if match is not None:
         build = _strided(keys[0], match[0], dt)
         probe = _strided(keys[1], match[1], dt) if match[1] else (keys[1], 1, 0)
-        pending.match_sizes = (build[2], probe[2])
-        if build[2]:  # (a probe sample of 0: the build sample's distinct keys only)
-            table = cp.empty(_table_slots(build[2]), dt)  # filled by sample_counts' extra blocks
-    fn = kernel("groupby.cu", f"sample_counts<{kt}>")
-    slots = max(2 * SUMMARY_MAX, 1 << (2 * max(s[2] for s in samples) - 1).bit_length())
-    smem = slots * (dt.itemsize + 4)
-    if _smem_set.get(fn, 0) < smem:  # a driver call each time otherwise
-        fn.max_dynamic_shared_size_bytes = _smem_set[fn] = smem
-    a, b = samples[0], samples[-1]
-    fill = 0 if table is None else max(1, min(64, table.size >> 12))
-    # sample_counts writes the summaries and zeroes the match's counters
-    fn((len(samples) + fill,), (1024,), (a[0], np.int64(a[1]), np.int32(a[2]), b[0], np.int64(b[1]), np.int32(b[2]),
-                                         np.int32(len(samples)), ptr(table), np.int64(0 if table is None else table.size),
-                                         out, np.uint32(slots), np.int64(rows)), shared_mem=smem)
-    if table is not None:
-        _found(build, probe, table, out.data.ptr + 8 * 8)
+        pending.match_sizes = (build[2], probe[2])  # (a probe sample of 0: the build's distinct keys only)
+    pending.scratch = scratch
+    pending.seq = _launch(scratch, samples, dt,
+                          max(2 * SUMMARY_MAX, 1 << (2 * max(s[2] for s in samples) - 1).bit_length()), rows, build,
+                          probe)
     return pending

@@ -22,7 +22,9 @@ the probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 
 from __future__ import annotations
 
 from . import cost
-from .stats import GroupByEstimate, JoinEstimate
+from .calibrate import device_model
+from .stats import (GroupByEstimate, JoinEstimate, device_join_samples, estimate_join, match_ratio, multiplicity,
+                    top_share)
 
 
 class Choice:
@@ -124,9 +126,6 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
 
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
     """``algorithm="auto"`` for a GPU join of these device (or host) arrays."""
-    from .calibrate import device_model
-    from .stats import JoinEstimate, device_join_samples, estimate_join, match_ratio, multiplicity, top_share
-
     dev = device_model()
     bw, pw = [p.dtype.itemsize for p in build_payloads], [p.dtype.itemsize for p in probe_payloads]
     if hasattr(build_keys, "__cuda_array_interface__"):
@@ -182,13 +181,9 @@ def hgb_groups_limits(est: GroupByEstimate, dev: cost.DeviceModel) -> tuple[int,
 def resolve_gpu_group_by(keys, inputs) -> Choice:
     """``algorithm="auto"`` for a GPU group-by of device ``keys`` with aggregate ``inputs``
     (cuda.groupby.AggInput).  Choice.table is HGB's stage 1 when the planner built it."""
-    import cupy as cp
-
     from ..cuda.groupby.common import slot_bytes
     from ..cuda.groupby.hgb import HashTable
-    from ..cuda.primitives import SAMPLES_OUT
     from ..cuda.runtime import fits
-    from .calibrate import device_model
     from .stats import GROUP_DRAWS, Sample, estimate_groups, hll_sub, launch_sample, more_groups_than
 
     # a small sample first: the skew, the groups when it shows every one twice, and from rows
@@ -202,8 +197,7 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     # at 2^28 rows.  The sample is launched first, the planner's Python runs while it counts.
     n = int(keys.size)
     if n:
-        words = cp.empty(SAMPLES_OUT, cp.uint64)
-        read = launch_sample(keys, words, GROUP_DRAWS if n > GROUP_DRAWS else 0)
+        read = launch_sample(keys, GROUP_DRAWS if n > GROUP_DRAWS else 0)
     dev = device_model()
     sb = slot_bytes(inputs)
     cap = max(1, shared_groups(sb, dev))
@@ -213,7 +207,7 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     room = lambda c: fits(4 * HashTable.nbytes(c, keys.dtype.itemsize, capped=True))  # noqa: E731
     table, smp = None, Sample()
     if n:
-        smp, draws = read(words.get())
+        smp, draws = read()
         est.top_share, est.hot_share = smp.top_share, smp.repeated_share
         _, top = hgb_groups_limits(est, dev)
         if more_groups_than(draws, top):  # PGB sketches the groups in its first radix pass

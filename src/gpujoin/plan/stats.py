@@ -65,6 +65,19 @@ BUILD_SAMPLE, PROBE_SAMPLE = 1 << 20, 1 << 16
 #: On the GPU the build sample goes into a hash table of twice its keys: 2^18 keys (4 MiB of
 #: table for 8-byte keys), with more probe keys for as many expected hits as on the host.
 DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE = 1 << 18, 1 << 18
+#: The planner takes rows / 2^DEVICE_SAMPLE_SHIFT of each side (at least DEVICE_SAMPLE_MIN, at
+#: most the sizes above): the multiplicity's precision depends on the sampled share, about 5% at
+#: 4 rows a key from 1/256 (some 380 repeats), and at 2^24 rows the samples' GPU time is the
+#: planner's (one H200: 2^16 build keys 23 us, 2^18 39; with as many probe keys 39 and 62, the
+#: summaries alone 16; PHJ-TR 1.5 ms).  The match ratio sees ratio x 256 hits from 2^24 rows
+#: up (22 at model (b)'s crossover for two columns, 0.087: about 20%, where the two PHJs cost
+#: about the same).
+DEVICE_SAMPLE_SHIFT, DEVICE_SAMPLE_MIN = 8, 1 << 14
+
+
+def device_sample(rows: int, most: int) -> int:
+    """The planner's device sample of a side of ``rows`` keys (at most ``most``)."""
+    return min(rows, max(DEVICE_SAMPLE_MIN, min(most, rows >> DEVICE_SAMPLE_SHIFT)))
 
 
 def _xp(a):
@@ -218,16 +231,17 @@ def sample(keys) -> Sample:
     return _summary(got.summaries[0], got.sizes[0])
 
 
-def launch_sample(keys, out, draws: int = 0):
-    """:func:`sample` of non-empty device ``keys``, launched into ``out`` (primitives.SAMPLES_OUT
-    device u64) and not read: returns the function that makes (the Sample, the Sample of
-    ``draws`` rows drawn at random or None) of those words once read back."""
+def launch_sample(keys, draws: int = 0):
+    """:func:`sample` of non-empty device ``keys``, launched and not read: returns the function
+    that waits for it and makes (the Sample, the Sample of ``draws`` rows drawn at random or
+    None), so that the planner's Python runs while the GPU counts."""
     from ..cuda.primitives import launch_key_samples
 
-    sizes = launch_key_samples([keys], out, SKEW_SAMPLE, draws=draws).sizes
+    pending = launch_key_samples([keys], SKEW_SAMPLE, draws=draws)
+    sizes = pending.sizes
 
-    def read(words):
-        w = words[:8].tolist()  # Python ints: the planner's host time counts at 2^24 rows
+    def read():
+        w = pending.words()  # Python ints: the planner's host time counts at 2^24 rows
         return Sample(sizes[0], *w[:4]), Sample(sizes[1], *w[4:8]) if len(sizes) > 1 else None
     return read
 
@@ -320,7 +334,7 @@ def match_ratio(build_keys, probe_keys) -> float:
         b, p = np.sort(_sample(build_keys, BUILD_SAMPLE)), _sample(probe_keys, PROBE_SAMPLE)
         hits = int(np.count_nonzero(b[np.minimum(np.searchsorted(b, p), b.size - 1)] == p))
         return _ratio(hits, p.size, build_keys.size, b.size)
-    return device_join_samples(build_keys, probe_keys, True)[2]
+    return device_join_samples(build_keys, probe_keys, True, full=True)[2]
 
 
 def build_multiplicity(rows: int, sampled: int, distinct: int) -> float:
@@ -357,28 +371,31 @@ def multiplicity(build_keys) -> float:
     return build_multiplicity(int(build_keys.size), int(s.size), 1 + int(np.count_nonzero(s[1:] != s[:-1])))
 
 
-def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False
+def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False, full: bool = False
                         ) -> tuple[Sample, Sample, float | None]:
-    """A device join's samples in one launch batch and one sync (primitives.key_samples): the
-    build and probe keys' SKEW_SAMPLE summaries and, with ``match``, the match ratio from a
-    hash table of DEVICE_BUILD_SAMPLE build keys probed by DEVICE_PROBE_SAMPLE probe keys, and
-    from that table's distinct keys the build's multiplicity (the build Sample's); with
-    ``multiplicity`` alone, that table and the multiplicity without the probe keys.  The
-    probe summary comes from the same launch as the build's (a second block), so it costs no
-    time of its own; the match ratio's table is built only when ``match`` or ``multiplicity``."""
-    from ..cuda.primitives import key_samples
+    """A device join's samples in one launch (primitives.key_samples): the build and probe
+    keys' SKEW_SAMPLE summaries and, with ``match``, the match ratio from a hash table of a
+    build sample probed by a probe sample (device_sample of each side; DEVICE_BUILD_SAMPLE and
+    DEVICE_PROBE_SAMPLE with ``full``), and from that table's distinct keys the build's
+    multiplicity (the build Sample's); with ``multiplicity`` alone, that table and the
+    multiplicity without the probe keys.  The probe summary comes from the same launch as the
+    build's (a second block), so it costs no time of its own; the match ratio's table is built
+    only when ``match`` or ``multiplicity``."""
+    from ..cuda.primitives import launch_key_samples
 
-    both = build_keys.size and probe_keys.size
+    nb, np_ = int(build_keys.size), int(probe_keys.size)
     sizes = None
-    if both and (match or multiplicity):
-        sizes = (DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE if match else 0)
-    got = key_samples([build_keys, probe_keys], SKEW_SAMPLE, sizes)
-    ratio, b = None, _summary(got.summaries[0], got.sizes[0])
+    if nb and np_ and (match or multiplicity):
+        sizes = ((DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE if match else 0) if full else
+                 (device_sample(nb, DEVICE_BUILD_SAMPLE), device_sample(np_, DEVICE_PROBE_SAMPLE) if match else 0))
+    pending = launch_key_samples([build_keys, probe_keys], SKEW_SAMPLE, sizes)
+    w, n = pending.words(), pending.sizes  # (Python ints: at 2^24 rows the planner is host time)
+    b, p, ratio = Sample(n[0], *w[0:4]), Sample(n[1], *w[4:8]), None
     if match:
-        ratio = _ratio(got.found, got.match_sizes[1], build_keys.size, got.match_sizes[0]) if both else 0.0
-    if sizes:  # the match ratio's build sample (DEVICE_BUILD_SAMPLE keys): its distinct keys
-        b.multiplicity = build_multiplicity(int(build_keys.size), got.match_sizes[0], got.build_distinct)
-    return b, _summary(got.summaries[1], got.sizes[1]), ratio
+        ratio = _ratio(w[8], pending.match_sizes[1], nb, pending.match_sizes[0]) if sizes else 0.0
+    if sizes:  # the match ratio's build sample: its distinct keys
+        b.multiplicity = build_multiplicity(nb, pending.match_sizes[0], w[10])
+    return b, p, ratio
 
 
 def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],

@@ -93,8 +93,8 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
     ),
     "bitmap.cu": ["bitmap_build", "bitmap_probe<u32>", "bitmap_probe<u64>"],
     "groupby.cu": (
-        [f"{name}<{k}>" for name, k in product(("hll_sketch", "hgb_build", "hgb_clear", "hgb_lookup", "key_count_found",
-                                                "sample_insert", "sample_counts"), _KEYS)]
+        [f"{name}<{k}>" for name, k in product(("hll_sketch", "hgb_build", "hgb_clear", "hgb_lookup",
+                                                "sample_counts"), _KEYS)]
         + [f"hgb_aggregate<{k}, {s}>" for k, s in product(_KEYS, GROUPBY_SPECS)]
         + [f"hgb_aggregate_cluster<{k}, {c}>" for k, c in product(_KEYS, CLUSTER_SIZES)]
         + [f"sorted_reduce<{i}>" for i in ("i32", "i64")]

@@ -562,75 +562,163 @@ hgb_lookup(const K* __restrict__ keys, i64 n, const K* __restrict__ table, const
     }
 }
 
-// found += the keys keys[i * step] (i < n) that the table holds (the sentinel key: when has[1],
-// hgb_build's flag): the planner's match ratio from a table of a build sample (issue 17 item 3).
+// sample_counts' arguments, one struct passed by value: a launch's host time grows with its
+// arguments (22 took 9-14 us of CuPy's on an H200 host, 3 about 5), and at 2^24 rows the
+// planner's time is host time.  primitives.SAMPLE_ARGS is its NumPy twin (same order, aligned).
 template <typename K>
-__global__ void __launch_bounds__(256)
-key_count_found(const K* __restrict__ keys, i64 step, i64 n, const K* __restrict__ table, u32 mask,
-                const int* __restrict__ has, unsigned long long* __restrict__ found) {
-    u32 hits = 0;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const K k = keys[i * step];
-        if (k == sentinel<K>()) { hits += has[1] != 0; continue; }
-        for (u32 s = hash_key(k) & mask; ; s = (s + 1) & mask) {
-            const K e = table[s];
-            if (e == k) { ++hits; break; }
-            if (e == sentinel<K>()) break;
+struct SampleArgs {
+    const K* keys0;
+    const K* keys1;
+    i64 step0, step1, random_rows1;
+    unsigned long long* out;  // 12 words: the two summaries, then found, flags, distinct, unused
+    const K* build;
+    const K* probe;
+    i64 bstep, bn, pstep, pn;
+    K* table;                 // the match ratio's table of tslots keys (filled here), or null
+    i64 tslots;
+    u32* ctr;                 // 5 counters, zero at launch: the last block zeroes them again
+    unsigned long long* host; // page-locked host words: out copied to host[0 .. 11], seq to host[15]; or null
+    unsigned long long seq;
+    int n0, n1, nsamples;
+    u32 slots;
+    int nfill, ninsert, nprobe, unused;
+};
+
+// Every block of sample_counts ends here: the last one copies the 12 words to the host's
+// page-locked ones, then the launch's seq after them (the host spins on it instead of a copy
+// and a stream sync: 10-20 us of a 2^24-row join's planning), and zeroes the counters.
+template <typename K>
+__device__ __forceinline__ void samples_done(const SampleArgs<K>& a) {
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    __threadfence();
+    if (atomicAdd(&a.ctr[4], 1u) != gridDim.x - 1) return;
+    __threadfence();
+    if (a.host) {
+        const volatile unsigned long long* o = a.out;
+        volatile unsigned long long* h = a.host;
+        for (int j = 0; j < 12; ++j) h[j] = o[j];
+        __threadfence_system();  // the words before the number that says they are there
+        h[15] = a.seq;
+    }
+    for (int j = 0; j < 5; ++j) a.ctr[j] = 0;
+}
+
+// The match ratio's stages (issue 17 item 3), run by sample_counts' blocks past the samples in
+// the order of a ticket (ctr[0]): tickets below nfill fill the table (tslots keys) with the
+// sentinel key and zero out[8 ... 11]; the next ninsert put the distinct build sample keys
+// build[i * bstep] (i < bn) in it, out[10] += how many were new (the build multiplicity) and the
+// high int32 of out[9] set when the sentinel key is among them; the rest count in out[8] the
+// probe sample keys probe[i * pstep] (i < pn) that it holds.  A stage waits until the previous
+// stage's blocks are done (ctr[1], ctr[2]); those took their tickets first, so they are running
+// or done, and no block waits on one that cannot be scheduled (the order CUB's decoupled
+// look-back relies on): one launch, no grid-wide barrier, no co-residency.  Three launches had cost the
+// planner more host time than the GPU spends here (2^24 rows a side, docs/BENCHMARKS.md).
+#define MATCH_ROWS 1
+
+template <typename K>
+__device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
+    const K* __restrict__ build = a.build;
+    const K* __restrict__ probe = a.probe;
+    K* table = a.table;
+    unsigned long long* out = a.out;
+    u32* ctr = a.ctr;
+    const i64 bstep = a.bstep, bn = a.bn, pstep = a.pstep, pn = a.pn, tslots = a.tslots;
+    const int nfill = a.nfill, ninsert = a.ninsert, nprobe = a.nprobe;
+    __shared__ int ticket;
+    if (threadIdx.x == 0) ticket = (int)atomicAdd(&ctr[0], 1u);
+    __syncthreads();
+    const int t = ticket;
+    const int stage = t < nfill ? 0 : t < nfill + ninsert ? 1 : 2;
+    const int b = stage == 0 ? t : stage == 1 ? t - nfill : t - nfill - ninsert;
+    const int nb = stage == 0 ? nfill : stage == 1 ? ninsert : nprobe;
+    if (stage) {
+        if (threadIdx.x == 0) {
+            const volatile u32* done = &ctr[stage];
+            const u32 need = stage == 1 ? (u32)nfill : (u32)ninsert;
+            while (*done < need) __nanosleep(64);
+            __threadfence();
         }
+        __syncthreads();
     }
-    const u32 w = __reduce_add_sync(FULL_MASK, hits);
-    if ((threadIdx.x & 31) == 0 && w) atomicAdd(found, (unsigned long long)w);
+    const u32 mask = (u32)(tslots - 1);
+    volatile int* sentinel_seen = reinterpret_cast<volatile int*>(out + 9) + 1;
+    if (stage == 0) {
+        if (t == 0 && threadIdx.x < 4) out[8 + threadIdx.x] = 0;
+        for (i64 j = (i64)b * blockDim.x + threadIdx.x; j < tslots; j += (i64)nb * blockDim.x) table[j] = sentinel<K>();
+    } else {
+        // MATCH_ROWS sample keys a thread loaded before any is looked up: their (strided, so
+        // uncoalesced) loads in flight together
+        const K* __restrict__ keys = stage == 1 ? build : probe;
+        const i64 step = stage == 1 ? bstep : pstep, n = stage == 1 ? bn : pn;
+        const bool has = stage == 2 && *sentinel_seen != 0;
+        unsigned long long count = 0;  // new distinct keys (inserts) or keys found (probes)
+        for (i64 base = (i64)b * blockDim.x * MATCH_ROWS; base < n; base += (i64)nb * blockDim.x * MATCH_ROWS) {
+            K ks[MATCH_ROWS];
+#pragma unroll
+            for (int u = 0; u < MATCH_ROWS; ++u) {
+                const i64 i = base + u * (i64)blockDim.x + threadIdx.x;
+                if (i < n) ks[u] = keys[i * step];
+            }
+#pragma unroll
+            for (int u = 0; u < MATCH_ROWS; ++u) {
+                if (base + u * (i64)blockDim.x + threadIdx.x >= n) break;
+                const K k = ks[u];
+                if (k == sentinel<K>()) {
+                    if (stage == 1) *sentinel_seen = 1;
+                    else count += has;
+                    continue;
+                }
+                if (stage == 1) {
+                    u32 slot;
+                    count += insert_key(table, mask, hash_key(k) & mask, k, mask, &slot) == 1;
+                    continue;
+                }
+                for (u32 s = hash_key(k) & mask; ; s = (s + 1) & mask) {
+                    const K e = __ldcg(&table[s]);  // written in this launch: not through L1
+                    if (e == k) { ++count; break; }
+                    if (e == sentinel<K>()) break;
+                }
+            }
+        }
+        for (int o = 16; o; o >>= 1) count += __shfl_xor_sync(FULL_MASK, count, o);
+        if ((threadIdx.x & 31) == 0 && count) atomicAdd(&out[stage == 1 ? 10 : 8], count);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(&ctr[stage + 1], 1u);
+    }
 }
 
-// The distinct keys keys[i * step] (i < n) into the table (hgb_build's, for a strided sample read
-// in place; flags[1] set when the sentinel key is among them), and *distinct += how many were new
-// (the sample's distinct keys, less the sentinel: the planner's build multiplicity).  The table
-// has room for all.
-template <typename K>
-__global__ void __launch_bounds__(256)
-sample_insert(const K* __restrict__ keys, i64 step, i64 n, K* __restrict__ table, u32 mask, int* __restrict__ flags,
-              unsigned long long* __restrict__ distinct) {
-    unsigned long long added = 0;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const K k = keys[i * step];
-        if (k == sentinel<K>()) { flags[1] = 1; continue; }
-        u32 slot;
-        added += insert_key(table, mask, hash_key(k) & mask, k, mask, &slot) == 1;
-    }
-    for (int o = 16; o; o >>= 1) added += __shfl_xor_sync(0xffffffffu, added, o);
-    if ((threadIdx.x & 31) == 0 && added) atomicAdd(distinct, added);
-}
-
-// A sample's key counts, summarized: block b < 2 reads keys_b[i * step_b] (i < n_b <= slots /
-// 2) into a shared-memory table of `slots` (a power of two) and writes out[4 b ...] = distinct
-// keys, rows of keys seen more than once, the largest count, the smallest count (0s for no
-// keys), and zeroes out[8 ... 11] (the counters of the match ratio's kernels that follow); blocks
-// from `nsamples` on fill `table_fill` (fill_slots keys) with the sentinel key, the match
-// ratio's table: what the planner reads from a sample (top key's share, repeated share, whether
-// every group was seen twice), in one launch for both sides of a join, without the sample
-// leaving the GPU.  With random_rows1 > 0, block 1 draws its n_1 rows at random (with
-// replacement, a fixed seed) from keys1[0 .. random_rows1): the group-by planner's test of more
-// groups than a bound, which a strided sample of sorted keys would fail (stats.more_groups_than).
+// A sample's key counts, summarized: block b < nsamples (at most 2) reads keys_b[i * step_b]
+// (i < n_b <= slots / 2) into a shared-memory table of `slots` (a power of two) and writes
+// out[4 b ...] = distinct keys, rows of keys seen more than once, the largest count, the
+// smallest count (0s for no keys): what the planner reads from a sample (top key's share,
+// repeated share, whether every group was seen twice), in one launch for both sides of a join,
+// without the sample leaving the GPU.  With random_rows1 > 0, block 1 draws its n_1 rows at
+// random (with replacement, a fixed seed) from keys1[0 .. random_rows1): the group-by planner's
+// test of more groups than a bound, which a strided sample of sorted keys would fail
+// (stats.more_groups_than).  The blocks past the samples run match_stages (with a table).
 // Dynamic shared memory: slots * (sizeof(K) + 4) bytes.
 template <typename K>
 __global__ void __launch_bounds__(1024)
-sample_counts(const K* __restrict__ keys0, i64 step0, int n0, const K* __restrict__ keys1, i64 step1, int n1,
-              int nsamples, K* __restrict__ table_fill, i64 fill_slots, unsigned long long* __restrict__ out,
-              u32 slots, i64 random_rows1) {
-    if ((int)blockIdx.x >= nsamples) {  // the blocks past the samples' fill the match ratio's table
-        const i64 stride = (i64)(gridDim.x - nsamples) * blockDim.x;
-        for (i64 j = (i64)(blockIdx.x - nsamples) * blockDim.x + threadIdx.x; j < fill_slots; j += stride)
-            table_fill[j] = sentinel<K>();
+sample_counts(const SampleArgs<K> a) {
+    if ((int)blockIdx.x >= a.nsamples) {
+        match_stages(a);
+        samples_done(a);
         return;
     }
+    unsigned long long* out = a.out;
+    const u32 slots = a.slots;
     extern __shared__ __align__(16) unsigned char dyn[];
     K* table = reinterpret_cast<K*>(dyn);
     u32* counts = reinterpret_cast<u32*>(dyn + slots * sizeof(K));
     __shared__ u32 tally[5];  // sentinel rows, distinct, repeated rows, largest, smallest
-    const K* __restrict__ keys = blockIdx.x ? keys1 : keys0;
-    const i64 step = blockIdx.x ? step1 : step0;
-    const int n = blockIdx.x ? n1 : n0;
-    const i64 random_rows = blockIdx.x ? random_rows1 : 0;
+    const K* __restrict__ keys = blockIdx.x ? a.keys1 : a.keys0;
+    const i64 step = blockIdx.x ? a.step1 : a.step0;
+    const int n = blockIdx.x ? a.n1 : a.n0;
+    const i64 random_rows = blockIdx.x ? a.random_rows1 : 0;
     for (u32 j = threadIdx.x; j < slots; j += blockDim.x) { table[j] = sentinel<K>(); counts[j] = 0; }
     if (threadIdx.x < 5) tally[threadIdx.x] = threadIdx.x == 4 ? 0xffffffffu : 0u;
     __syncthreads();
@@ -677,14 +765,13 @@ sample_counts(const K* __restrict__ keys0, i64 step0, int n0, const K* __restric
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        if (blockIdx.x == 0)  // the match ratio's counters, for the kernels that follow on the stream
-            for (int j = 8; j < 12; ++j) out[j] = 0;
         unsigned long long* o = out + 4 * blockIdx.x;
         o[0] = tally[1];
         o[1] = tally[2];
         o[2] = tally[3];
         o[3] = tally[1] ? tally[4] : 0u;
     }
+    samples_done(a);
 }
 
 // HGB stage 2: every row finds its dense group id (slot_gid of its slot; sentinel_gid for the
