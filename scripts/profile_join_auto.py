@@ -37,7 +37,29 @@ def main(rounds: int = 100) -> None:
         cases += [(f"{p} payload(s): resolve_gpu_join", lambda r=r, s=s, a=pay_r, b=pay_s: resolve_gpu_join(r["k"], s["k"], a, b)),
                   (f"{p} payload(s): join, auto", lambda r=r, s=s: execute_join(s, r, "k", algorithm="auto")),
                   (f"{p} payload(s): join, {algo}", lambda r=r, s=s, a=algo: execute_join(s, r, "k", algorithm=a))]
+    # the samples' launch and wait as the auto join meets them: after other work (cold caches)
+    from gpujoin.cuda import primitives as prim
+
+    parts = {"launch": [], "wait": [], "wait after a 50 us spin": []}
+    bk, pk = make_join(JoinWorkload(log2_r=24, log2_s=24, payloads=1), cp)
+    size = stats.device_sample(1 << 24, stats.DEVICE_BUILD_SAMPLE)
+
+    def split(pause=False):
+        t0 = time.perf_counter()
+        pending = prim.launch_key_samples([bk["k"], pk["k"]], stats.SKEW_SAMPLE, (size, 0))
+        t1 = time.perf_counter()
+        if pause:  # the GPU's time alone: the host waits 50 us before it reads
+            while time.perf_counter() - t1 < 50e-6:
+                pass
+        pending.result()
+        t2 = time.perf_counter()
+        parts["launch"].append(t1 - t0)
+        parts["wait after a 50 us spin" if pause else "wait"].append(t2 - t1 - (50e-6 if pause else 0))
+    cases += [("1 payload(s): samples' launch and wait", split),
+              ("1 payload(s): samples' launch, 50 us, wait", lambda: split(True))]
     random_rounds(cases, rounds, 45)
+    for k, v in parts.items():
+        print(f"  cold {k}: median {statistics.median(v) * 1e6:.1f} us", flush=True)
 
 
 def sample_sizes(bits: list[int], rounds: int = 60) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from dataclasses import dataclass
 
 import cupy as cp
@@ -595,17 +596,18 @@ class _Scratch:
         return host
 
 
-_scratches: dict = {}
+_local = threading.local()  # each thread's _Scratch by (device, stream), freed with the thread
 
 
 def _scratch() -> _Scratch:
-    import threading
-
+    mine = getattr(_local, "scratches", None)
+    if mine is None:
+        mine = _local.scratches = {}
     device = cp.cuda.Device().id
-    key = (device, cp.cuda.get_current_stream().ptr, threading.get_ident())
-    got = _scratches.get(key)
+    key = (device, cp.cuda.get_current_stream().ptr)
+    got = mine.get(key)
     if got is None:
-        got = _scratches[key] = _Scratch(device)
+        got = mine[key] = _Scratch(device)
     return got
 
 
