@@ -564,12 +564,13 @@ SAMPLE_ARGS = np.dtype([(n, np.uint64 if n in ("keys0", "keys1", "out", "build",
 
 
 class _Scratch:
-    """A device's, stream's and thread's words for sample_counts: 12 device words of results
-    and 5 u32 counters (zero between launches: each launch's last block zeroes them), and 16
-    page-locked host words that the last block writes, results then the launch's number, so
-    that the host spins on one word instead of a copy and a sync (stream order keeps one
-    stream's launches apart; another stream or thread gets its own).  Also the device's
-    kernels and SM count: at 2^24 rows the planner's time is host time, each lookup a few us."""
+    """A device's and thread's words for sample_counts: 12 device words of results and 5 u32
+    counters (zero between launches: each launch's last block zeroes them before it writes the
+    results), and 16 page-locked host words that the last block writes, results then the
+    launch's number, so that the host spins on one word instead of a copy and a sync.  A
+    thread's launches never overlap, whatever their streams: each waits for the one before
+    (_launch).  Also the device's kernels and SM count: at 2^24 rows the planner's time is
+    host time, each lookup a few us."""
 
     def __init__(self, device: int):
         self.dev = cp.zeros(16, cp.uint64)  # words 0-11: results, 12-14: the counters
@@ -577,7 +578,7 @@ class _Scratch:
         self.host = np.frombuffer(self.mem, np.uint64, 16)
         self.host[:] = 0
         self.out, self.ctr, self.host_ptr = self.dev.data.ptr, self.dev.data.ptr + 12 * 8, self.mem.ptr
-        self.seq = 0
+        self.seq = self.read = 0
         props = device_properties(device)
         self.sms, self.smem_optin = props["sms"], props["smem_optin"]
         self.fns = {4: kernel("groupby.cu", "sample_counts<i32>"), 8: kernel("groupby.cu", "sample_counts<i64>")}
@@ -585,18 +586,21 @@ class _Scratch:
     def wait(self, seq: int) -> np.ndarray:
         """The 12 result words of launch ``seq`` (host u64), once its last block wrote them."""
         host = self.host
-        for i in range(1024):  # up to about 100 us spinning; past that, the stream's sync (GIL released)
-            if host[15] == seq:
-                return host
-        stream = cp.cuda.get_current_stream()
-        stream.synchronize()  # raises the launch's error, if any
-        if host[15] != seq:
+        if seq != self.seq:
             raise RuntimeError(f"the planner's samples (launch {seq}) were overwritten before being read: "
-                               f"launch_key_samples and its result() must pair up on a stream and thread")
+                               f"a thread reads each launch_key_samples before its next one")
+        for _ in range(1024):  # up to about 100 us spinning; past that, a sync (the GIL released)
+            if host[15] == seq:
+                self.read = seq
+                return host
+        cp.cuda.Device().synchronize()  # raises the launch's error, if any
+        if host[15] != seq:
+            raise RuntimeError(f"the planner's samples (launch {seq}) did not arrive")
+        self.read = seq
         return host
 
 
-_local = threading.local()  # each thread's _Scratch by (device, stream), freed with the thread
+_local = threading.local()  # each thread's _Scratch by device, freed with the thread
 
 
 def _scratch() -> _Scratch:
@@ -604,10 +608,9 @@ def _scratch() -> _Scratch:
     if mine is None:
         mine = _local.scratches = {}
     device = cp.cuda.Device().id
-    key = (device, cp.cuda.get_current_stream().ptr)
-    got = mine.get(key)
+    got = mine.get(device)
     if got is None:
-        got = mine[key] = _Scratch(device)
+        got = mine[device] = _Scratch(device)
     return got
 
 
@@ -618,6 +621,8 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
     stages (groupby.cu match_stages): the build sample's distinct keys, and the ``probe``
     triple's keys found among them when it has any.  Results in ``scratch``'s words; returns the
     launch's number for _Scratch.wait."""
+    if scratch.read != scratch.seq:  # an earlier launch not read (an error between): its counters in use
+        scratch.wait(scratch.seq)
     fn = scratch.fns[dt.itemsize]
     smem = slots * (dt.itemsize + 4)
     if _smem_set.get(fn, 0) < smem:  # a driver call each time otherwise
@@ -636,12 +641,13 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
         if probe is not None and probe[2]:
             prb = max(1, min(-(-probe[2] // (1024 * MATCH_ROWS)), most))
             pptr, pstep, pn = probe[0].data.ptr, probe[1], probe[2]
-    scratch.seq += 1
+    seq = scratch.seq + 1
     args = np.array((a[0].data.ptr if a[0] is not None else 0, b[0].data.ptr if b[0] is not None else 0, a[1], b[1],
                      rows, scratch.out, bptr, pptr, bstep, bn, pstep, pn, table, tslots, scratch.ctr,
-                     scratch.host_ptr, scratch.seq, a[2], b[2], len(samples), slots, fill, ins, prb, 0), SAMPLE_ARGS)
+                     scratch.host_ptr, seq, a[2], b[2], len(samples), slots, fill, ins, prb, 0), SAMPLE_ARGS)
     fn((len(samples) + fill + ins + prb,), (1024,), (args[()],), shared_mem=smem)
-    return scratch.seq
+    scratch.seq = seq  # (launched)
+    return seq
 
 
 #: The largest sample key_samples summarizes (half of groupby.cu's sample_counts table).

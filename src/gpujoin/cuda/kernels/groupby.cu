@@ -584,9 +584,10 @@ struct SampleArgs {
     int nfill, ninsert, nprobe, unused;
 };
 
-// Every block of sample_counts ends here: the last one copies the 12 words to the host's
-// page-locked ones, then the launch's seq after them (the host spins on it instead of a copy
-// and a stream sync: 10-20 us of a 2^24-row join's planning), and zeroes the counters.
+// Every block of sample_counts ends here: the last one zeroes the counters, then copies the 12
+// words to the host's page-locked ones and the launch's seq after them (the host spins on it
+// instead of a copy and a stream sync: 10-20 us of a 2^24-row join's planning).  Once the host
+// sees seq, the counters are zero for its next launch, on any stream.
 template <typename K>
 __device__ __forceinline__ void samples_done(const SampleArgs<K>& a) {
     __syncthreads();
@@ -594,14 +595,14 @@ __device__ __forceinline__ void samples_done(const SampleArgs<K>& a) {
     __threadfence();
     if (atomicAdd(&a.ctr[4], 1u) != gridDim.x - 1) return;
     __threadfence();
+    for (int j = 0; j < 5; ++j) a.ctr[j] = 0;
     if (a.host) {
         const volatile unsigned long long* o = a.out;
         volatile unsigned long long* h = a.host;
         for (int j = 0; j < 12; ++j) h[j] = o[j];
-        __threadfence_system();  // the words before the number that says they are there
+        __threadfence_system();  // the counters and words before the number that says they are there
         h[15] = a.seq;
     }
-    for (int j = 0; j < 5; ++j) a.ctr[j] = 0;
 }
 
 // The match ratio's stages (issue 17 item 3), run by sample_counts' blocks past the samples in
