@@ -573,8 +573,14 @@ class _Scratch:
     host time, each lookup a few us."""
 
     def __init__(self, device: int):
-        self.dev = cp.zeros(16, cp.uint64)  # words 0-11: results, 12-14: the counters
-        self.mem = cp.cuda.alloc_pinned_memory(16 * 8)
+        # words 0-11: results, 12-14: the counters; a cudaMalloc of their own, not CuPy's pool:
+        # a lasting piece of a pooled chunk keeps the whole chunk out of reach of every later
+        # memory_limit (the out-of-core tests' 2-4 MB caps failed behind one)
+        self.dev = cp.ndarray(16, cp.uint64, cp.cuda.MemoryPointer(cp.cuda.memory.Memory(16 * 8), 0))
+        self.dev.fill(0)
+        cp.cuda.get_current_stream().synchronize()  # (zero before a launch on any stream)
+        pinned = cp.cuda.pinned_memory
+        self.mem = pinned.PinnedMemoryPointer(pinned.PinnedMemory(16 * 8), 0)  # (not the pinned pool either)
         self.host = np.frombuffer(self.mem, np.uint64, 16)
         self.host[:] = 0
         self.out, self.ctr, self.host_ptr = self.dev.data.ptr, self.dev.data.ptr + 12 * 8, self.mem.ptr
