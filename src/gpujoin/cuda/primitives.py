@@ -9,8 +9,10 @@ arrays on the current device; keys are int32 or int64, carried columns any 1/2/4
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 
 import cupy as cp
@@ -579,11 +581,18 @@ class _Scratch:
         self.dev = cp.ndarray(16, cp.uint64, cp.cuda.MemoryPointer(cp.cuda.memory.Memory(16 * 8), 0))
         self.dev.fill(0)
         cp.cuda.get_current_stream().synchronize()  # (zero before a launch on any stream)
-        pinned = cp.cuda.pinned_memory
-        self.mem = pinned.PinnedMemoryPointer(pinned.PinnedMemory(16 * 8), 0)  # (not the pinned pool either)
-        self.host = np.frombuffer(self.mem, np.uint64, 16)
+        # the host words: a page of their own (an anonymous mmap), page-locked and mapped for the
+        # kernel to write; never a page that a NumPy array shares, which pinned_host would then
+        # fail to register (a small cudaHostAlloc did that to the multi-GPU tests' arrays)
+        self.page = mmap.mmap(-1, mmap.PAGESIZE)
+        self.host = np.frombuffer(self.page, np.uint64, 16)
         self.host[:] = 0
-        self.out, self.ctr, self.host_ptr = self.dev.data.ptr, self.dev.data.ptr + 12 * 8, self.mem.ptr
+        self.out, self.ctr, self.host_ptr = self.dev.data.ptr, self.dev.data.ptr + 12 * 8, 0
+        if cp.cuda.runtime.deviceGetAttribute(_HOST_POINTER_FOR_REGISTERED_MEM, device):
+            addr = self.host.ctypes.data
+            cp.cuda.runtime.hostRegister(addr, mmap.PAGESIZE, 3)  # portable | mapped
+            weakref.finalize(self, _unregister, addr, self.page)
+            self.host_ptr = addr  # else: the words copied back (wait)
         self.seq = self.read = 0
         props = device_properties(device)
         self.sms, self.smem_optin = props["sms"], props["smem_optin"]
@@ -592,6 +601,10 @@ class _Scratch:
     def wait(self, seq: int) -> np.ndarray:
         """The 12 result words of launch ``seq`` (host u64), once its last block wrote them."""
         host = self.host
+        if not self.host_ptr:  # no mapped host words on this device: a copy and its sync
+            host[:] = self.dev.get()
+            host[15] = self.read = seq
+            return host
         if seq != self.seq:
             raise RuntimeError(f"the planner's samples (launch {seq}) were overwritten before being read: "
                                f"a thread reads each launch_key_samples before its next one")
@@ -607,6 +620,15 @@ class _Scratch:
 
 
 _local = threading.local()  # each thread's _Scratch by device, freed with the thread
+#: cudaDevAttrCanUseHostPointerForRegisteredMem: kernels may use a registered page's host address.
+_HOST_POINTER_FOR_REGISTERED_MEM = 91
+
+
+def _unregister(addr: int, page) -> None:
+    try:
+        cp.cuda.runtime.hostUnregister(addr)
+    except Exception:  # noqa: BLE001  (at exit, CUDA may be gone first)
+        pass
 
 
 def _scratch() -> _Scratch:
