@@ -552,9 +552,6 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     return int(scratch.wait(seq)[8])
 
 
-#: Sample keys a thread of match_stages loads at once (groupby.cu MATCH_ROWS).
-MATCH_ROWS = 1
-
 #: sample_counts' argument struct (groupby.cu SampleArgs), field for field.
 SAMPLE_ARGS = np.dtype([(n, np.uint64 if n in ("keys0", "keys1", "out", "build", "probe", "table", "ctr", "host", "seq")
                          else np.int64) for n in ("keys0", "keys1", "step0", "step1", "random_rows1", "out", "build",
@@ -601,13 +598,14 @@ class _Scratch:
     def wait(self, seq: int) -> np.ndarray:
         """The 12 result words of launch ``seq`` (host u64), once its last block wrote them."""
         host = self.host
-        if not self.host_ptr:  # no mapped host words on this device: a copy and its sync
-            host[:] = self.dev.get()
-            host[15] = self.read = seq
-            return host
         if seq != self.seq:
             raise RuntimeError(f"the planner's samples (launch {seq}) were overwritten before being read: "
                                f"a thread reads each launch_key_samples before its next one")
+        if not self.host_ptr:  # no mapped host words on this device: the device's sync and a copy
+            cp.cuda.Device().synchronize()  # (the launch's stream may not be the current one)
+            host[:] = self.dev.get()
+            host[15] = self.read = seq
+            return host
         for _ in range(1024):  # up to about 100 us spinning; past that, a sync (the GIL released)
             if host[15] == seq:
                 self.read = seq
@@ -664,10 +662,10 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
         mem = cp.empty(tslots, dt)  # (freed to the stream's pool: a later allocation runs after this launch)
         table = mem.data.ptr
         most = 2 * scratch.sms
-        fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // (1024 * MATCH_ROWS)), most))
+        fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // 1024), most))
         bptr, bstep, bn = build[0].data.ptr, build[1], build[2]
         if probe is not None and probe[2]:
-            prb = max(1, min(-(-probe[2] // (1024 * MATCH_ROWS)), most))
+            prb = max(1, min(-(-probe[2] // 1024), most))
             pptr, pstep, pn = probe[0].data.ptr, probe[1], probe[2]
     seq = scratch.seq + 1
     args = np.array((a[0].data.ptr if a[0] is not None else 0, b[0].data.ptr if b[0] is not None else 0, a[1], b[1],

@@ -613,10 +613,8 @@ __device__ __forceinline__ void samples_done(const SampleArgs<K>& a) {
 // probe sample keys probe[i * pstep] (i < pn) that it holds.  A stage waits until the previous
 // stage's blocks are done (ctr[1], ctr[2]); those took their tickets first, so they are running
 // or done, and no block waits on one that cannot be scheduled (the order CUB's decoupled
-// look-back relies on): one launch, no grid-wide barrier, no co-residency.  Three launches had cost the
-// planner more host time than the GPU spends here (2^24 rows a side, docs/BENCHMARKS.md).
-#define MATCH_ROWS 1
-
+// look-back relies on): one launch, no grid-wide barrier, no co-residency.  Three launches had
+// cost the planner more host time than the GPU spends here (2^24 rows, docs/BENCHMARKS.md).
 template <typename K>
 __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
     const K* __restrict__ build = a.build;
@@ -648,38 +646,29 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
         if (t == 0 && threadIdx.x < 4) out[8 + threadIdx.x] = 0;
         for (i64 j = (i64)b * blockDim.x + threadIdx.x; j < tslots; j += (i64)nb * blockDim.x) table[j] = sentinel<K>();
     } else {
-        // MATCH_ROWS sample keys a thread loaded before any is looked up: their (strided, so
-        // uncoalesced) loads in flight together
+        // one sample key a thread: an insert or a lookup is a chain of dependent L2 round trips,
+        // and four keys a thread (their loads in flight together) took 109 us against 62 at
+        // 2^18 keys a side on an H200
         const K* __restrict__ keys = stage == 1 ? build : probe;
         const i64 step = stage == 1 ? bstep : pstep, n = stage == 1 ? bn : pn;
         const bool has = stage == 2 && *sentinel_seen != 0;
         unsigned long long count = 0;  // new distinct keys (inserts) or keys found (probes)
-        for (i64 base = (i64)b * blockDim.x * MATCH_ROWS; base < n; base += (i64)nb * blockDim.x * MATCH_ROWS) {
-            K ks[MATCH_ROWS];
-#pragma unroll
-            for (int u = 0; u < MATCH_ROWS; ++u) {
-                const i64 i = base + u * (i64)blockDim.x + threadIdx.x;
-                if (i < n) ks[u] = keys[i * step];
+        for (i64 i = (i64)b * blockDim.x + threadIdx.x; i < n; i += (i64)nb * blockDim.x) {
+            const K k = keys[i * step];
+            if (k == sentinel<K>()) {
+                if (stage == 1) *sentinel_seen = 1;
+                else count += has;
+                continue;
             }
-#pragma unroll
-            for (int u = 0; u < MATCH_ROWS; ++u) {
-                if (base + u * (i64)blockDim.x + threadIdx.x >= n) break;
-                const K k = ks[u];
-                if (k == sentinel<K>()) {
-                    if (stage == 1) *sentinel_seen = 1;
-                    else count += has;
-                    continue;
-                }
-                if (stage == 1) {
-                    u32 slot;
-                    count += insert_key(table, mask, hash_key(k) & mask, k, mask, &slot) == 1;
-                    continue;
-                }
-                for (u32 s = hash_key(k) & mask; ; s = (s + 1) & mask) {
-                    const K e = __ldcg(&table[s]);  // written in this launch: not through L1
-                    if (e == k) { ++count; break; }
-                    if (e == sentinel<K>()) break;
-                }
+            if (stage == 1) {
+                u32 slot;
+                count += insert_key(table, mask, hash_key(k) & mask, k, mask, &slot) == 1;
+                continue;
+            }
+            for (u32 s = hash_key(k) & mask; ; s = (s + 1) & mask) {
+                const K e = __ldcg(&table[s]);  // written in this launch: not through L1
+                if (e == k) { ++count; break; }
+                if (e == sentinel<K>()) break;
             }
         }
         for (int o = 16; o; o >>= 1) count += __shfl_xor_sync(FULL_MASK, count, o);
