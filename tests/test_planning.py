@@ -207,6 +207,13 @@ def test_statistics_estimates():
     probe = np.where(rng.random(1 << 20) < 0.5, rng.integers(0, 1 << 20, 1 << 20), -5 - rng.integers(0, 9, 1 << 20))
     assert stats.match_ratio(build, probe) == pytest.approx(0.5, abs=0.05)
     assert stats.match_ratio(build[:0], probe) == 0.0
+    # the planner's host samples: one sorted build sample of 2^14 keys (1/64 of the rows) for the
+    # multiplicity and the match ratio (about 128 hits at 0.5: within 0.15 by far)
+    sample = stats.host_build_sample(build)
+    assert sample.size == stats.DEVICE_SAMPLE_MIN and (np.diff(sample) >= 0).all()
+    assert stats.sample_match_ratio(sample, build.size, probe) == pytest.approx(0.5, abs=0.15)
+    assert stats.multiplicity(build, sample) == pytest.approx(1.0, abs=0.01)
+    assert stats.sample_match_ratio(sample[:0], build.size, probe) == 0.0
     zipf = np.minimum(rng.zipf(1.5, 1 << 18), 1 << 16)
     assert stats.top_share(zipf) > stats.SKEW_SHARE > stats.top_share(rng.integers(0, 1 << 16, 1 << 18))
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from . import cost
 from .calibrate import device_model
-from .stats import (GroupByEstimate, JoinEstimate, device_join_samples, estimate_join, match_ratio, multiplicity,
-                    top_share)
+from .stats import (GroupByEstimate, JoinEstimate, device_join_samples, estimate_join, host_build_sample,
+                    multiplicity, sample_match_ratio, top_share)
 
 
 class Choice:
@@ -153,9 +153,10 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
         est = estimate_join(build_keys, probe_keys, bw, pw, measure=False)
         crossover = cost.engine_phj_crossover(dev, max(len(bw), len(pw), 1))
         if not est.heavy_build and not wide_join(est):
-            est.build_multiplicity = multiplicity(build_keys)
+            sample = host_build_sample(build_keys)  # (one sorted sample for both statistics)
+            est.build_multiplicity = multiplicity(build_keys, sample)
             if not est.many_to_many and crossover > 0:
-                est.match_ratio = match_ratio(build_keys, probe_keys)
+                est.match_ratio = sample_match_ratio(sample, int(build_keys.size), probe_keys)
                 if est.match_ratio < crossover:
                     est.top_share = top_share(probe_keys)
     choice = choose_join(est, dev)

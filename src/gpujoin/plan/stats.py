@@ -356,19 +356,39 @@ def build_multiplicity(rows: int, sampled: int, distinct: int) -> float:
     return (lo * hi) ** 0.5
 
 
-#: The host planner's build sample for build_multiplicity (strided, sorted with NumPy): at 2^26
-#: rows over 2^23 keys, 8 rows a key, its 2^16 keys hold about 224 repeats to count.
+#: The host planner's samples (strided; the build's sorted with NumPy, the probe's looked up in
+#: it): device_sample's share of each side, at most HOST_MULTIPLICITY_SAMPLE keys, since a key
+#: costs a host sort about 60 ns against the GPU's table a fraction of one (2^16 keys: 4 ms on a
+#: 2-core host).  At 2^26 rows over 2^23 keys, 8 rows a key, its 2^16 keys hold about 224
+#: repeats to count.  The match ratio from them had taken a 2^20-key sort: 116 ms at 2^24 rows
+#: on the same host, where the sorted build sample now serves both.
 HOST_MULTIPLICITY_SAMPLE = 1 << 16
 
 
-def multiplicity(build_keys) -> float:
+def host_build_sample(build_keys) -> np.ndarray:
+    """The host planner's build sample of NumPy ``build_keys`` (n,), sorted."""
+    n = int(build_keys.size)
+    return np.sort(_sample(build_keys, device_sample(n, HOST_MULTIPLICITY_SAMPLE)))
+
+
+def multiplicity(build_keys, sample: np.ndarray | None = None) -> float:
     """Build rows a distinct key of host ``build_keys`` (NumPy (n,)): :func:`build_multiplicity`
-    of a strided sample of HOST_MULTIPLICITY_SAMPLE keys, its distinct keys counted once sorted
-    (exact when the sample is every key).  1.0 for no keys."""
+    of ``sample`` (host_build_sample's, taken when not given), its distinct keys counted once
+    sorted (exact when the sample is every key).  1.0 for no keys."""
     if build_keys.size == 0:
         return 1.0
-    s = np.sort(_sample(build_keys, HOST_MULTIPLICITY_SAMPLE))
+    s = host_build_sample(build_keys) if sample is None else sample
     return build_multiplicity(int(build_keys.size), int(s.size), 1 + int(np.count_nonzero(s[1:] != s[:-1])))
+
+
+def sample_match_ratio(sample: np.ndarray, build_rows: int, probe_keys) -> float:
+    """The match ratio from host_build_sample's ``sample`` of ``build_rows`` keys and a strided
+    sample of as large a share of host ``probe_keys`` (at most HOST_MULTIPLICITY_SAMPLE)."""
+    if sample.size == 0 or probe_keys.size == 0:
+        return 0.0
+    p = np.ascontiguousarray(_sample(probe_keys, device_sample(int(probe_keys.size), HOST_MULTIPLICITY_SAMPLE)))
+    hits = int(np.count_nonzero(sample[np.minimum(np.searchsorted(sample, p), sample.size - 1)] == p))
+    return _ratio(hits, p.size, build_rows, sample.size)
 
 
 def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False, full: bool = False
