@@ -12,3 +12,25 @@ def test_kernel_file_compiles_for_sm90(file):
     from gpujoin.cuda.compile import compile_file
 
     assert compile_file(file, "sm_90") > 0
+
+
+def test_sample_args_twins_agree():
+    """groupby.cu's SampleArgs and its NumPy twin (kernels.SAMPLE_ARGS, the planner's one kernel
+    argument): the same fields in the same order, 8-byte ones first, and the size the .cu file
+    static_asserts (which its compile above checks)."""
+    import re
+
+    from gpujoin.cuda.kernels import SAMPLE_ARGS, source
+
+    src = source("groupby.cu")
+    assert f"sizeof(SampleArgs<i64>) == {SAMPLE_ARGS.itemsize}" in src
+    body = re.sub(r"//[^\n]*", "", src.split("struct SampleArgs {", 1)[1].split("};", 1)[0])
+    fields = []
+    for decl in filter(str.strip, body.split(";")):
+        head, *more = decl.split(",")
+        typ, first = head.strip().rsplit(None, 1)
+        size = 8 if "*" in typ or typ in ("i64", "unsigned long long") else 4
+        fields += [(n.strip(), size) for n in [first, *more]]
+    assert [n for n, _ in fields] == list(SAMPLE_ARGS.names)
+    for name, size in fields:
+        assert SAMPLE_ARGS.fields[name][0].itemsize == size, name

@@ -19,7 +19,7 @@ import cupy as cp
 import numpy as np
 
 from . import onesweep
-from .kernels import pass_widths, radix_of, scatter_name
+from .kernels import SAMPLE_ARGS, pass_widths, radix_of, scatter_name
 from .runtime import device_properties, kernel, ptr
 
 #: Register budget of the stable radix scatter for 4-byte keys and values (kernels.SCATTER_MINB:
@@ -550,16 +550,6 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     seq = _launch(scratch, [], dt, 0, 0, _strided(build_sample, build_sample.size, dt),
                   _strided(probe_sample, probe_sample.size, dt))
     return int(scratch.wait(seq)[8])
-
-
-#: sample_counts' argument struct (groupby.cu SampleArgs), field for field.
-SAMPLE_ARGS = np.dtype([(n, np.uint64 if n in ("keys0", "keys1", "out", "build", "probe", "table", "ctr", "host", "seq")
-                         else np.int64) for n in ("keys0", "keys1", "step0", "step1", "random_rows1", "out", "build",
-                                                  "probe", "bstep", "bn", "pstep", "pn", "table", "tslots", "ctr",
-                                                  "host", "seq")]
-                       + [(n, np.uint32 if n == "slots" else np.int32) for n in ("n0", "n1", "nsamples", "slots", "nfill",
-                                                                                   "ninsert", "nprobe", "unused")],
-                       align=True)
 
 
 class _Scratch:

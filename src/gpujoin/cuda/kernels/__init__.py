@@ -7,6 +7,8 @@ import os
 from itertools import product
 from pathlib import Path
 
+import numpy as np
+
 DIR = Path(__file__).parent
 
 _KEYS = ("i32", "i64")
@@ -119,6 +121,16 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         + [f"onesweep_exclusive_sum<{o}>" for o in ONESWEEP_OFFSETS]
     ),
 }
+
+#: groupby.cu's SampleArgs (sample_counts' one argument), field for field, as NumPy lays out a C
+#: struct (align=True); groupby.cu static_asserts its size and some offsets, which
+#: tests/test_kernels_compile.py compares with these.
+SAMPLE_ARGS = np.dtype(
+    [(n, np.uint64 if n in ("keys0", "keys1", "out", "build", "probe", "table", "ctr", "host", "seq") else np.int64)
+     for n in ("keys0", "keys1", "step0", "step1", "random_rows1", "out", "build", "probe", "bstep", "bn", "pstep",
+               "pn", "table", "tslots", "ctr", "host", "seq")]
+    + [(n, np.uint32 if n == "slots" else np.int32)
+       for n in ("n0", "n1", "nsamples", "slots", "nfill", "ninsert", "nprobe", "unused")], align=True)
 
 #: Options for NVRTC, besides the architecture.
 OPTIONS = ("-std=c++17", f"-I{DIR}")

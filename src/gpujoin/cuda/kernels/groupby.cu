@@ -583,6 +583,8 @@ struct SampleArgs {
     u32 slots;
     int nfill, ninsert, nprobe, unused;
 };
+// the NumPy twin's size (tests/test_kernels_compile.py compares it, and the fields' order)
+static_assert(sizeof(SampleArgs<i64>) == 168 && sizeof(SampleArgs<i32>) == 168, "SampleArgs: 168 bytes");
 
 // Every block of sample_counts ends here: the last one zeroes the counters, then copies the 12
 // words to the host's page-locked ones and the launch's seq after them (the host spins on it
