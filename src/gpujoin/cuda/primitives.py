@@ -577,9 +577,13 @@ class _Scratch:
         self.out, self.ctr, self.host_ptr = self.dev.data.ptr, self.dev.data.ptr + 12 * 8, 0
         if cp.cuda.runtime.deviceGetAttribute(_HOST_POINTER_FOR_REGISTERED_MEM, device):
             addr = self.host.ctypes.data
-            cp.cuda.runtime.hostRegister(addr, mmap.PAGESIZE, 3)  # portable | mapped
-            weakref.finalize(self, _unregister, addr, self.page)
-            self.host_ptr = addr  # else: the words copied back (wait)
+            try:
+                cp.cuda.runtime.hostRegister(addr, mmap.PAGESIZE, 3)  # portable | mapped
+            except cp.cuda.runtime.CUDARuntimeError:  # (not page-locked: the words copied back)
+                addr = 0
+            if addr:
+                weakref.finalize(self, _unregister, addr, self.page)
+                self.host_ptr = addr  # else: the words copied back (wait)
         self.seq = self.read = 0
         props = device_properties(device)
         self.sms, self.smem_optin = props["sms"], props["smem_optin"]
