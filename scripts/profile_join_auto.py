@@ -22,7 +22,7 @@ from gpujoin.plan.auto import resolve_gpu_join
 from gpujoin.plan.join import execute_join
 from profile_planner_host import random_rounds  # (scripts/ is the script's directory)
 
-if os.environ.get("GPUJOIN_KERNEL_DEFINES"):  # e.g. -DMATCH_SLEEP=256: a variant of the kernels, compiled apart
+if os.environ.get("GPUJOIN_KERNEL_DEFINES"):  # -D options: a variant of the kernels, compiled apart
     from gpujoin.cuda import kernels
 
     kernels.OPTIONS += tuple(os.environ["GPUJOIN_KERNEL_DEFINES"].split())
@@ -42,7 +42,7 @@ def main(rounds: int = 100) -> None:
 
     parts = {"launch": [], "wait": [], "wait after a 50 us spin": []}
     bk, pk = make_join(JoinWorkload(log2_r=24, log2_s=24, payloads=1), cp)
-    size = stats.device_sample(1 << 24, stats.DEVICE_BUILD_SAMPLE)
+    size = stats.planner_sample(1 << 24, stats.DEVICE_BUILD_SAMPLE)
 
     def split(pause=False):
         t0 = time.perf_counter()

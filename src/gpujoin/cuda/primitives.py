@@ -739,8 +739,8 @@ class PendingSamples:
 def launch_key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
                        match: tuple[int, int] | None = None, draws: int = 0) -> PendingSamples:
     """key_samples' launch only, on the current stream, so that the caller's Python runs while
-    the GPU counts; PendingSamples.result (on the same thread and stream, before the next
-    launch there) waits for it.  ``draws`` (one key array, at most DRAWS_MAX): a second sample
+    the GPU counts; PendingSamples.result (on the same thread, before that thread's next
+    launch on the device) waits for it.  ``draws`` (one key array, at most DRAWS_MAX): a second sample
     of that many rows drawn at random, with replacement (a fixed seed), summarized as the
     second one (KeySamples.summaries[1], its size in PendingSamples.sizes: halved where the
     device's shared memory holds no table of twice as many slots): its distinct keys bound the

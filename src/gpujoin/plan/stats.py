@@ -75,8 +75,8 @@ DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE = 1 << 18, 1 << 18
 DEVICE_SAMPLE_SHIFT, DEVICE_SAMPLE_MIN = 8, 1 << 14
 
 
-def device_sample(rows: int, most: int) -> int:
-    """The planner's device sample of a side of ``rows`` keys (at most ``most``)."""
+def planner_sample(rows: int, most: int) -> int:
+    """The planner's sample of a side of ``rows`` keys (at most ``most``), on the GPU or the host."""
     return min(rows, max(DEVICE_SAMPLE_MIN, min(most, rows >> DEVICE_SAMPLE_SHIFT)))
 
 
@@ -357,7 +357,7 @@ def build_multiplicity(rows: int, sampled: int, distinct: int) -> float:
 
 
 #: The host planner's samples (strided; the build's sorted with NumPy, the probe's looked up in
-#: it): device_sample's share of each side, at most HOST_MULTIPLICITY_SAMPLE keys, since a key
+#: it): planner_sample's share of each side, at most HOST_MULTIPLICITY_SAMPLE keys, since a key
 #: costs a host sort about 60 ns against the GPU's table a fraction of one (2^16 keys: 4 ms on a
 #: 2-core host).  At 2^26 rows over 2^23 keys, 8 rows a key, its 2^16 keys hold about 224
 #: repeats to count.  The match ratio from them had taken a 2^20-key sort: 116 ms at 2^24 rows
@@ -368,7 +368,7 @@ HOST_MULTIPLICITY_SAMPLE = 1 << 16
 def host_build_sample(build_keys) -> np.ndarray:
     """The host planner's build sample of NumPy ``build_keys`` (n,), sorted."""
     n = int(build_keys.size)
-    return np.sort(_sample(build_keys, device_sample(n, HOST_MULTIPLICITY_SAMPLE)))
+    return np.sort(_sample(build_keys, planner_sample(n, HOST_MULTIPLICITY_SAMPLE)))
 
 
 def multiplicity(build_keys, sample: np.ndarray | None = None) -> float:
@@ -386,7 +386,7 @@ def sample_match_ratio(sample: np.ndarray, build_rows: int, probe_keys) -> float
     sample of as large a share of host ``probe_keys`` (at most HOST_MULTIPLICITY_SAMPLE)."""
     if sample.size == 0 or probe_keys.size == 0:
         return 0.0
-    p = np.ascontiguousarray(_sample(probe_keys, device_sample(int(probe_keys.size), HOST_MULTIPLICITY_SAMPLE)))
+    p = np.ascontiguousarray(_sample(probe_keys, planner_sample(int(probe_keys.size), HOST_MULTIPLICITY_SAMPLE)))
     hits = int(np.count_nonzero(sample[np.minimum(np.searchsorted(sample, p), sample.size - 1)] == p))
     return _ratio(hits, p.size, build_rows, sample.size)
 
@@ -395,7 +395,7 @@ def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
                         ) -> tuple[Sample, Sample, float | None]:
     """A device join's samples in one launch (primitives.key_samples): the build and probe
     keys' SKEW_SAMPLE summaries and, with ``match``, the match ratio from a hash table of a
-    build sample probed by a probe sample (device_sample of each side; DEVICE_BUILD_SAMPLE and
+    build sample probed by a probe sample (planner_sample of each side; DEVICE_BUILD_SAMPLE and
     DEVICE_PROBE_SAMPLE with ``full``), and from that table's distinct keys the build's
     multiplicity (the build Sample's); with ``multiplicity`` alone, that table and the
     multiplicity without the probe keys.  The probe summary comes from the same launch as the
@@ -407,7 +407,7 @@ def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
     sizes = None
     if nb and np_ and (match or multiplicity):
         sizes = ((DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE if match else 0) if full else
-                 (device_sample(nb, DEVICE_BUILD_SAMPLE), device_sample(np_, DEVICE_PROBE_SAMPLE) if match else 0))
+                 (planner_sample(nb, DEVICE_BUILD_SAMPLE), planner_sample(np_, DEVICE_PROBE_SAMPLE) if match else 0))
     pending = launch_key_samples([build_keys, probe_keys], SKEW_SAMPLE, sizes)
     w, n = pending.words(), pending.sizes  # (Python ints: at 2^24 rows the planner is host time)
     b, p, ratio = Sample(n[0], *w[0:4]), Sample(n[1], *w[4:8]), None
