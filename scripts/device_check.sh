@@ -394,6 +394,7 @@ if [[ $stage == tests || $stage == all ]]; then
   # small tests on 8 workers (when pytest-xdist is there), then the 2^27-row ones alone
   # (join and group-by tests together need about 8 minutes: see tests-join, tests-groupby)
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"; warm "$xdist"
+  [[ -n ${POOL_LOG:-} ]] && export GPUJOIN_POOL_LOG=$OUT
   timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and not slow" -q -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning $xdist tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
   rc=${PIPESTATUS[0]}

@@ -40,3 +40,26 @@ def pytest_runtest_logreport(report):
     if _times and report.when == "call" and not os.environ.get("PYTEST_XDIST_WORKER"):
         with open(_times, "a") as f:
             f.write(f"{report.duration:.2f} {report.outcome} {report.nodeid}\n")
+
+
+_pool_log = os.environ.get("GPUJOIN_POOL_LOG")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """GPUJOIN_POOL_LOG=DIR: after each test, CuPy's pool bytes still in use (and after a
+    garbage collection) written to DIR/pool-WORKER.txt when any remain: which tests leave device
+    memory behind that a later test's memory_limit then counts."""
+    import sys
+
+    cp = sys.modules.get("cupy")
+    if not _pool_log or cp is None:
+        return
+    import gc
+
+    pool = cp.get_default_memory_pool()
+    used, total = pool.used_bytes(), pool.total_bytes()
+    if used:
+        gc.collect()
+        with open(os.path.join(_pool_log, f"pool-{_worker or 'main'}.txt"), "a") as f:
+            f.write(f"{used} {pool.used_bytes()} {total} {pool.total_bytes()} {item.nodeid}\n")

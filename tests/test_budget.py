@@ -279,6 +279,17 @@ def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
     pool.held = 120
     with gpu_memory_cap(100):  # a pool holding more than the cap is trimmed
         assert pool.freed == 1
+    # pieces a cache keeps (nvCOMP's codecs) let go only when freeing the blocks is not enough
+    import gpujoin.outofcore.budget as budget
+
+    released = []
+    monkeypatch.setattr(budget, "_releasers", [])
+    budget.on_memory_cap(lambda: released.append(pool.held))
+    with gpu_memory_cap(100):
+        assert pool.freed == 3 and released == [120]
+    pool.held = 90
+    with gpu_memory_cap(100):
+        assert pool.freed == 3 and released == [120]
     with pytest.raises(MemoryError, match="memory_limit=100"):
         with gpu_memory_cap(100):
             raise cp.cuda.memory.OutOfMemoryError("out of memory")

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..outofcore.budget import on_memory_cap
+
 #: Values of a column the selector tries the schemes on.
 SAMPLE = 1 << 16
 
@@ -300,6 +302,9 @@ class DeviceCodec:
     """
 
     _codecs: dict = {}
+    #: The most Codecs kept (the oldest let go first): each holds scratch from CuPy's pool, and
+    #: a key per dtype, scheme and stream would otherwise grow without bound.
+    CODECS_KEPT = 48
 
     def __init__(self, dtype, scheme: Scheme):
         import cupy as cp
@@ -314,6 +319,7 @@ class DeviceCodec:
             # and 0.87 (H100, scripts/profile_nvcomp.py)
             nv.set_device_allocator(lambda nbytes, stream: cp.cuda.alloc(nbytes))
             atexit.register(DeviceCodec._release)
+            on_memory_cap(DeviceCodec._codecs.clear)  # (their scratch must not eat a memory_limit)
         self.nv, self.dtype = nv, np.dtype(dtype)
         self.stream = cp.cuda.get_current_stream().ptr
         # one Codec each for encoding, decoding and the size bound: in one run a Codec doing all
@@ -324,10 +330,15 @@ class DeviceCodec:
 
     def _codec(self, role: str, scheme: Scheme, make, device: int):
         key = (role, self.dtype.str, scheme, self.stream, device)
-        if key not in self._codecs:  # a Codec keeps its scratch buffers between calls
-            self._codecs[key] = make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
-                                     **nvcomp_options(scheme, self.dtype))
-        return self._codecs[key]
+        codecs = self._codecs
+        got = codecs.pop(key, None)  # (re-inserted: the dict's order is the use order)
+        if got is None:  # a Codec keeps its scratch buffers between calls
+            got = make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
+                       **nvcomp_options(scheme, self.dtype))
+            while len(codecs) >= self.CODECS_KEPT:
+                del codecs[next(iter(codecs))]
+        codecs[key] = got
+        return got
 
     @staticmethod
     def _release() -> None:

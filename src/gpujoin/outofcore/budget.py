@@ -116,6 +116,29 @@ _caps: dict[int, dict] = {}
 _caps_lock = threading.Lock()
 
 
+#: Functions that let go of the device memory a cache keeps between calls (nvCOMP's codecs'
+#: scratch buffers, dist.cascaded): a memory cap calls them when CuPy's pool, its free blocks
+#: freed, still holds more than the cap.  A cache's lasting pieces count against every later
+#: cap, and one small piece keeps its whole pooled chunk (split from a larger freed block)
+#: out of reach: after the nvCOMP tests, 26 out-of-core tests under 2-4 MB caps failed.
+_releasers: list = []
+
+
+def on_memory_cap(release) -> None:
+    """Register ``release()`` (no arguments): drop a cache's device memory when a memory cap
+    needs the room (gpu_memory_cap)."""
+    if release not in _releasers:
+        _releasers.append(release)
+
+
+def _trim(pool, limit: int) -> None:
+    pool.free_all_blocks()
+    if pool.total_bytes() > limit and _releasers:
+        for release in _releasers:
+            release()
+        pool.free_all_blocks()
+
+
 def _set_cap(pool, entry) -> None:
     total = sum(stack[-1] for stack in entry["holders"].values())
     pool.set_limit(size=max(total, pool.used_bytes()))
@@ -128,7 +151,8 @@ def gpu_memory_cap(limit: int | None):
 
     The pool keeps its cached free blocks (CuPy frees them itself when an allocation would pass
     the cap), so a repeated operation allocates nothing new; only a pool already holding more
-    than the cap is trimmed on entry, outside the lock.  (Freeing every block on entry, under
+    than the cap is trimmed on entry, outside the lock (its free blocks, then the caches
+    registered with on_memory_cap).  (Freeing every block on entry, under
     the lock, serialized the threads of a multi-GPU join: on four H200s the fourth GPU began
     pass 1 236 ms after the first, and every run paid cudaMalloc again.)  The previous cap is
     restored when the last holder leaves.  A cap inside another
@@ -143,14 +167,14 @@ def gpu_memory_cap(limit: int | None):
 
     pool = cp.get_default_memory_pool()
     dev, me = cp.cuda.Device().id, threading.get_ident()
+    if pool.total_bytes() > limit:  # the pool's cached blocks count in the operation's peak_gpu_bytes
+        _trim(pool, limit)
     with _caps_lock:
         entry = _caps.get(dev)
         if entry is None:
             entry = _caps[dev] = {"before": pool.get_limit(), "holders": {}}
         entry["holders"].setdefault(me, []).append(limit)
         _set_cap(pool, entry)
-    if pool.total_bytes() > limit:  # the pool's cached blocks count in the operation's peak_gpu_bytes
-        pool.free_all_blocks()
     try:
         yield
     except cp.cuda.memory.OutOfMemoryError as e:  # an allocation past the cap: name the cap
