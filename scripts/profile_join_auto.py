@@ -5,7 +5,9 @@ with the chosen algorithm named, one and two payload columns, in random-order ro
 probe samples of 2^b keys each (stats.DEVICE_BUILD_SAMPLE / DEVICE_PROBE_SAMPLE), and the ratio
 each measures at 30% and 10% of probe keys matching.  ``--host``: the host time of each step of
 resolve_gpu_join (launch-only steps back to back on 2^12 keys, as profile_planner_host.py), and
-the samples' launch's GPU time; GPUJOIN_KERNEL_DEFINES adds -D options to the kernels'."""
+the samples' launch's GPU time; ``--breakdown``: the auto and named joins' host time split at
+resolve_gpu_join, the samples' launch and wait, and run (wrapped with time stamps, cold caches
+as in a loop of joins); GPUJOIN_KERNEL_DEFINES adds -D options to the kernels'."""
 
 import os
 import random
@@ -159,8 +161,84 @@ def gpu_time(bk, pk) -> None:
         print(f"  GPU time of the samples' launch, {what}: median {statistics.median(gpu):.1f} us", flush=True)
 
 
+def breakdown(rounds: int = 100) -> None:
+    """Where auto's extra time goes in a loop of joins: stamps at the wrapped functions' entries
+    and exits, medians of each span over random-order rounds of auto and named joins."""
+    import gpujoin.cuda.join as cjoin
+    import gpujoin.plan.auto as auto
+    from gpujoin.cuda import primitives as prim
+
+    stamps: list = []
+
+    def wrap(owner, name, label):
+        fn = getattr(owner, name)
+
+        def wrapped(*a, **k):
+            stamps.append((label + "<", time.perf_counter()))
+            try:
+                return fn(*a, **k)
+            finally:
+                stamps.append((label + ">", time.perf_counter()))
+        setattr(owner, name, wrapped)
+
+    import gpujoin.cuda.table as ctable
+    import gpujoin.plan.device_join as dj
+    from gpujoin.plan import stats as st
+
+    steps = ((auto, "resolve_gpu_join", "resolve"), (prim, "launch_key_samples", "launch"),
+             (prim.PendingSamples, "words", "wait"), (auto, "choose_join", "rules"), (cjoin, "run", "run"),
+             (dj, "_execute_device_join", "inner"), (ctable, "as_device_table", "tables"),
+             (dj, "check_columns", "check"), (dj, "output_layout", "layout"), (dj, "to_key", "tokey"),
+             (dj, "build_on_left", "side"), (prim, "_launch", "_launch"), (prim, "_scratch", "_scratch"),
+             (st, "device_join_samples", "samples"))
+    for owner, name, label in steps:
+        wrap(owner, name, label)
+    firsts = ("inner", "tables", "check", "layout", "tokey", "side")
+    for p in (1, 2):
+        r, s = make_join(JoinWorkload(log2_r=24, log2_s=24, payloads=p), cp)
+        algo = auto.resolve_gpu_join(r["k"], s["k"], [r[f"r{i}"] for i in range(p)],
+                                     [s[f"s{i}"] for i in range(p)]).algorithm
+        spans: dict = {}
+        for _ in range(rounds):
+            order = ["auto", algo]
+            random.shuffle(order)
+            for a in order:
+                cp.cuda.Device().synchronize()
+                stamps.clear()
+                t0 = time.perf_counter()
+                execute_join(s, r, "k", algorithm=a)
+                cp.cuda.Device().synchronize()
+                end = time.perf_counter()
+                t = {}
+                for label, when in stamps:  # (the first entry, the last exit)
+                    if label.endswith("<"):
+                        t.setdefault(label, when)
+                    else:
+                        t[label] = when
+                t.update(start=t0, end=end)
+                for f in firsts:  # how far into the join each step starts
+                    if f + "<" in t:
+                        spans.setdefault((a if a == "auto" else "named", f"start -> {f}"), []).append(
+                            t[f + "<"] - t0)
+                pre = "resolve<" if a == "auto" else "run<"
+                for label, (x, y) in (("whole", ("start", "end")), ("before resolve/run", ("start", pre)),
+                                      ("resolve", ("resolve<", "resolve>")), ("  launch", ("launch<", "launch>")),
+                                      ("  wait", ("wait<", "wait>")), ("  rules (choose_join)", ("rules<", "rules>")),
+                                      ("  samples", ("samples<", "samples>")),
+                                      ("    _scratch", ("_scratch<", "_scratch>")),
+                                      ("    _launch", ("_launch<", "_launch>")),
+                                      ("run", ("run<", "run>")), ("after run", ("run>", "end"))):
+                    if x in t and y in t:
+                        spans.setdefault((a if a == "auto" else "named", label), []).append(t[y] - t[x])
+        print(f"{p} payload(s), {algo} named; median us over {rounds} rounds:")
+        for (a, label), v in spans.items():
+            print(f"  {a:6} {label:24} {statistics.median(v) * 1e6:9.1f}", flush=True)
+
+
 if __name__ == "__main__":
-    if "--host" in sys.argv:
+    if "--breakdown" in sys.argv:
+        breakdown()
+    elif "--host" in sys.argv:
         host_steps()
     elif "--samples" in sys.argv:
         sample_sizes([int(b) for b in sys.argv[sys.argv.index("--samples") + 1].split(",")])

@@ -1,5 +1,6 @@
 """Every CUDA kernel compiles for sm_90 through NVRTC (no GPU needed; CI runs this)."""
 
+import numpy as np
 import pytest
 
 from gpujoin.cuda.kernels import NAME_EXPRESSIONS
@@ -34,3 +35,13 @@ def test_sample_args_twins_agree():
     assert [n for n, _ in fields] == list(SAMPLE_ARGS.names)
     for name, size in fields:
         assert SAMPLE_ARGS.fields[name][0].itemsize == size, name
+    # the launch packs the fields into a kept buffer (SAMPLE_PACK): the bytes of SAMPLE_ARGS
+    from gpujoin.cuda.kernels import SAMPLE_PACK
+
+    buf = np.zeros(SAMPLE_ARGS.itemsize, np.uint8)
+    view = buf.view(SAMPLE_ARGS)[0]
+    values = [(-1) ** i * (i + 1) * (2**40 if f[0].itemsize == 8 else 2**20) for i, f in
+              enumerate(SAMPLE_ARGS.fields[n] for n in SAMPLE_ARGS.names)]
+    values = [abs(v) if SAMPLE_ARGS.fields[n][0].kind == "u" else v for v, n in zip(values, SAMPLE_ARGS.names)]
+    SAMPLE_PACK.pack_into(buf, 0, *values)
+    assert [int(x) for x in view] == values

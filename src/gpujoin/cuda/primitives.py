@@ -19,7 +19,7 @@ import cupy as cp
 import numpy as np
 
 from . import onesweep
-from .kernels import SAMPLE_ARGS, pass_widths, radix_of, scatter_name
+from .kernels import SAMPLE_ARGS, SAMPLE_PACK, pass_widths, radix_of, scatter_name
 from .runtime import device_properties, kernel, ptr
 
 #: Register budget of the stable radix scatter for 4-byte keys and values (kernels.SCATTER_MINB:
@@ -585,9 +585,33 @@ class _Scratch:
                 weakref.finalize(self, _unregister, addr, self.page)
                 self.host_ptr = addr  # else: the words copied back (wait)
         self.seq = self.read = 0
+        # the kernel's argument: a kept buffer that SAMPLE_PACK fills, and the driver's void*[1]
+        # pointing at it
+        self.arg_bytes = np.zeros(SAMPLE_ARGS.itemsize, np.uint8)
+        self.params = np.array([self.arg_bytes.ctypes.data], np.uintp)
+        self.params_ptr = self.params.ctypes.data
+        self.table, self.table_bytes = None, 0  # the match stages' hash table, kept (table())
         props = device_properties(device)
         self.sms, self.smem_optin = props["sms"], props["smem_optin"]
         self.fns = {4: kernel("groupby.cu", "sample_counts<i32>"), 8: kernel("groupby.cu", "sample_counts<i64>")}
+        self.fn_ptrs = {w: f.kernel.ptr for w, f in self.fns.items()}  # (CUfunction handles)
+
+    def table_ptr(self, nbytes: int) -> tuple[int, object]:
+        """(address, owner) of ``nbytes`` for the match stages' table: up to TABLE_KEPT bytes a
+        cudaMalloc kept between launches (a thread's launches never overlap), as the words are,
+        and outside CuPy's pool for the same reason; larger, from the pool for this launch."""
+        if nbytes > TABLE_KEPT:
+            mem = cp.empty(nbytes, cp.uint8)  # (freed to the stream's pool: a later allocation runs after this launch)
+            return mem.data.ptr, mem
+        if nbytes > self.table_bytes:
+            self.table = None
+            try:
+                self.table = cp.cuda.memory.Memory(nbytes)
+            except cp.cuda.runtime.CUDARuntimeError:  # out of device memory: the pool's own MemoryError
+                mem = cp.empty(nbytes, cp.uint8)
+                return mem.data.ptr, mem
+            self.table_bytes = nbytes
+        return self.table.ptr, self.table
 
     def wait(self, seq: int) -> np.ndarray:
         """The 12 result words of launch ``seq`` (host u64), once its last block wrote them."""
@@ -612,6 +636,10 @@ class _Scratch:
 
 
 _local = threading.local()  # each thread's _Scratch by device, freed with the thread
+#: The largest match-stage table a _Scratch keeps: a 2^18-key build sample's 2^19 8-byte slots
+#: (stats.DEVICE_BUILD_SAMPLE); a pooled allocation a launch cost 6 us of a cold planner's host
+#: time on an H200.
+TABLE_KEPT = 4 << 20
 #: cudaDevAttrCanUseHostPointerForRegisteredMem: kernels may use a registered page's host address.
 _HOST_POINTER_FOR_REGISTERED_MEM = 91
 
@@ -653,8 +681,7 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
     bstep = bn = pstep = pn = 0
     if build is not None and build[2]:
         tslots = _table_slots(build[2])
-        mem = cp.empty(tslots, dt)  # (freed to the stream's pool: a later allocation runs after this launch)
-        table = mem.data.ptr
+        table, _owner = scratch.table_ptr(tslots * dt.itemsize)
         most = 2 * scratch.sms
         fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // 1024), most))
         bptr, bstep, bn = build[0].data.ptr, build[1], build[2]
@@ -662,10 +689,14 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
             prb = max(1, min(-(-probe[2] // 1024), most))
             pptr, pstep, pn = probe[0].data.ptr, probe[1], probe[2]
     seq = scratch.seq + 1
-    args = np.array((a[0].data.ptr if a[0] is not None else 0, b[0].data.ptr if b[0] is not None else 0, a[1], b[1],
-                     rows, scratch.out, bptr, pptr, bstep, bn, pstep, pn, table, tslots, scratch.ctr,
-                     scratch.host_ptr, seq, a[2], b[2], len(samples), slots, fill, ins, prb, 0), SAMPLE_ARGS)
-    fn((len(samples) + fill + ins + prb,), (1024,), (args[()],), shared_mem=smem)
+    SAMPLE_PACK.pack_into(scratch.arg_bytes, 0, a[0].data.ptr if a[0] is not None else 0,
+                          b[0].data.ptr if b[0] is not None else 0, a[1], b[1], rows, scratch.out, bptr, pptr, bstep,
+                          bn, pstep, pn, table, tslots, scratch.ctr, scratch.host_ptr, seq, a[2], b[2], len(samples),
+                          slots, fill, ins, prb, 0)
+    # the driver's launch with the kept parameters (copied at the launch): a CuPy kernel call's
+    # argument handling took 11-15 us of a cold planner's host time on an H200
+    cp.cuda.driver.launchKernel(scratch.fn_ptrs[dt.itemsize], len(samples) + fill + ins + prb, 1, 1, 1024, 1, 1, smem,
+                                cp.cuda.get_current_stream().ptr, scratch.params_ptr, 0)
     scratch.seq = seq  # (launched)
     return seq
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from . import cost
 from .calibrate import device_model
-from .stats import (GroupByEstimate, JoinEstimate, device_join_samples, estimate_join, host_build_sample,
+from .stats import (GroupByEstimate, JoinEstimate, estimate_join, host_build_sample, launch_join_samples,
                     multiplicity, sample_match_ratio, top_share)
 
 
@@ -126,11 +126,22 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
 
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
     """``algorithm="auto"`` for a GPU join of these device (or host) arrays."""
+    return launch_gpu_join_plan(build_keys, probe_keys, [p.dtype.itemsize for p in build_payloads],
+                                [p.dtype.itemsize for p in probe_payloads])()
+
+
+def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_widths: list[int]):
+    """resolve_gpu_join in two steps, for payload columns of these byte widths: device keys'
+    samples launched now; the returned function (no arguments) waits for them and returns the
+    Choice, so that the caller's Python between the two runs while the GPU samples (on an H200
+    at 2^24 rows, the samples' 16-33 us behind the device join's own checks).  Host keys are
+    sampled when the function is called.  Call it on the thread that launched, before that
+    thread's next planner launch on the device."""
     dev = device_model()
-    bw, pw = [p.dtype.itemsize for p in build_payloads], [p.dtype.itemsize for p in probe_payloads]
+    bw, pw = list(build_widths), list(probe_widths)
     if hasattr(build_keys, "__cuda_array_interface__"):
-        # device keys: the build and probe samples and the match ratio in one launch batch and
-        # one sync (the rules' order is kept in what is read: a wide join needs no match ratio)
+        # device keys: the build and probe samples and the match ratio in one launch and one
+        # read (the rules' order is kept in what is read: a wide join needs no match ratio)
         est = JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, bw, pw, None, None)
         wide = wide_join(est)
         # the match ratio only where it can change the choice: narrow keys and payloads, and a
@@ -139,15 +150,21 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
         # keys on an H200: SMJ-TR 11.5 ms, PHJ-TR 23.9)
         match = not wide and cost.engine_phj_crossover(dev, max(len(bw), len(pw), 1)) > 0
         try:
-            b, p, ratio = device_join_samples(build_keys, probe_keys, match=match, multiplicity=not wide)
+            read = launch_join_samples(build_keys, probe_keys, match=match, multiplicity=not wide)
         except MemoryError:  # no room for the match ratio's table (a tiny memory_limit): 1 assumed,
-            (b, p, _), ratio = device_join_samples(build_keys, probe_keys, match=False), None  # the join's
-        est.build_repeated = b.repeated_share                                                  # check names it
-        if not est.heavy_build:
-            est.build_multiplicity = b.multiplicity
-            if match:
-                est.match_ratio, est.top_share = ratio, p.top_share
-    else:
+            read, match = launch_join_samples(build_keys, probe_keys, match=False), False  # the join's check names it
+
+        def finish() -> Choice:
+            b, p, ratio = read()
+            est.build_repeated = b.repeated_share
+            if not est.heavy_build:
+                est.build_multiplicity = b.multiplicity
+                if match:
+                    est.match_ratio, est.top_share = ratio, p.top_share
+            return _chosen(est, dev)
+        return finish
+
+    def host() -> Choice:
         # each sampled statistic only when the rules reach it (heavy build keys from a small
         # sample, then §4's order: many-to-many keys, width, match ratio, skew)
         est = estimate_join(build_keys, probe_keys, bw, pw, measure=False)
@@ -159,6 +176,11 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
                 est.match_ratio = sample_match_ratio(sample, int(build_keys.size), probe_keys)
                 if est.match_ratio < crossover:
                     est.top_share = top_share(probe_keys)
+        return _chosen(est, dev)
+    return host
+
+
+def _chosen(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
     choice = choose_join(est, dev)
     choice.estimate = est
     return choice

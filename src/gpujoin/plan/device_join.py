@@ -105,15 +105,6 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         stats.output_rows = result.num_rows
         stats.phases = {"transform": 0.0, "match": time.perf_counter() - t0, "materialize": 0.0}
         return result, stats
-    for a, b in zip(lk, rk):
-        for t, name, side in ((lt, a, "left"), (rt, b, "right")):
-            if name in t.validity:
-                raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
-                                 f"cannot be null: drop those rows or pass Arrow tables")
-        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
-        if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
-            raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one dictionary "
-                              f"(encode both tables' strings together, or pass Arrow tables)")
     packing = None
     if len(lk) == 1:
         ln, rn = lk[0], rk[0]
@@ -125,33 +116,44 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         for a, b in zip(lk, rk):
             _key_dtype(a, lt[a].dtype, b, rt[b].dtype)  # integers only, as for one key
         (lkey, rkey), packing = pack_keys([[lt[a] for a in lk], [rt[b] for b in rk]], lk)
+    build_left = build_on_left(how, lt.num_rows, rt.num_rows)
+    bside, pside = ("l", "r") if build_left else ("r", "l")
+    # each side's payloads: the columns its output needs, then their validity masks
+    payloads = [(side, name, False) for side, name, _out, key in layout if not key]
+    payloads += [(side, name, True) for side, name, _ in payloads if name in (lt if side == "l" else rt).validity]
+    finish = None
+    if algo == "auto":  # the planner's samples launched here, read once the checks below ran
+        from .auto import launch_gpu_join_plan
+
+        widths = {"l": [], "r": []}
+        for side, name, mask in payloads:
+            widths[side].append(1 if mask else (lt if side == "l" else rt)[name].dtype.itemsize)
+        finish = launch_gpu_join_plan(lkey if build_left else rkey, rkey if build_left else lkey, widths[bside],
+                                      widths[pside])
+    for a, b in zip(lk, rk):
+        for t, name, side in ((lt, a, "left"), (rt, b, "right")):
+            if name in t.validity:
+                raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
+                                 f"cannot be null: drop those rows or pass Arrow tables")
+        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
+        if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
+            raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one dictionary "
+                              f"(encode both tables' strings together, or pass Arrow tables)")
     for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")), (rkey, "right", validate in ("1:1", "m:1"))):
         if check and cp.unique(keys).size != keys.size:
             raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
 
-    build_left = build_on_left(how, lt.num_rows, rt.num_rows)
     stats.params["build_side"] = "left" if build_left else "right"
     mode = JOIN_MODES[how]
-    # each side's payloads: the columns its output needs, then their validity masks
     sides = {"l": (lt, []), "r": (rt, [])}
     index, vindex = {}, {}
-    for side, name, _out, key in layout:
-        if not key:
-            t, pay = sides[side]
-            index[(side, name)] = len(pay)
-            pay.append(t[name])
-    for (side, name) in list(index):
+    for side, name, mask in payloads:
         t, pay = sides[side]
-        if name in t.validity:
-            vindex[(side, name)] = len(pay)
-            pay.append(t.validity[name].astype(cp.uint8, copy=False))
-    bside, pside = ("l", "r") if build_left else ("r", "l")
+        (vindex if mask else index)[(side, name)] = len(pay)
+        pay.append(t.validity[name].astype(cp.uint8, copy=False) if mask else t[name])
     emit_keys = any(key for *_, key in layout)
-    if algo == "auto":
-        from .auto import resolve_gpu_join
-
-        choice = resolve_gpu_join(lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1],
-                                  sides[pside][1])
+    if finish is not None:
+        choice = finish()
         algo = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
     res = run(algo, lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1], sides[pside][1],

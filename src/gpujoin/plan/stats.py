@@ -400,7 +400,14 @@ def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
     multiplicity (the build Sample's); with ``multiplicity`` alone, that table and the
     multiplicity without the probe keys.  The probe summary comes from the same launch as the
     build's (a second block), so it costs no time of its own; the match ratio's table is built
-    only when ``match`` or ``multiplicity``."""
+    only when ``match`` or ``multiplicity``.  Raises MemoryError (CuPy's) where that table
+    does not fit."""
+    return launch_join_samples(build_keys, probe_keys, match, multiplicity, full)()
+
+
+def launch_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False, full: bool = False):
+    """device_join_samples' launch: returns the function (no arguments) that waits for its
+    words and returns device_join_samples' answer (on this thread, before its next launch)."""
     from ..cuda.primitives import launch_key_samples
 
     nb, np_ = int(build_keys.size), int(probe_keys.size)
@@ -409,13 +416,16 @@ def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
         sizes = ((DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE if match else 0) if full else
                  (planner_sample(nb, DEVICE_BUILD_SAMPLE), planner_sample(np_, DEVICE_PROBE_SAMPLE) if match else 0))
     pending = launch_key_samples([build_keys, probe_keys], SKEW_SAMPLE, sizes)
-    w, n = pending.words(), pending.sizes  # (Python ints: at 2^24 rows the planner is host time)
-    b, p, ratio = Sample(n[0], *w[0:4]), Sample(n[1], *w[4:8]), None
-    if match:
-        ratio = _ratio(w[8], pending.match_sizes[1], nb, pending.match_sizes[0]) if sizes else 0.0
-    if sizes:  # the match ratio's build sample: its distinct keys
-        b.multiplicity = build_multiplicity(nb, pending.match_sizes[0], w[10])
-    return b, p, ratio
+
+    def read() -> tuple[Sample, Sample, float | None]:
+        w, n = pending.words(), pending.sizes  # (Python ints: at 2^24 rows the planner is host time)
+        b, p, ratio = Sample(n[0], *w[0:4]), Sample(n[1], *w[4:8]), None
+        if match:
+            ratio = _ratio(w[8], pending.match_sizes[1], nb, pending.match_sizes[0]) if sizes else 0.0
+        if sizes:  # the match ratio's build sample: its distinct keys
+            b.multiplicity = build_multiplicity(nb, pending.match_sizes[0], w[10])
+        return b, p, ratio
+    return read
 
 
 def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],
