@@ -532,10 +532,6 @@ def _strided(keys: cp.ndarray, size: int, dtype) -> tuple[cp.ndarray, int, int]:
     return cp.ascontiguousarray(keys[::step][:count].astype(dtype, copy=False)), 1, count
 
 
-def _table_slots(build_count: int) -> int:
-    return 1 << max(10, (2 * build_count - 1).bit_length())
-
-
 def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     """How many keys of ``probe_sample`` occur in ``build_sample`` (device int32/int64 arrays of
     one dtype; any strides): a distinct-key hash table of the build sample (HGB's probing, so
@@ -680,8 +676,11 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
     fill = ins = prb = tslots = table = bptr = pptr = 0
     bstep = bn = pstep = pn = 0
     if build is not None and build[2]:
-        tslots = _table_slots(build[2])
-        table, _owner = scratch.table_ptr(tslots * dt.itemsize)
+        tslots = 1 << max(10, (2 * build[2] - 1).bit_length())  # twice the sample, a power of two
+        nbytes, _owner = tslots * dt.itemsize, None
+        table = scratch.table.ptr if nbytes <= scratch.table_bytes else None
+        if table is None:
+            table, _owner = scratch.table_ptr(nbytes)
         most = 2 * scratch.sms
         fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // 1024), most))
         bptr, bstep, bn = build[0].data.ptr, build[1], build[2]

@@ -258,8 +258,9 @@ def calibrate(force: bool = False) -> dict:
     return result
 
 
-#: device_model's results by GPU name: the planner asks once per call, the file is read once.
-_MODELS: dict[str, DeviceModel] = {}
+#: device_model's results by GPU name and by device number: the planner asks once per call, the
+#: file is read once.
+_MODELS: dict[str | int, DeviceModel] = {}
 
 
 def device_model() -> DeviceModel:
@@ -267,14 +268,18 @@ def device_model() -> DeviceModel:
     try:
         import cupy as cp
 
-        from ..cuda.runtime import device_properties
-
-        name = device_properties(cp.cuda.Device().id)["name"]
+        dev = cp.cuda.runtime.getDevice()
     except Exception:
         return H200_ANCHORS
-    if name not in _MODELS:
-        _MODELS[name] = _device_model(name)
-    return _MODELS[name]
+    got = _MODELS.get(dev)  # (by device number first: the planner asks each call, 5 us cold by name)
+    if got is None:
+        from ..cuda.runtime import device_properties
+
+        name = device_properties(dev)["name"]
+        if name not in _MODELS:
+            _MODELS[name] = _device_model(name)
+        got = _MODELS[dev] = _MODELS[name]
+    return got
 
 
 def _device_model(name: str) -> DeviceModel:
