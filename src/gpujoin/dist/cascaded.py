@@ -319,26 +319,48 @@ class DeviceCodec:
             # and 0.87 (H100, scripts/profile_nvcomp.py)
             nv.set_device_allocator(lambda nbytes, stream: cp.cuda.alloc(nbytes))
             atexit.register(DeviceCodec._release)
-            on_memory_cap(DeviceCodec._codecs.clear)  # (their scratch must not eat a memory_limit)
+            on_memory_cap(DeviceCodec._on_memory_cap)  # (their scratch must not eat a memory_limit)
         self.nv, self.dtype = nv, np.dtype(dtype)
-        self.stream = cp.cuda.get_current_stream().ptr
+        stream = cp.cuda.get_current_stream()
+        self.stream = stream.ptr
         # one Codec each for encoding, decoding and the size bound: in one run a Codec doing all
         # three took 1.2 ms to encode 2^20 int64 and one that only encoded 0.24 (H100; the next
         # run gave 1.5 ms for either, so this is a precaution, not a measured gain)
         self.encoder, self.decoder, self.sizer = (
-            self._codec(role, scheme, nv.Codec, cp.cuda.Device().id) for role in ("encode", "decode", "bound"))
+            self._codec(role, scheme, nv.Codec, cp.cuda.Device().id, stream) for role in ("encode", "decode", "bound"))
+        self._stream = stream  # (after the codecs: an instance's attributes go in the order set)
 
-    def _codec(self, role: str, scheme: Scheme, make, device: int):
+    def _codec(self, role: str, scheme: Scheme, make, device: int, stream):
         key = (role, self.dtype.str, scheme, self.stream, device)
         codecs = self._codecs
         got = codecs.pop(key, None)  # (re-inserted: the dict's order is the use order)
         if got is None:  # a Codec keeps its scratch buffers between calls
-            got = make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
-                       **nvcomp_options(scheme, self.dtype))
+            # kept with the CuPy stream it works on, which must outlive it: a codec destroyed
+            # after its stream crashed the process (SIGSEGV)
+            got = (make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
+                        **nvcomp_options(scheme, self.dtype)), stream)
             while len(codecs) >= self.CODECS_KEPT:
-                del codecs[next(iter(codecs))]
+                DeviceCodec._let_go([next(iter(codecs))])
         codecs[key] = got
-        return got
+        return got[0]
+
+    @staticmethod
+    def _let_go(keys) -> None:
+        """Drop the kept codecs of ``keys``, each before its stream."""
+        for key in keys:
+            codec, stream = DeviceCodec._codecs.pop(key)
+            del codec  # (destroyed here unless a DeviceCodec still holds it, with the stream)
+            del stream
+
+    @staticmethod
+    def _on_memory_cap() -> None:
+        """A memory cap needs the room: the current device's kept codecs let go, once the work
+        they were given is done (their scratch goes back to CuPy's pool)."""
+        import cupy as cp
+
+        dev = cp.cuda.Device()
+        dev.synchronize()
+        DeviceCodec._let_go([k for k in DeviceCodec._codecs if k[4] == dev.id])
 
     @staticmethod
     def _release() -> None:
@@ -350,7 +372,7 @@ class DeviceCodec:
         import cupy as cp
 
         cp.cuda.Device().synchronize()
-        DeviceCodec._codecs.clear()
+        DeviceCodec._let_go(list(DeviceCodec._codecs))
         gc.collect()
         nvcomp().set_device_allocator(None)
 
