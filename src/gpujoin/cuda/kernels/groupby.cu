@@ -673,16 +673,8 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
                 if (e == sentinel<K>()) break;
             }
         }
-        // one atomic a block: a warp's each (2,048 a stage at 2^16 keys) queued on one L2 address
-        __shared__ unsigned long long warp_count[32];
         for (int o = 16; o; o >>= 1) count += __shfl_xor_sync(FULL_MASK, count, o);
-        if ((threadIdx.x & 31) == 0) warp_count[threadIdx.x >> 5] = count;
-        __syncthreads();
-        if (threadIdx.x < 32) {
-            count = threadIdx.x < (blockDim.x >> 5) ? warp_count[threadIdx.x] : 0ull;
-            for (int o = 16; o; o >>= 1) count += __shfl_xor_sync(FULL_MASK, count, o);
-            if (threadIdx.x == 0 && count) atomicAdd(&out[stage == 1 ? 10 : 8], count);
-        }
+        if ((threadIdx.x & 31) == 0 && count) atomicAdd(&out[stage == 1 ? 10 : 8], count);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
