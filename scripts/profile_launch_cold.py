@@ -143,10 +143,59 @@ def gpu_cold(rounds: int = 60) -> None:
                   f"launch's return to the words {statistics.median(h):6.1f} us", flush=True)
 
 
+def trace() -> None:
+    """One launch of each kind right after a join, compiled with -DGPUJOIN_SAMPLE_TRACE: each
+    block's start, end of its stage's wait and end (us from the first block's start), by stage
+    (0 the summaries, 1 the table's fill, 2 the inserts, 3 the probes): first start, last start,
+    last past the wait, last end."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['x', '--trace-child']; exec(open('scripts/profile_launch_cold.py').read())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    for block in out.split("CASE ")[1:]:
+        name, *lines = block.split("END")[0].strip().split("\n")
+        rows = [tuple(int(x) for x in ln.split()[1:]) for ln in lines if ln.startswith("TRACE")]
+        if not rows:
+            print(name, "no trace")
+            continue
+        base = min(r[2] for r in rows)
+        for stage in sorted({r[0] for r in rows}):
+            st = [r for r in rows if r[0] == stage]
+            print(f"{name:20} stage {stage}: {len(st):3} blocks, first start {min(r[2] for r in st) - base:7.0f} ns, "
+                  f"last start {max(r[2] for r in st) - base:7.0f}, last past the wait {max(r[3] for r in st) - base:7.0f}, "
+                  f"last end {max(r[4] for r in st) - base:7.0f}")
+
+
+def trace_child() -> None:
+    import ctypes
+
+    from gpujoin.cuda import kernels
+
+    kernels.OPTIONS += ("-DGPUJOIN_SAMPLE_TRACE",)
+    libc = ctypes.CDLL(None)  # the kernel's printf goes through C's stdout: flushed at each case's end
+    r, s = make_join(JoinWorkload(log2_r=24, log2_s=24, payloads=1), cp)
+    for name, m in (("summaries", None), ("multiplicity 2^16", (1 << 16, 0)), ("match 2^16", (1 << 16, 1 << 16))):
+        for rep in range(3):  # (the last one printed: compiled and warm, after a join)
+            execute_join(s, r, "k", algorithm="phj-tr")
+            cp.cuda.Device().synchronize()
+            if rep == 2:
+                print(f"CASE {name}", flush=True)
+            prim.launch_key_samples([r["k"], s["k"]], stats.SKEW_SAMPLE, m).result()
+            cp.cuda.Device().synchronize()
+            libc.fflush(None)
+            if rep == 2:
+                print("END", flush=True)
+
+
 if __name__ == "__main__":
     import sys
 
-    if "--gpu" in sys.argv:
+    if "--trace-child" in sys.argv:
+        trace_child()
+    elif "--trace" in sys.argv:
+        trace()
+    elif "--gpu" in sys.argv:
         gpu_cold()
     else:
         main()

@@ -607,6 +607,20 @@ __device__ __forceinline__ void samples_done(const SampleArgs<K>& a) {
     }
 }
 
+#ifdef GPUJOIN_SAMPLE_TRACE
+// -DGPUJOIN_SAMPLE_TRACE (scripts/profile_launch_cold.py --trace): each block's thread 0 prints
+// when it started, got past its stage's wait and ended (the GPU's global timer, ns)
+__device__ __forceinline__ unsigned long long trace_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define SAMPLE_TRACE(stage, ticket, t0, tw) \
+    if (threadIdx.x == 0) printf("TRACE %d %d %llu %llu %llu\n", (int)(stage), (int)(ticket), t0, tw, trace_now())
+#else
+#define SAMPLE_TRACE(stage, ticket, t0, tw)
+#endif
+
 // The match ratio's stages (issue 17 item 3), run by sample_counts' blocks past the samples in
 // the order of a ticket (ctr[0]): tickets below nfill fill the table (tslots keys) with the
 // sentinel key and zero out[8 ... 11]; the next ninsert put the distinct build sample keys
@@ -627,6 +641,9 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
     const i64 bstep = a.bstep, bn = a.bn, pstep = a.pstep, pn = a.pn, tslots = a.tslots;
     const int nfill = a.nfill, ninsert = a.ninsert, nprobe = a.nprobe;
     __shared__ int ticket;
+#ifdef GPUJOIN_SAMPLE_TRACE
+    const unsigned long long t0 = trace_now();
+#endif
     if (threadIdx.x == 0) ticket = (int)atomicAdd(&ctr[0], 1u);
     __syncthreads();
     const int t = ticket;
@@ -642,6 +659,9 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
         }
         __syncthreads();
     }
+#ifdef GPUJOIN_SAMPLE_TRACE
+    const unsigned long long tw = trace_now();
+#endif
     const u32 mask = (u32)(tslots - 1);
     volatile int* sentinel_seen = reinterpret_cast<volatile int*>(out + 9) + 1;
     if (stage == 0) {
@@ -681,6 +701,7 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
         __threadfence();
         atomicAdd(&ctr[stage + 1], 1u);
     }
+    SAMPLE_TRACE(stage + 1, t, t0, tw);
 }
 
 // A sample's key counts, summarized: block b < nsamples (at most 2) reads keys_b[i * step_b]
@@ -696,6 +717,9 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
 template <typename K>
 __global__ void __launch_bounds__(1024)
 sample_counts(const SampleArgs<K> a) {
+#ifdef GPUJOIN_SAMPLE_TRACE
+    const unsigned long long t0 = trace_now();
+#endif
     if ((int)blockIdx.x >= a.nsamples) {
         match_stages(a);
         samples_done(a);
@@ -763,6 +787,7 @@ sample_counts(const SampleArgs<K> a) {
         o[2] = tally[3];
         o[3] = tally[1] ? tally[4] : 0u;
     }
+    SAMPLE_TRACE(0, blockIdx.x, t0, t0);
     samples_done(a);
 }
 
