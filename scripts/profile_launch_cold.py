@@ -146,7 +146,7 @@ def gpu_cold(rounds: int = 60) -> None:
 def trace() -> None:
     """One launch of each kind right after a join, compiled with -DGPUJOIN_SAMPLE_TRACE: each
     block's start, end of its stage's wait and end (us from the first block's start), by stage
-    (0 the summaries, 1 the table's fill, 2 the inserts, 3 the probes, 4 the gather): first start, last start,
+    (0 the summaries, 1 the table's fill, 2 the inserts, 3 the probes): first start, last start,
     last past the wait, last end."""
     import subprocess
     import sys

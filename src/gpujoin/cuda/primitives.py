@@ -549,7 +549,7 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
 
 
 class _Scratch:
-    """A device's and thread's words for sample_counts: 12 device words of results and 6 u32
+    """A device's and thread's words for sample_counts: 12 device words of results and 5 u32
     counters (zero between launches: each launch's last block zeroes them before it writes the
     results), and 16 page-locked host words that the last block writes, results then the
     launch's number, so that the host spins on one word instead of a copy and a sync.  A
@@ -562,8 +562,6 @@ class _Scratch:
         # a lasting piece of a pooled chunk keeps the whole chunk out of reach of every later
         # memory_limit (the out-of-core tests' 2-4 MB caps failed behind one)
         self.dev = cp.ndarray(16, cp.uint64, cp.cuda.MemoryPointer(cp.cuda.memory.Memory(16 * 8), 0))
-        # the samples' keys gathered (groupby.cu match_stages): a summary's and the draws' most
-        self.gather = cp.cuda.memory.Memory((SUMMARY_MAX + max(SUMMARY_MAX, DRAWS_MAX)) * 8)
         self.dev.fill(0)
         cp.cuda.get_current_stream().synchronize()  # (zero before a launch on any stream)
         # the host words: a page of their own (an anonymous mmap), page-locked and mapped for the
@@ -634,9 +632,6 @@ class _Scratch:
 
 
 _local = threading.local()  # each thread's _Scratch by device, freed with the thread
-#: Sample keys a block of sample_counts' gather stage and of its match stages takes (of 1,024
-#: threads): the stages' loads spread over more SMs (groupby.cu match_stages).
-GATHER_KEYS, STAGE_KEYS = 256, 512
 #: The largest match-stage table a _Scratch keeps: a 2^18-key build sample's 2^19 8-byte slots
 #: (stats.DEVICE_BUILD_SAMPLE); a pooled allocation a launch cost 6 us of a cold planner's host
 #: time on an H200.
@@ -687,23 +682,19 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
         if table is None:
             table, _owner = scratch.table_ptr(nbytes)
         most = 2 * scratch.sms
-        # up to a block's keys for every SM: the stages' loads are latency-bound, an SM's in flight few
-        fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // STAGE_KEYS), most))
+        fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // 1024), most))
         bptr, bstep, bn = build[0].data.ptr, build[1], build[2]
         if probe is not None and probe[2]:
-            prb = max(1, min(-(-probe[2] // STAGE_KEYS), most))
+            prb = max(1, min(-(-probe[2] // 1024), most))
             pptr, pstep, pn = probe[0].data.ptr, probe[1], probe[2]
     seq = scratch.seq + 1
-    total = (a[2] + (b[2] if len(samples) > 1 else 0)) if samples else 0
-    gather = min(scratch.sms, -(-total // GATHER_KEYS))
     SAMPLE_PACK.pack_into(scratch.arg_bytes, 0, a[0].data.ptr if a[0] is not None else 0,
                           b[0].data.ptr if b[0] is not None else 0, a[1], b[1], rows, scratch.out, bptr, pptr, bstep,
-                          bn, pstep, pn, table, tslots, scratch.ctr, scratch.host_ptr, seq, scratch.gather.ptr,
-                          a[2], b[2], len(samples), slots, fill, ins, prb, gather)
+                          bn, pstep, pn, table, tslots, scratch.ctr, scratch.host_ptr, seq, a[2], b[2], len(samples),
+                          slots, fill, ins, prb, 0)
     # the driver's launch with the kept parameters (copied at the launch): a CuPy kernel call's
     # argument handling took 11-15 us of a cold planner's host time on an H200
-    cp.cuda.driver.launchKernel(scratch.fn_ptrs[dt.itemsize], len(samples) + gather + fill + ins + prb, 1, 1, 1024, 1, 1,
-                                smem,
+    cp.cuda.driver.launchKernel(scratch.fn_ptrs[dt.itemsize], len(samples) + fill + ins + prb, 1, 1, 1024, 1, 1, smem,
                                 cp.cuda.get_current_stream().ptr, scratch.params_ptr, 0)
     scratch.seq = seq  # (launched)
     return seq

@@ -127,12 +127,11 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
 #: struct (align=True); groupby.cu static_asserts its size and some offsets, which
 #: tests/test_kernels_compile.py compares with these.
 SAMPLE_ARGS = np.dtype(
-    [(n, np.uint64 if n in ("keys0", "keys1", "out", "build", "probe", "table", "ctr", "host", "seq", "gather")
-      else np.int64)
+    [(n, np.uint64 if n in ("keys0", "keys1", "out", "build", "probe", "table", "ctr", "host", "seq") else np.int64)
      for n in ("keys0", "keys1", "step0", "step1", "random_rows1", "out", "build", "probe", "bstep", "bn", "pstep",
-               "pn", "table", "tslots", "ctr", "host", "seq", "gather")]
+               "pn", "table", "tslots", "ctr", "host", "seq")]
     + [(n, np.uint32 if n == "slots" else np.int32)
-       for n in ("n0", "n1", "nsamples", "slots", "nfill", "ninsert", "nprobe", "ngather")], align=True)
+       for n in ("n0", "n1", "nsamples", "slots", "nfill", "ninsert", "nprobe", "unused")], align=True)
 
 #: SAMPLE_ARGS' fields as struct.pack_into writes them (no padding: 8-byte fields first), so
 #: that a launch fills one kept buffer instead of building a NumPy struct (8 us of a cold

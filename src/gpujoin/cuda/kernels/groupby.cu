@@ -576,16 +576,15 @@ struct SampleArgs {
     i64 bstep, bn, pstep, pn;
     K* table;                 // the match ratio's table of tslots keys (filled here), or null
     i64 tslots;
-    u32* ctr;                 // 6 counters, zero at launch: the last block zeroes them again
+    u32* ctr;                 // 5 counters, zero at launch: the last block zeroes them again
     unsigned long long* host; // page-locked host words: out copied to host[0 .. 11], seq to host[15]; or null
     unsigned long long seq;
-    K* gather;                // room for the samples' n0 + n1 keys, gathered by ngather blocks
     int n0, n1, nsamples;
     u32 slots;
-    int nfill, ninsert, nprobe, ngather;
+    int nfill, ninsert, nprobe, unused;
 };
 // the NumPy twin's size (tests/test_kernels_compile.py compares it, and the fields' order)
-static_assert(sizeof(SampleArgs<i64>) == 176 && sizeof(SampleArgs<i32>) == 176, "SampleArgs: 176 bytes");
+static_assert(sizeof(SampleArgs<i64>) == 168 && sizeof(SampleArgs<i32>) == 168, "SampleArgs: 168 bytes");
 
 // Every block of sample_counts ends here: the last one zeroes the counters, then copies the 12
 // words to the host's page-locked ones and the launch's seq after them (the host spins on it
@@ -598,7 +597,7 @@ __device__ __forceinline__ void samples_done(const SampleArgs<K>& a) {
     __threadfence();
     if (atomicAdd(&a.ctr[4], 1u) != gridDim.x - 1) return;
     __threadfence();
-    for (int j = 0; j < 6; ++j) a.ctr[j] = 0;
+    for (int j = 0; j < 5; ++j) a.ctr[j] = 0;
     if (a.host) {
         const volatile unsigned long long* o = a.out;
         volatile unsigned long long* h = a.host;
@@ -622,23 +621,8 @@ __device__ __forceinline__ unsigned long long trace_now() {
 #define SAMPLE_TRACE(stage, ticket, t0, tw)
 #endif
 
-// One thread's wait until ctr[c] reaches `need` (blocks of an earlier stage done), then the block's.
-__device__ __forceinline__ void wait_for(u32* ctr, int c, u32 need) {
-    if (threadIdx.x == 0) {
-        const volatile u32* done = &ctr[c];
-        while (*done < need) __nanosleep(64);
-        __threadfence();
-    }
-    __syncthreads();
-}
-
-// The stages (issue 17 item 3), run by sample_counts' blocks past the samples in the order of a
-// ticket (ctr[0]).  The first ngather tickets copy the samples' keys (keys0[i * step0], i < n0,
-// then keys1's n1: strided, or drawn at random) into `gather`, one key a thread over blocks on
-// many SMs, and count themselves in ctr[5]: read by the two summary blocks alone, the keys'
-// latency-bound loads were one SM's (4,096 a block: 11 us of the summaries' 15 on an H200,
-// where an SM keeps a few hundred loads in flight).  Of the next tickets, those below nfill
-// fill the table (tslots keys) with the
+// The match ratio's stages (issue 17 item 3), run by sample_counts' blocks past the samples in
+// the order of a ticket (ctr[0]): tickets below nfill fill the table (tslots keys) with the
 // sentinel key and zero out[8 ... 11]; the next ninsert put the distinct build sample keys
 // build[i * bstep] (i < bn) in it, out[10] += how many were new (the build multiplicity) and the
 // high int32 of out[9] set when the sentinel key is among them; the rest count in out[8] the
@@ -655,37 +639,26 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
     unsigned long long* out = a.out;
     u32* ctr = a.ctr;
     const i64 bstep = a.bstep, bn = a.bn, pstep = a.pstep, pn = a.pn, tslots = a.tslots;
-    const int nfill = a.nfill, ninsert = a.ninsert, nprobe = a.nprobe, ngather = a.ngather;
+    const int nfill = a.nfill, ninsert = a.ninsert, nprobe = a.nprobe;
     __shared__ int ticket;
 #ifdef GPUJOIN_SAMPLE_TRACE
     const unsigned long long t0 = trace_now();
 #endif
     if (threadIdx.x == 0) ticket = (int)atomicAdd(&ctr[0], 1u);
     __syncthreads();
-    if (ticket < ngather) {  // keys i = ticket + thread * ngather + ...: each block's spread over the sample
-        const int n0 = a.n0, total = n0 + (a.nsamples > 1 ? a.n1 : 0);
-        const i64 step0 = a.step0, step1 = a.step1, random_rows = a.random_rows1;
-        for (int i = ticket + (int)threadIdx.x * ngather; i < total; i += ngather * (int)blockDim.x) {
-            const int j = i - n0;
-            // a random row: the high word of a 64-bit hash of j times the rows
-            a.gather[i] = i < n0 ? a.keys0[(i64)i * step0]
-                                 : a.keys1[random_rows > 0 ? (i64)__umul64hi(mix64((u64)j + 0x9E3779B97F4A7C15ull),
-                                                                              (u64)random_rows)
-                                                           : (i64)j * step1];
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(&ctr[5], 1u);
-        }
-        SAMPLE_TRACE(4, ticket, t0, t0);
-        return;
-    }
-    const int t = ticket - ngather;
+    const int t = ticket;
     const int stage = t < nfill ? 0 : t < nfill + ninsert ? 1 : 2;
     const int b = stage == 0 ? t : stage == 1 ? t - nfill : t - nfill - ninsert;
     const int nb = stage == 0 ? nfill : stage == 1 ? ninsert : nprobe;
-    if (stage) wait_for(ctr, stage, stage == 1 ? (u32)nfill : (u32)ninsert);
+    if (stage) {
+        if (threadIdx.x == 0) {
+            const volatile u32* done = &ctr[stage];
+            const u32 need = stage == 1 ? (u32)nfill : (u32)ninsert;
+            while (*done < need) __nanosleep(64);
+            __threadfence();
+        }
+        __syncthreads();
+    }
 #ifdef GPUJOIN_SAMPLE_TRACE
     const unsigned long long tw = trace_now();
 #endif
@@ -697,13 +670,12 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
     } else {
         // one sample key a thread: an insert or a lookup is a chain of dependent L2 round trips,
         // and four keys a thread (their loads in flight together) took 109 us against 62 at
-        // 2^18 keys a side on an H200; keys i = b + thread * nb + ...: a stage of more blocks
-        // than a full block's keys (the host's choice) spreads its loads over more SMs
+        // 2^18 keys a side on an H200
         const K* __restrict__ keys = stage == 1 ? build : probe;
         const i64 step = stage == 1 ? bstep : pstep, n = stage == 1 ? bn : pn;
         const bool has = stage == 2 && *sentinel_seen != 0;
         unsigned long long count = 0;  // new distinct keys (inserts) or keys found (probes)
-        for (i64 i = (i64)b + (i64)threadIdx.x * nb; i < n; i += (i64)nb * blockDim.x) {
+        for (i64 i = (i64)b * blockDim.x + threadIdx.x; i < n; i += (i64)nb * blockDim.x) {
             const K k = keys[i * step];
             if (k == sentinel<K>()) {
                 if (stage == 1) *sentinel_seen = 1;
@@ -733,8 +705,7 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
 }
 
 // A sample's key counts, summarized: block b < nsamples (at most 2) reads keys_b[i * step_b]
-// (i < n_b <= slots / 2; gathered first by the stages' first blocks) into a shared-memory
-// table of `slots` (a power of two) and writes
+// (i < n_b <= slots / 2) into a shared-memory table of `slots` (a power of two) and writes
 // out[4 b ...] = distinct keys, rows of keys seen more than once, the largest count, the
 // smallest count (0s for no keys): what the planner reads from a sample (top key's share,
 // repeated share, whether every group was seen twice), in one launch for both sides of a join,
@@ -760,20 +731,23 @@ sample_counts(const SampleArgs<K> a) {
     K* table = reinterpret_cast<K*>(dyn);
     u32* counts = reinterpret_cast<u32*>(dyn + slots * sizeof(K));
     __shared__ u32 tally[5];  // sentinel rows, distinct, repeated rows, largest, smallest
-    // the sample's keys, gathered by the first tickets' blocks (written in this launch: through
-    // L2 only, not a stale L1 line of an earlier launch's)
-    const K* keys = a.gather + (blockIdx.x ? a.n0 : 0);
+    const K* __restrict__ keys = blockIdx.x ? a.keys1 : a.keys0;
+    const i64 step = blockIdx.x ? a.step1 : a.step0;
     const int n = blockIdx.x ? a.n1 : a.n0;
+    const i64 random_rows = blockIdx.x ? a.random_rows1 : 0;
     for (u32 j = threadIdx.x; j < slots; j += blockDim.x) { table[j] = sentinel<K>(); counts[j] = 0; }
     if (threadIdx.x < 5) tally[threadIdx.x] = threadIdx.x == 4 ? 0xffffffffu : 0u;
-    wait_for(a.ctr, 5, (u32)a.ngather);  // (its __syncthreads covers the table's fill)
+    __syncthreads();
     // up to 8 rows a thread loaded before any is counted: a sample's loads in flight together
     for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
         K ks[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
             const int i = base + u * (int)blockDim.x + (int)threadIdx.x;
-            if (i < n) ks[u] = __ldcg(&keys[i]);
+            // a random row: the high word of a 64-bit hash of i times the rows
+            if (i < n) ks[u] = keys[random_rows > 0 ? (i64)__umul64hi(mix64((u64)i + 0x9E3779B97F4A7C15ull),
+                                                                    (u64)random_rows)
+                                                    : (i64)i * step];
         }
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
