@@ -159,6 +159,10 @@ def trace() -> None:
         if not rows:
             print(name, "no trace")
             continue
+        for ln in lines:  # the summary blocks' phases (ns from their start): init, thread 0's keys in, all in, end
+            if ln.startswith("PHASES"):
+                print(f"{name:20} summary block {ln.split()[1]}: table cleared {ln.split()[2]} ns, thread 0's keys "
+                      f"in {ln.split()[3]}, every key in {ln.split()[4]}, counted and written {ln.split()[5]}")
         base = min(r[2] for r in rows)
         for stage in sorted({r[0] for r in rows}):
             st = [r for r in rows if r[0] == stage]

@@ -617,8 +617,10 @@ __device__ __forceinline__ unsigned long long trace_now() {
 }
 #define SAMPLE_TRACE(stage, ticket, t0, tw) \
     if (threadIdx.x == 0) printf("TRACE %d %d %llu %llu %llu\n", (int)(stage), (int)(ticket), t0, tw, trace_now())
+#define SAMPLE_MARK(name) const unsigned long long name = trace_now()
 #else
 #define SAMPLE_TRACE(stage, ticket, t0, tw)
+#define SAMPLE_MARK(name)
 #endif
 
 // The match ratio's stages (issue 17 item 3), run by sample_counts' blocks past the samples in
@@ -738,6 +740,7 @@ sample_counts(const SampleArgs<K> a) {
     for (u32 j = threadIdx.x; j < slots; j += blockDim.x) { table[j] = sentinel<K>(); counts[j] = 0; }
     if (threadIdx.x < 5) tally[threadIdx.x] = threadIdx.x == 4 ? 0xffffffffu : 0u;
     __syncthreads();
+    SAMPLE_MARK(t_init);
     // up to 8 rows a thread loaded before any is counted: a sample's loads in flight together
     for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
         K ks[8];
@@ -759,7 +762,9 @@ sample_counts(const SampleArgs<K> a) {
             atomicAdd(&counts[slot], 1u);
         }
     }
+    SAMPLE_MARK(t_loaded);  // (thread 0's: its keys in)
     __syncthreads();
+    SAMPLE_MARK(t_counted);
     u32 d = 0, rep = 0, top = 0, least = 0xffffffffu;
     for (u32 j = threadIdx.x; j <= slots; j += blockDim.x) {
         const u32 c = j < slots ? counts[j] : tally[0];  // the sentinel key's count last
@@ -787,6 +792,11 @@ sample_counts(const SampleArgs<K> a) {
         o[2] = tally[3];
         o[3] = tally[1] ? tally[4] : 0u;
     }
+#ifdef GPUJOIN_SAMPLE_TRACE
+    if (threadIdx.x == 0)
+        printf("PHASES %d %llu %llu %llu %llu\n", (int)blockIdx.x, t_init - t0, t_loaded - t0, t_counted - t0,
+               trace_now() - t0);
+#endif
     SAMPLE_TRACE(0, blockIdx.x, t0, t0);
     samples_done(a);
 }
