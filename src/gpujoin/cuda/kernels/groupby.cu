@@ -609,7 +609,8 @@ __device__ __forceinline__ void samples_done(const SampleArgs<K>& a) {
 
 #ifdef GPUJOIN_SAMPLE_TRACE
 // -DGPUJOIN_SAMPLE_TRACE (scripts/profile_launch_cold.py --trace): each block's thread 0 prints
-// when it started, got past its stage's wait and ended (the GPU's global timer, ns)
+// when it started, got past its stage's wait and ended (the GPU's global timer, ns), and a
+// summary block its phases
 __device__ __forceinline__ unsigned long long trace_now() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
