@@ -302,6 +302,7 @@ class DeviceCodec:
     """
 
     _codecs: dict = {}
+    _ready = False  # nvCOMP's allocator set and the hooks registered (once: the cache may empty)
     #: The most Codecs kept (the oldest let go first): each holds scratch from CuPy's pool, and
     #: a key per dtype, scheme and stream would otherwise grow without bound.
     CODECS_KEPT = 48
@@ -313,7 +314,8 @@ class DeviceCodec:
         if nv is None:
             raise ImportError(f"cascaded compression of GPU columns needs nvCOMP: {nvcomp_missing()}; "
                               "or use compression='none'")
-        if not self._codecs:
+        if not DeviceCodec._ready:
+            DeviceCodec._ready = True
             # nvCOMP's buffers from CuPy's pool: with its own allocator (cudaMalloc and cudaFree
             # a call) 2^26 int64 took 3.97 ms to encode and 2.56 to decode, from the pool 1.41
             # and 0.87 (H100, scripts/profile_nvcomp.py)
