@@ -586,7 +586,7 @@ class _Scratch:
         self.arg_bytes = np.zeros(SAMPLE_ARGS.itemsize, np.uint8)
         self.params = np.array([self.arg_bytes.ctypes.data], np.uintp)
         self.params_ptr = self.params.ctypes.data
-        self.table, self.table_bytes = None, 0  # the match stages' hash table, kept (table())
+        self.table, self.table_bytes = None, 0  # the match stages' hash table, kept (table_ptr)
         props = device_properties(device)
         self.sms, self.smem_optin = props["sms"], props["smem_optin"]
         self.fns = {4: kernel("groupby.cu", "sample_counts<i32>"), 8: kernel("groupby.cu", "sample_counts<i64>")}

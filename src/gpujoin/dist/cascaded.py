@@ -341,6 +341,10 @@ class DeviceCodec:
             # after its stream crashed the process (SIGSEGV)
             got = (make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
                         **nvcomp_options(scheme, self.dtype)), stream)
+            if len(codecs) >= self.CODECS_KEPT:  # (the oldest's work done before its scratch goes back)
+                import cupy as cp
+
+                cp.cuda.Device().synchronize()
             while len(codecs) >= self.CODECS_KEPT:
                 DeviceCodec._let_go([next(iter(codecs))])
         codecs[key] = got
