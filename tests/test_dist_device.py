@@ -222,6 +222,24 @@ def test_nvcomp_codecs_scratch_gives_way_to_a_memory_limit():
     del x
 
 
+def test_nvcomp_codec_cache_lets_the_oldest_go(monkeypatch):
+    """The codec cache is bounded: past CODECS_KEPT the least recently used codecs are let go
+    (after the device's work), and codecs made again round-trip as before."""
+    from gpujoin.dist import cascaded
+
+    if cascaded.nvcomp() is None:
+        pytest.skip("nvCOMP not installed (the nvidia-nvcomp-cu13 wheel)")
+    monkeypatch.setattr(cascaded.DeviceCodec, "CODECS_KEPT", 4)
+    data = cp.asarray(np.repeat(np.arange(-50, 50, dtype=np.int32), 37))
+    for _ in range(2):
+        for scheme in (cascaded.Scheme(0, 0, True), cascaded.Scheme(2, 1, True), cascaded.Scheme(1, 0, False)):
+            buf, offsets, sizes = cascaded.DeviceCodec("int32", scheme).encode([data])
+            out = cp.zeros_like(data)
+            cascaded.DeviceCodec("int32", cascaded.Scheme()).decode([buf[offsets[0]:offsets[0] + sizes[0]]], [out])
+            assert bool((out == data).all())
+            assert len(cascaded.DeviceCodec._codecs) <= 4
+
+
 def _mpirun() -> list[str] | None:
     """The launcher and the flags this machine's MPI needs (Open MPI as root), or None."""
     import shutil
