@@ -251,8 +251,10 @@ def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
     past the cap is a MemoryError naming memory_limit."""
     import threading
 
+    import gpujoin.outofcore.budget as budget
     from gpujoin.outofcore.budget import gpu_memory_cap
 
+    monkeypatch.setattr(budget, "_releasers", [])  # (none registered by other tests: nvCOMP's)
     pool = _FakePool()
     pool.limit = 7
     cp = _fake_cupy(monkeypatch, pool)
@@ -280,10 +282,7 @@ def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
     with gpu_memory_cap(100):  # a pool holding more than the cap is trimmed
         assert pool.freed == 1
     # pieces a cache keeps (nvCOMP's codecs) let go only when freeing the blocks is not enough
-    import gpujoin.outofcore.budget as budget
-
     released = []
-    monkeypatch.setattr(budget, "_releasers", [])
     budget.on_memory_cap(lambda: released.append(pool.held))
     with gpu_memory_cap(100):
         assert pool.freed == 3 and released == [120]

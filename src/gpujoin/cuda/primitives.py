@@ -578,7 +578,7 @@ class _Scratch:
             except cp.cuda.runtime.CUDARuntimeError:  # (not page-locked: the words copied back)
                 addr = 0
             if addr:
-                weakref.finalize(self, _unregister, addr, self.page)
+                weakref.finalize(self, _unregister, addr, self.page, device)
                 self.host_ptr = addr  # else: the words copied back (wait)
         self.seq = self.read = 0
         # the kernel's argument: a kept buffer that SAMPLE_PACK fills, and the driver's void*[1]
@@ -600,7 +600,7 @@ class _Scratch:
             mem = cp.empty(nbytes, cp.uint8)  # (freed to the stream's pool: a later allocation runs after this launch)
             return mem.data.ptr, mem
         if nbytes > self.table_bytes:
-            self.table = None
+            self.table, self.table_bytes = None, 0
             try:
                 self.table = cp.cuda.memory.Memory(nbytes)
             except cp.cuda.runtime.CUDARuntimeError:  # out of device memory: the pool's own MemoryError
@@ -640,8 +640,10 @@ TABLE_KEPT = 4 << 20
 _HOST_POINTER_FOR_REGISTERED_MEM = 91
 
 
-def _unregister(addr: int, page) -> None:
+def _unregister(addr: int, page, device: int) -> None:
     try:
+        with cp.cuda.Device(device):  # (a launch not read may still write the page)
+            cp.cuda.Device(device).synchronize()
         cp.cuda.runtime.hostUnregister(addr)
     except Exception:  # noqa: BLE001  (at exit, CUDA may be gone first)
         pass
@@ -733,8 +735,9 @@ def key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
     2^24-row join.
 
     Raises ValueError for more than two arrays, ``size`` above SUMMARY_MAX, or ``draws`` above
-    DRAWS_MAX or with two arrays; MemoryError (CuPy's) when ``match``'s table (16 bytes a build
-    sample key) does not fit."""
+    DRAWS_MAX or with two arrays; MemoryError (CuPy's) when ``match``'s table (8-16 bytes a
+    build sample key) does not fit: up to TABLE_KEPT bytes it is the thread's own cudaMalloc,
+    kept, outside CuPy's pool and so outside memory_limit; larger, from the pool."""
     return launch_key_samples(keys, size, match, draws).result()
 
 

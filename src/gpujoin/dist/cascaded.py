@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import struct
+import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -302,6 +303,7 @@ class DeviceCodec:
     """
 
     _codecs: dict = {}
+    _lock = threading.Lock()  # (threads of a multi-GPU join make, use and let go of codecs at once)
     _ready = False  # nvCOMP's allocator set and the hooks registered (once: the cache may empty)
     #: The most Codecs kept (the oldest let go first): each holds scratch from CuPy's pool, and
     #: a key per dtype, scheme and stream would otherwise grow without bound.
@@ -335,38 +337,50 @@ class DeviceCodec:
     def _codec(self, role: str, scheme: Scheme, make, device: int, stream):
         key = (role, self.dtype.str, scheme, self.stream, device)
         codecs = self._codecs
-        got = codecs.pop(key, None)  # (re-inserted: the dict's order is the use order)
-        if got is None:  # a Codec keeps its scratch buffers between calls
-            # kept with the CuPy stream it works on, which must outlive it: a codec destroyed
-            # after its stream crashed the process (SIGSEGV)
-            got = (make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
-                        **nvcomp_options(scheme, self.dtype)), stream)
-            if len(codecs) >= self.CODECS_KEPT:  # (the oldest's work done before its scratch goes back)
-                import cupy as cp
-
-                cp.cuda.Device().synchronize()
-            while len(codecs) >= self.CODECS_KEPT:
-                DeviceCodec._let_go([next(iter(codecs))])
-        codecs[key] = got
-        return got[0]
+        with DeviceCodec._lock:
+            got = codecs.pop(key, None)  # (re-inserted: the dict's order is the use order)
+            if got is not None:
+                codecs[key] = got
+                return got[1]
+        # a Codec keeps its scratch buffers between calls; kept as (stream, codec), the CuPy
+        # stream it works on first, so that even a tuple dropped whole lets go of the codec
+        # first (a codec destroyed after its stream crashed the process)
+        got = (stream, make(algorithm="Cascaded", data_type=self.dtype.str, cuda_stream=self.stream,
+                            **nvcomp_options(scheme, self.dtype)))
+        with DeviceCodec._lock:
+            old = [(k, codecs.pop(k)) for k in list(codecs)[:max(0, len(codecs) + 1 - self.CODECS_KEPT)]]
+            if key in codecs:  # (made by another thread meanwhile)
+                old.append((key, codecs.pop(key)))
+            codecs[key] = got
+        DeviceCodec._let_go(old)
+        return got[1]
 
     @staticmethod
-    def _let_go(keys) -> None:
-        """Drop the kept codecs of ``keys``, each before its stream."""
-        for key in keys:
-            codec, stream = DeviceCodec._codecs.pop(key)
-            del codec  # (destroyed here unless a DeviceCodec still holds it, with the stream)
+    def _let_go(entries: list) -> None:
+        """Drop (key, (stream, codec)) entries taken out of the cache: each codec once its
+        device's work is done (its scratch goes back to CuPy's pool), then its stream."""
+        import cupy as cp
+
+        while entries:
+            key, (stream, codec) = entries.pop()
+            with cp.cuda.Device(key[4]):
+                cp.cuda.Device(key[4]).synchronize()
+                del codec  # (destroyed here unless a DeviceCodec still holds it, with the stream)
             del stream
 
     @staticmethod
+    def _take(drop) -> list:
+        """The cache's entries whose key ``drop`` says, taken out of it."""
+        with DeviceCodec._lock:
+            return [(k, DeviceCodec._codecs.pop(k)) for k in list(DeviceCodec._codecs) if drop(k)]
+
+    @staticmethod
     def _on_memory_cap() -> None:
-        """A memory cap needs the room: the current device's kept codecs let go, once the work
-        they were given is done (their scratch goes back to CuPy's pool)."""
+        """A memory cap needs the room: the current device's kept codecs let go."""
         import cupy as cp
 
-        dev = cp.cuda.Device()
-        dev.synchronize()
-        DeviceCodec._let_go([k for k in DeviceCodec._codecs if k[4] == dev.id])
+        dev = cp.cuda.Device().id
+        DeviceCodec._let_go(DeviceCodec._take(lambda k: k[4] == dev))
 
     @staticmethod
     def _release() -> None:
@@ -378,7 +392,7 @@ class DeviceCodec:
         import cupy as cp
 
         cp.cuda.Device().synchronize()
-        DeviceCodec._let_go(list(DeviceCodec._codecs))
+        DeviceCodec._let_go(DeviceCodec._take(lambda k: True))
         gc.collect()
         nvcomp().set_device_allocator(None)
 

@@ -151,7 +151,7 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
         match = not wide and cost.engine_phj_crossover(dev, max(len(bw), len(pw), 1)) > 0
         try:
             read = launch_join_samples(build_keys, probe_keys, match=match, multiplicity=not wide)
-        except MemoryError:  # no room for the match ratio's table (a tiny memory_limit): 1 assumed,
+        except MemoryError:  # no room for the match ratio's table (memory exhausted): 1 assumed,
             read, match = launch_join_samples(build_keys, probe_keys, match=False), False  # the join's check names it
 
         def finish() -> Choice:

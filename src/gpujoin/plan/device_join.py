@@ -105,6 +105,15 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         stats.output_rows = result.num_rows
         stats.phases = {"transform": 0.0, "match": time.perf_counter() - t0, "materialize": 0.0}
         return result, stats
+    for a, b in zip(lk, rk):
+        for t, name, side in ((lt, a, "left"), (rt, b, "right")):
+            if name in t.validity:
+                raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
+                                 f"cannot be null: drop those rows or pass Arrow tables")
+        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
+        if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
+            raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one dictionary "
+                              f"(encode both tables' strings together, or pass Arrow tables)")
     packing = None
     if len(lk) == 1:
         ln, rn = lk[0], rk[0]
@@ -122,7 +131,7 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     payloads = [(side, name, False) for side, name, _out, key in layout if not key]
     payloads += [(side, name, True) for side, name, _ in payloads if name in (lt if side == "l" else rt).validity]
     finish = None
-    if algo == "auto":  # the planner's samples launched here, read once the checks below ran
+    if algo == "auto":  # the planner's samples launched here, read once the work below ran
         from .auto import launch_gpu_join_plan
 
         widths = {"l": [], "r": []}
@@ -130,28 +139,27 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
             widths[side].append(1 if mask else (lt if side == "l" else rt)[name].dtype.itemsize)
         finish = launch_gpu_join_plan(lkey if build_left else rkey, rkey if build_left else lkey, widths[bside],
                                       widths[pside])
-    for a, b in zip(lk, rk):
-        for t, name, side in ((lt, a, "left"), (rt, b, "right")):
-            if name in t.validity:
-                raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
-                                 f"cannot be null: drop those rows or pass Arrow tables")
-        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
-        if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
-            raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one dictionary "
-                              f"(encode both tables' strings together, or pass Arrow tables)")
-    for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")), (rkey, "right", validate in ("1:1", "m:1"))):
-        if check and cp.unique(keys).size != keys.size:
-            raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
-
-    stats.params["build_side"] = "left" if build_left else "right"
-    mode = JOIN_MODES[how]
-    sides = {"l": (lt, []), "r": (rt, [])}
-    index, vindex = {}, {}
-    for side, name, mask in payloads:
-        t, pay = sides[side]
-        (vindex if mask else index)[(side, name)] = len(pay)
-        pay.append(t.validity[name].astype(cp.uint8, copy=False) if mask else t[name])
-    emit_keys = any(key for *_, key in layout)
+    try:
+        for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")),
+                                  (rkey, "right", validate in ("1:1", "m:1"))):
+            if check and cp.unique(keys).size != keys.size:
+                raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
+        stats.params["build_side"] = "left" if build_left else "right"
+        mode = JOIN_MODES[how]
+        sides = {"l": (lt, []), "r": (rt, [])}
+        index, vindex = {}, {}
+        for side, name, mask in payloads:
+            t, pay = sides[side]
+            (vindex if mask else index)[(side, name)] = len(pay)
+            pay.append(t.validity[name].astype(cp.uint8, copy=False) if mask else t[name])
+        emit_keys = any(key for *_, key in layout)
+    except BaseException:
+        if finish is not None:  # the launch read, so that nothing of it is left in flight
+            try:
+                finish()
+            except Exception:  # noqa: BLE001  (the first error is the one to report)
+                pass
+        raise
     if finish is not None:
         choice = finish()
         algo = stats.algorithm = choice.algorithm

@@ -401,7 +401,8 @@ def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
     multiplicity without the probe keys.  The probe summary comes from the same launch as the
     build's (a second block), so it costs no time of its own; the match ratio's table is built
     only when ``match`` or ``multiplicity``.  Raises MemoryError (CuPy's) where that table
-    does not fit."""
+    does not fit (the device's memory exhausted; or, past primitives.TABLE_KEPT bytes, the
+    memory_limit)."""
     return launch_join_samples(build_keys, probe_keys, match, multiplicity, full)()
 
 
