@@ -605,6 +605,12 @@ def test_device_errors_are_clear():
         gpujoin.join(r, r, "k", device="cpu")
     with pytest.raises(gpujoin.ComputeError, match="1:1"):
         gpujoin.join({"k": cp.asarray([1, 1])}, r, "k", validate="1:1")
+    # auto's samples are launched before the validate check: the failed join reads them, and the
+    # next join on this thread plans and joins as usual
+    with pytest.raises(gpujoin.ComputeError, match="1:1"):
+        gpujoin.join({"k": cp.asarray([1, 1, 2]), "v": cp.arange(3)}, r, "k", validate="1:1", algorithm="auto")
+    out = gpujoin.join({"k": cp.asarray([1, 1, 2]), "v": cp.arange(3)}, r, "k", algorithm="auto")
+    assert sorted(out.to_arrow().column("v").to_pylist()) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
