@@ -222,23 +222,12 @@ class _FakePool:
 def _fake_cupy(monkeypatch, pool):
     import types
 
-    class Device:
-        current = 0
-
-        def __init__(self, i=None):
-            self.id = Device.current if i is None else i
-
-        def __enter__(self):
-            self._prev, Device.current = Device.current, self.id
-            return self
-
-        def __exit__(self, *exc):
-            Device.current = self._prev
+    from fake_cupy import FakeDevice
 
     class OutOfMemoryError(Exception):
         pass
 
-    cuda = types.SimpleNamespace(Device=Device, memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
+    cuda = types.SimpleNamespace(Device=FakeDevice, memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
     fake = types.SimpleNamespace(get_default_memory_pool=lambda: pool, cuda=cuda)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     return fake

@@ -8,6 +8,7 @@ import threading
 import types
 
 import pytest
+from fake_cupy import FakeDevice
 
 from gpujoin.dist import cascaded
 from gpujoin.outofcore import budget
@@ -23,19 +24,7 @@ class _Stream:
         LOG.append(("stream", self.ptr))
 
 
-class _Device:
-    current = 0
-
-    def __init__(self, n=None):
-        self.id = _Device.current if n is None else n
-
-    def __enter__(self):
-        self._prev, _Device.current = _Device.current, self.id
-        return self
-
-    def __exit__(self, *exc):
-        _Device.current = self._prev
-
+class _Device(FakeDevice):
     def synchronize(self):
         LOG.append(("sync", self.id))
 
@@ -52,7 +41,8 @@ class _Codec:
 def fakes(monkeypatch):
     streams = {}
     cuda = types.SimpleNamespace(Device=_Device, alloc=lambda n: None,
-                                 get_current_stream=lambda: streams.setdefault(_Device.current, _Stream(100 + _Device.current)))
+                                 get_current_stream=lambda: streams.setdefault(FakeDevice.current,
+                                                                            _Stream(100 + FakeDevice.current)))
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
     nv = types.SimpleNamespace(Codec=_Codec, set_device_allocator=lambda f: None,
                                CascadedMode=types.SimpleNamespace(ASYMMETRIC="a", SYMMETRIC="s"))
@@ -64,7 +54,7 @@ def fakes(monkeypatch):
     LOG.clear()
     yield streams
     cascaded.DeviceCodec._codecs.clear()
-    _Device.current = 0
+    FakeDevice.current = 0
 
 
 def test_the_cache_is_bounded_and_lets_each_codec_go_before_its_stream(fakes, monkeypatch):
