@@ -596,17 +596,18 @@ class _Scratch:
         """(address, owner) of ``nbytes`` for the match stages' table: up to TABLE_KEPT bytes a
         cudaMalloc kept between launches (a thread's launches never overlap), as the words are,
         and outside CuPy's pool for the same reason; larger, from the pool for this launch."""
+        if nbytes <= self.table_bytes:
+            return self.table.ptr, self.table
         if nbytes > TABLE_KEPT:
             mem = cp.empty(nbytes, cp.uint8)  # (freed to the stream's pool: a later allocation runs after this launch)
             return mem.data.ptr, mem
-        if nbytes > self.table_bytes:
-            self.table, self.table_bytes = None, 0
-            try:
-                self.table = cp.cuda.memory.Memory(nbytes)
-            except cp.cuda.runtime.CUDARuntimeError:  # out of device memory: the pool's own MemoryError
-                mem = cp.empty(nbytes, cp.uint8)
-                return mem.data.ptr, mem
-            self.table_bytes = nbytes
+        self.table, self.table_bytes = None, 0
+        try:
+            self.table = cp.cuda.memory.Memory(nbytes)
+        except cp.cuda.runtime.CUDARuntimeError:  # out of device memory: the pool's own MemoryError
+            mem = cp.empty(nbytes, cp.uint8)
+            return mem.data.ptr, mem
+        self.table_bytes = nbytes
         return self.table.ptr, self.table
 
     def wait(self, seq: int) -> np.ndarray:
@@ -679,10 +680,7 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
     bstep = bn = pstep = pn = 0
     if build is not None and build[2]:
         tslots = 1 << max(10, (2 * build[2] - 1).bit_length())  # twice the sample, a power of two
-        nbytes, _owner = tslots * dt.itemsize, None
-        table = scratch.table.ptr if nbytes <= scratch.table_bytes else None
-        if table is None:
-            table, _owner = scratch.table_ptr(nbytes)
+        table, _owner = scratch.table_ptr(tslots * dt.itemsize)
         most = 2 * scratch.sms
         fill, ins = max(1, min(64, tslots >> 12)), max(1, min(-(-build[2] // 1024), most))
         bptr, bstep, bn = build[0].data.ptr, build[1], build[2]

@@ -332,8 +332,7 @@ def match_ratio(build_keys, probe_keys) -> float:
         return 0.0
     if _xp(build_keys) is np:
         b, p = np.sort(_sample(build_keys, BUILD_SAMPLE)), _sample(probe_keys, PROBE_SAMPLE)
-        hits = int(np.count_nonzero(b[np.minimum(np.searchsorted(b, p), b.size - 1)] == p))
-        return _ratio(hits, p.size, build_keys.size, b.size)
+        return _ratio(_hits(b, p), p.size, build_keys.size, b.size)
     return device_join_samples(build_keys, probe_keys, True, full=True)[2]
 
 
@@ -387,8 +386,13 @@ def sample_match_ratio(sample: np.ndarray, build_rows: int, probe_keys) -> float
     if sample.size == 0 or probe_keys.size == 0:
         return 0.0
     p = np.ascontiguousarray(_sample(probe_keys, planner_sample(int(probe_keys.size), HOST_MULTIPLICITY_SAMPLE)))
-    hits = int(np.count_nonzero(sample[np.minimum(np.searchsorted(sample, p), sample.size - 1)] == p))
-    return _ratio(hits, p.size, build_rows, sample.size)
+    return _ratio(_hits(sample, p), p.size, build_rows, sample.size)
+
+
+def _hits(sorted_sample: np.ndarray, probe: np.ndarray) -> int:
+    """How many of host ``probe``'s keys the sorted, non-empty ``sorted_sample`` holds."""
+    return int(np.count_nonzero(sorted_sample[np.minimum(np.searchsorted(sorted_sample, probe),
+                                                          sorted_sample.size - 1)] == probe))
 
 
 def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False, full: bool = False
