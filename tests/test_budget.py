@@ -201,7 +201,7 @@ def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
 
 class _FakePool:
     def __init__(self):
-        self.limit, self.freed, self.held = 0, 0, 0
+        self.limit, self.freed, self.held, self.used = 0, 0, 0, 0
 
     def get_limit(self):
         return self.limit
@@ -210,7 +210,7 @@ class _FakePool:
         self.limit = size
 
     def used_bytes(self):
-        return 0
+        return self.used
 
     def total_bytes(self):
         return self.held
@@ -270,14 +270,21 @@ def test_gpu_memory_cap_nests_and_sums_workers_sharing_a_gpu(monkeypatch):
     pool.held = 120
     with gpu_memory_cap(100):  # a pool holding more than the cap is trimmed
         assert pool.freed == 1
-    # pieces a cache keeps (nvCOMP's codecs) let go only when freeing the blocks is not enough
+    # pieces a cache keeps (nvCOMP's codecs) let go whenever pieces are in use: any may pin a chunk
     released = []
-    budget.on_memory_cap(lambda: released.append(pool.held))
+    budget.on_memory_cap(lambda: released.append(pool.held) or True)
+    pool.used = 1
     with gpu_memory_cap(100):
         assert pool.freed == 3 and released == [120]
-    pool.held = 90
+    pool.held = 100  # exactly the cap, a piece in use: it may pin a whole chunk (seen: 512 B, 2 MiB)
     with gpu_memory_cap(100):
-        assert pool.freed == 3 and released == [120]
+        assert pool.freed == 4 and released == [120, 100]
+    pool.held = 50  # (a 2 MiB chunk pinned under a 4 MiB cap halved its room)
+    with gpu_memory_cap(100):
+        assert pool.freed == 5 and released == [120, 100, 50]
+    pool.held, pool.used = 90, 0  # nothing in use: nothing pinned
+    with gpu_memory_cap(100):
+        assert pool.freed == 5 and released == [120, 100, 50]
     with pytest.raises(MemoryError, match="memory_limit=100"):
         with gpu_memory_cap(100):
             raise cp.cuda.memory.OutOfMemoryError("out of memory")

@@ -71,8 +71,9 @@ def test_the_cache_is_bounded_and_lets_each_codec_go_before_its_stream(fakes, mo
     LOG.clear()
     fakes.clear()  # the stream objects now held by the cache alone
     assert budget._releasers == [cascaded.DeviceCodec._on_memory_cap]
-    cascaded.DeviceCodec._on_memory_cap()
+    assert cascaded.DeviceCodec._on_memory_cap() is True
     assert all(k[4] == 1 for k in codecs) and len(codecs) == 3
+    assert cascaded.DeviceCodec._on_memory_cap() is False  # nothing left on device 0
     assert LOG.index(("sync", 0)) < LOG.index(("codec", 100)) < LOG.index(("stream", 100))
 
 

@@ -375,12 +375,16 @@ class DeviceCodec:
             return [(k, DeviceCodec._codecs.pop(k)) for k in list(DeviceCodec._codecs) if drop(k)]
 
     @staticmethod
-    def _on_memory_cap() -> None:
-        """A memory cap needs the room: the current device's kept codecs let go."""
+    def _on_memory_cap() -> bool:
+        """A memory cap needs the room: the current device's kept codecs let go (True when
+        there were any)."""
         import cupy as cp
 
         dev = cp.cuda.Device().id
-        DeviceCodec._let_go(DeviceCodec._take(lambda k: k[4] == dev))
+        entries = DeviceCodec._take(lambda k: k[4] == dev)
+        had = bool(entries)
+        DeviceCodec._let_go(entries)
+        return had
 
     @staticmethod
     def _release() -> None:

@@ -118,25 +118,29 @@ _caps_lock = threading.Lock()
 
 #: Functions that let go of the device memory a cache keeps between calls (nvCOMP's codecs'
 #: scratch buffers, dist.cascaded): a memory cap calls them when CuPy's pool, its free blocks
-#: freed, still holds more than the cap.  A cache's lasting pieces count against every later
-#: cap, and one small piece keeps its whole pooled chunk (split from a larger freed block)
-#: out of reach: after the nvCOMP tests, 26 out-of-core tests under 2-4 MB caps failed.
+#: freed, still holds more than the cap, or holds pieces in use at all.  A cache's lasting
+#: pieces count against every later cap, and one small piece keeps its whole
+#: pooled chunk (split from a larger freed block) out of reach: after the nvCOMP tests, 26
+#: out-of-core tests under 2-4 MB caps failed; later 512 bytes a codec kept pinned a 2 MiB chunk
+#: under a 2 MiB cap (the pool holding exactly the cap).
 _releasers: list = []
 
 
 def on_memory_cap(release) -> None:
-    """Register ``release()`` (no arguments): drop a cache's device memory when a memory cap
-    needs the room (gpu_memory_cap)."""
+    """Register ``release()`` (no arguments; True when it let anything go): drop a cache's device
+    memory when a memory cap needs the room (gpu_memory_cap)."""
     if release not in _releasers:
         _releasers.append(release)
 
 
 def _trim(pool, limit: int) -> None:
-    pool.free_all_blocks()
-    if pool.total_bytes() > limit and _releasers:
-        for release in _releasers:
-            release()
+    """Make room for a cap of ``limit`` bytes: a pool holding more than the cap frees its cached
+    blocks; the caches registered with on_memory_cap let go whenever pieces are in use (a cache's
+    may pin whole chunks; no cap-taking path keeps codecs, so this costs them nothing)."""
+    if pool.total_bytes() > limit:
         pool.free_all_blocks()
+    if _releasers and pool.used_bytes() and any([release() for release in _releasers]):
+        pool.free_all_blocks()  # (a list: every cache lets go)
 
 
 def _set_cap(pool, entry) -> None:
@@ -151,8 +155,8 @@ def gpu_memory_cap(limit: int | None):
 
     The pool keeps its cached free blocks (CuPy frees them itself when an allocation would pass
     the cap), so a repeated operation allocates nothing new; only a pool already holding more
-    than the cap is trimmed on entry, outside the lock (its free blocks, then the caches
-    registered with on_memory_cap).  (Freeing every block on entry, under
+    than the cap is trimmed on entry, outside the lock (its free blocks; the caches registered
+    with on_memory_cap when pieces are in use).  (Freeing every block on entry, under
     the lock, serialized the threads of a multi-GPU join: on four H200s the fourth GPU began
     pass 1 236 ms after the first, and every run paid cudaMalloc again.)  The previous cap is
     restored when the last holder leaves.  A cap inside another
@@ -167,8 +171,7 @@ def gpu_memory_cap(limit: int | None):
 
     pool = cp.get_default_memory_pool()
     dev, me = cp.cuda.Device().id, threading.get_ident()
-    if pool.total_bytes() > limit:  # the pool's cached blocks count in the operation's peak_gpu_bytes
-        _trim(pool, limit)
+    _trim(pool, limit)  # (the pool's cached blocks count in the operation's peak_gpu_bytes)
     with _caps_lock:
         entry = _caps.get(dev)
         if entry is None:
