@@ -161,8 +161,10 @@ def trace() -> None:
             continue
         for ln in lines:  # the summary blocks' phases (ns from their start): init, thread 0's keys in, all in, end
             if ln.startswith("PHASES"):
-                print(f"{name:20} summary block {ln.split()[1]}: table cleared {ln.split()[2]} ns, thread 0's keys "
-                      f"in {ln.split()[3]}, every key in {ln.split()[4]}, counted and written {ln.split()[5]}")
+                w = ln.split()
+                print(f"{name:20} summary block {w[1]}: table cleared {w[2]} ns, every key loaded {w[7]}, thread 0's "
+                      f"keys in {w[3]}, every key in {w[4]}, counted and written {w[5]}; SM clock "
+                      f"{int(w[6]) / int(w[5]) * 1e3:.0f} MHz")
         base = min(r[2] for r in rows)
         for stage in sorted({r[0] for r in rows}):
             st = [r for r in rows if r[0] == stage]
@@ -179,13 +181,24 @@ def trace_child() -> None:
     kernels.OPTIONS += ("-DGPUJOIN_SAMPLE_TRACE",)
     libc = ctypes.CDLL(None)  # the kernel's printf goes through C's stdout: flushed at each case's end
     r, s = make_join(JoinWorkload(log2_r=24, log2_s=24, payloads=1), cp)
-    for name, m in (("summaries", None), ("multiplicity 2^16", (1 << 16, 0)), ("match 2^16", (1 << 16, 1 << 16))):
-        for rep in range(3):  # (the last one printed: compiled and warm, after a join)
-            execute_join(s, r, "k", algorithm="phj-tr")
+    cases = (("summaries", None, True), ("multiplicity 2^16", (1 << 16, 0), True),
+             ("match 2^16", (1 << 16, 1 << 16), True), ("summaries, no join before", None, False),
+             ("match, no join before", (1 << 16, 1 << 16), False))
+    # (and the summaries of 4,096 contiguous keys just copied, in L2: the inserts without the loads' DRAM)
+    near = [r["k"][:stats.SKEW_SAMPLE].copy(), s["k"][:stats.SKEW_SAMPLE].copy()]
+    cases += (("summaries, 4,096 keys in L2", None, True),)
+    for name, m, join in cases:
+        keys = near if "in L2" in name else [r["k"], s["k"]]
+        for rep in range(3):  # (the last one printed: compiled and warm, after a join when `join`)
+            if join or rep == 0:
+                execute_join(s, r, "k", algorithm="phj-tr")
+            if keys is near:
+                near = [k.copy() for k in near]
+                keys = near
             cp.cuda.Device().synchronize()
             if rep == 2:
                 print(f"CASE {name}", flush=True)
-            prim.launch_key_samples([r["k"], s["k"]], stats.SKEW_SAMPLE, m).result()
+            prim.launch_key_samples(keys, stats.SKEW_SAMPLE, m).result()
             cp.cuda.Device().synchronize()
             libc.fflush(None)
             if rep == 2:

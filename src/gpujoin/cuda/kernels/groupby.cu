@@ -624,6 +624,19 @@ __device__ __forceinline__ unsigned long long trace_now() {
 #define SAMPLE_MARK(name)
 #endif
 
+// The match ratio's table: buckets of MATCH_BUCKET bytes (a sector: 4 int64 or 8 int32 keys),
+// read whole, not through L1 (written in this launch); linear probing from bucket to bucket.
+#define MATCH_BUCKET 32
+template <typename K>
+__device__ __forceinline__ void load_bucket(const K* table, u32 bk, K (&e)[MATCH_BUCKET / sizeof(K)]) {
+    union { uint4 v[2]; K k[MATCH_BUCKET / sizeof(K)]; } u;
+    const uint4* q = reinterpret_cast<const uint4*>(table + (u64)bk * (MATCH_BUCKET / sizeof(K)));
+    u.v[0] = __ldcg(q);
+    u.v[1] = __ldcg(q + 1);
+#pragma unroll
+    for (int j = 0; j < (int)(MATCH_BUCKET / sizeof(K)); ++j) e[j] = u.k[j];
+}
+
 // The match ratio's stages (issue 17 item 3), run by sample_counts' blocks past the samples in
 // the order of a ticket (ctr[0]): tickets below nfill fill the table (tslots keys) with the
 // sentinel key and zero out[8 ... 11]; the next ninsert put the distinct build sample keys
@@ -665,7 +678,7 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
 #ifdef GPUJOIN_SAMPLE_TRACE
     const unsigned long long tw = trace_now();
 #endif
-    const u32 mask = (u32)(tslots - 1);
+    const u32 bmask = (u32)(tslots / (MATCH_BUCKET / sizeof(K)) - 1);
     volatile int* sentinel_seen = reinterpret_cast<volatile int*>(out + 9) + 1;
     if (stage == 0) {
         if (t == 0 && threadIdx.x < 4) out[8 + threadIdx.x] = 0;
@@ -685,15 +698,26 @@ __device__ __forceinline__ void match_stages(const SampleArgs<K>& a) {
                 else count += has;
                 continue;
             }
-            if (stage == 1) {
-                u32 slot;
-                count += insert_key(table, mask, hash_key(k) & mask, k, mask, &slot) == 1;
-                continue;
-            }
-            for (u32 s = hash_key(k) & mask; ; s = (s + 1) & mask) {
-                const K e = __ldcg(&table[s]);  // written in this launch: not through L1
-                if (e == k) { ++count; break; }
-                if (e == sentinel<K>()) break;
+            // buckets of 32 bytes, each read in one round trip: a lookup of one slot a step
+            // walked chains as long as the longest in its warp (2^16 keys a side on an H200:
+            // the probes 11-17 us, in buckets 5-6; the inserts' CAS alike either way)
+            for (u32 bk = hash_key(k) & bmask; ; bk = (bk + 1) & bmask) {
+                K e[MATCH_BUCKET / sizeof(K)];
+                load_bucket(table, bk, e);
+                int hit = 0, free = -1;
+#pragma unroll
+                for (int j = 0; j < (int)(MATCH_BUCKET / sizeof(K)); ++j) {
+                    hit |= e[j] == k;
+                    if (free < 0 && e[j] == sentinel<K>()) free = j;
+                }
+                if (hit) { count += stage == 2; break; }
+                if (free < 0) continue;  // a full bucket: the next
+                if (stage == 2) break;   // a free slot ends the chain: not there
+                // the first free slot; a CAS lost to this key is a hit, to another key a new read
+                const K cur = cas_key(&table[(u64)bk * (MATCH_BUCKET / sizeof(K)) + free], sentinel<K>(), k);
+                if (cur == sentinel<K>()) { ++count; break; }
+                if (cur == k) break;
+                bk = (bk - 1) & bmask;  // (the same bucket again)
             }
         }
         for (int o = 16; o; o >>= 1) count += __shfl_xor_sync(FULL_MASK, count, o);
@@ -722,6 +746,7 @@ __global__ void __launch_bounds__(1024)
 sample_counts(const SampleArgs<K> a) {
 #ifdef GPUJOIN_SAMPLE_TRACE
     const unsigned long long t0 = trace_now();
+    const long long c0 = clock64();  // (cycles over ns: the SM's clock while the block ran)
 #endif
     if ((int)blockIdx.x >= a.nsamples) {
         match_stages(a);
@@ -742,6 +767,9 @@ sample_counts(const SampleArgs<K> a) {
     if (threadIdx.x < 5) tally[threadIdx.x] = threadIdx.x == 4 ? 0xffffffffu : 0u;
     __syncthreads();
     SAMPLE_MARK(t_init);
+#ifdef GPUJOIN_SAMPLE_TRACE
+    unsigned long long t_fetched = 0;
+#endif
     // up to 8 rows a thread loaded before any is counted: a sample's loads in flight together
     for (int base = 0; base < n; base += 8 * (int)blockDim.x) {
         K ks[8];
@@ -753,6 +781,16 @@ sample_counts(const SampleArgs<K> a) {
                                                                     (u64)random_rows)
                                                     : (i64)i * step];
         }
+#ifdef GPUJOIN_SAMPLE_TRACE
+        {  // every thread's loads in (used, so waited for), then the time: loads apart from inserts
+            K sink = 0;
+            for (int u = 0; u < 8; ++u)
+                if (base + u * (int)blockDim.x + (int)threadIdx.x < n) sink ^= ks[u];
+            if (sink == (K)0x5bd1e995) atomicAdd(&tally[0], 0u);
+            __syncthreads();
+            if (!t_fetched) t_fetched = trace_now();
+        }
+#endif
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
             if (base + u * (int)blockDim.x + (int)threadIdx.x >= n) break;
@@ -795,8 +833,8 @@ sample_counts(const SampleArgs<K> a) {
     }
 #ifdef GPUJOIN_SAMPLE_TRACE
     if (threadIdx.x == 0)
-        printf("PHASES %d %llu %llu %llu %llu\n", (int)blockIdx.x, t_init - t0, t_loaded - t0, t_counted - t0,
-               trace_now() - t0);
+        printf("PHASES %d %llu %llu %llu %llu %lld %llu\n", (int)blockIdx.x, t_init - t0, t_loaded - t0,
+               t_counted - t0, trace_now() - t0, clock64() - c0, t_fetched - t0);
 #endif
     SAMPLE_TRACE(0, blockIdx.x, t0, t0);
     samples_done(a);
