@@ -21,6 +21,10 @@ from ..table import check_columns
 from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, output_layout
 
 
+#: Key dtypes the planner's device samples take as they are (cuda.primitives.key_type's).
+SAMPLED_KEYS = {np.dtype(np.int32), np.dtype(np.int64)}
+
+
 def _key_dtype(lname, ldt, rname, rdt) -> tuple[np.dtype, np.dtype]:
     """(output key dtype, int32/int64 dtype the GPU joins on) for two integer key columns."""
     t = np.result_type(ldt, rdt)
@@ -105,41 +109,49 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         stats.output_rows = result.num_rows
         stats.phases = {"transform": 0.0, "match": time.perf_counter() - t0, "materialize": 0.0}
         return result, stats
-    for a, b in zip(lk, rk):
-        for t, name, side in ((lt, a, "left"), (rt, b, "right")):
-            if name in t.validity:
-                raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join keys "
-                                 f"cannot be null: drop those rows or pass Arrow tables")
-        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
-        if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
-            raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one dictionary "
-                              f"(encode both tables' strings together, or pass Arrow tables)")
-    packing = None
-    if len(lk) == 1:
-        ln, rn = lk[0], rk[0]
-        out_dt, join_dt = _key_dtype(ln, lt[ln].dtype, rn, rt[rn].dtype)
-        lkey, rkey = to_key(lt[ln], join_dt), to_key(rt[rn], join_dt)
-    else:  # composite keys: one exact int64 key when their ranges fit 63 bits together
-        from .pack_keys import pack_keys
-
-        for a, b in zip(lk, rk):
-            _key_dtype(a, lt[a].dtype, b, rt[b].dtype)  # integers only, as for one key
-        (lkey, rkey), packing = pack_keys([[lt[a] for a in lk], [rt[b] for b in rk]], lk)
     build_left = build_on_left(how, lt.num_rows, rt.num_rows)
     bside, pside = ("l", "r") if build_left else ("r", "l")
     # each side's payloads: the columns its output needs, then their validity masks
     payloads = [(side, name, False) for side, name, _out, key in layout if not key]
     payloads += [(side, name, True) for side, name, _ in payloads if name in (lt if side == "l" else rt).validity]
-    finish = None
-    if algo == "auto":  # the planner's samples launched here, read once the work below ran
+
+    def launch_plan(lkey, rkey):  # the planner's samples, read (finish) once the work below ran
         from .auto import launch_gpu_join_plan
 
         widths = {"l": [], "r": []}
         for side, name, mask in payloads:
             widths[side].append(1 if mask else (lt if side == "l" else rt)[name].dtype.itemsize)
-        finish = launch_gpu_join_plan(lkey if build_left else rkey, rkey if build_left else lkey, widths[bside],
-                                      widths[pside])
+        return launch_gpu_join_plan(lkey if build_left else rkey, rkey if build_left else lkey, widths[bside],
+                                    widths[pside])
+    finish = None
+    if algo == "auto" and len(lk) == 1 and {lt[lk[0]].dtype, rt[rk[0]].dtype} <= SAMPLED_KEYS:
+        # int32/int64 keys: sampled as they are (to_key widens at most), before the keys' own
+        # checks, so that the GPU samples while the host runs them (a bad key's error is raised
+        # below as ever, the samples read first)
+        finish = launch_plan(lt[lk[0]], rt[rk[0]])
     try:
+        for a, b in zip(lk, rk):
+            for t, name, side in ((lt, a, "left"), (rt, b, "right")):
+                if name in t.validity:
+                    raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join "
+                                     f"keys cannot be null: drop those rows or pass Arrow tables")
+            da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
+            if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
+                raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one "
+                                  f"dictionary (encode both tables' strings together, or pass Arrow tables)")
+        packing = None
+        if len(lk) == 1:
+            ln, rn = lk[0], rk[0]
+            out_dt, join_dt = _key_dtype(ln, lt[ln].dtype, rn, rt[rn].dtype)
+            lkey, rkey = to_key(lt[ln], join_dt), to_key(rt[rn], join_dt)
+        else:  # composite keys: one exact int64 key when their ranges fit 63 bits together
+            from .pack_keys import pack_keys
+
+            for a, b in zip(lk, rk):
+                _key_dtype(a, lt[a].dtype, b, rt[b].dtype)  # integers only, as for one key
+            (lkey, rkey), packing = pack_keys([[lt[a] for a in lk], [rt[b] for b in rk]], lk)
+        if algo == "auto" and finish is None:  # (other key types: sampled as the GPU joins them)
+            finish = launch_plan(lkey, rkey)
         for keys, side, check in ((lkey, "left", validate in ("1:1", "1:m")),
                                   (rkey, "right", validate in ("1:1", "m:1"))):
             if check and cp.unique(keys).size != keys.size:
