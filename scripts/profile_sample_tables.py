@@ -9,21 +9,23 @@ into a global table of 2^17 int64 slots, as match_stages does: CAS inserts, plai
 lookups one slot a step or a 32-byte bucket a step.  Without an argument, both."""
 
 import sys
+from pathlib import Path
 
 import cupy as cp
 import numpy as np
 
+import gpujoin.cuda.kernels
+
 REPS = 100
 
-SUMMARY_SRC = r'''
-typedef unsigned int u32; typedef unsigned long long u64; typedef long long i64;
-#define FULL_MASK 0xffffffffu
-__device__ __forceinline__ u32 hash_key(i64 k) {
-    u64 h = (u64)k;
-    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
-    return (u32)h;
-}
+# gpujoin's own types and hash (kernels/common.cuh)
+COMMON = '''
+#include "common.cuh"
 #define SENT ((i64)0x8000000000000000ull)
+'''
+OPTIONS = ("-std=c++17", f"-I{Path(gpujoin.cuda.kernels.__file__).parent}")
+
+SUMMARY_SRC = COMMON + r'''
 template <int MODE>
 __global__ void __launch_bounds__(1024) summ(const i64* __restrict__ keys, int n, i64 step, u64* out, u32 slots) {
     extern __shared__ __align__(16) unsigned char dyn[];
@@ -128,14 +130,7 @@ __global__ void __launch_bounds__(1024) summ(const i64* __restrict__ keys, int n
     if (threadIdx.x == 0) { out[0] = tally[1]; out[1] = tally[2]; out[2] = tally[3]; out[3] = tally[4] + sink; }
 }
 '''
-STAGE_SRC = r'''
-typedef unsigned int u32; typedef unsigned long long u64; typedef long long i64;
-__device__ __forceinline__ u32 hash_key(i64 k) {
-    u64 h = (u64)k;
-    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
-    return (u32)h;
-}
-#define SENT ((i64)0x8000000000000000ull)
+STAGE_SRC = COMMON + r'''
 template <int MODE>
 __global__ void __launch_bounds__(1024) stage(const i64* __restrict__ keys, int n, i64 step, i64* table, u32 mask,
                                               u64* out) {
@@ -218,7 +213,7 @@ def timed(launch):
 
 def summary() -> None:
     names = [f"summ<{m}>" for m in range(8)]
-    mod = cp.RawModule(code=SUMMARY_SRC, options=("-std=c++17",), name_expressions=names)
+    mod = cp.RawModule(code=SUMMARY_SRC, options=OPTIONS, name_expressions=names)
     labels = {0: "loads only", 1: "CAS inserts + counts (sample_counts)", 2: "32-bit fingerprints' CAS + counts",
               3: "CAS inserts, no counts", 4: "CAS inserts, no count pass", 5: "plain stores + counts",
               6: "CAS, a thread's keys at once", 7: "the same, read first"}
@@ -245,7 +240,7 @@ def stage() -> None:
     modes = {0: "load only", 1: "CAS insert (read first)", 2: "CAS insert (CAS first)", 3: "plain store (racy)",
              4: "lookup, a slot a step", 5: "CAS insert, 32-byte buckets", 6: "lookup, a bucket a step"}
     names = [f"stage<{m}>" for m in (*modes, 9)]
-    mod = cp.RawModule(code=STAGE_SRC, options=("-std=c++17",), name_expressions=names)
+    mod = cp.RawModule(code=STAGE_SRC, options=OPTIONS, name_expressions=names)
     rng = np.random.default_rng(1)
     big = cp.asarray(rng.permutation(1 << 24).astype(np.int64))
     near = big[: 1 << 16].copy()
