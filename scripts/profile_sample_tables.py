@@ -211,6 +211,69 @@ def timed(launch):
     return min(best)
 
 
+# A summary by sorting instead (CUB's BlockRadixSort of (hash, key) pairs, then the runs' heads):
+# the sort's time, for the choice between it and the CAS inserts
+SORT_SRC = COMMON + r'''
+#include <cub/block/block_radix_sort.cuh>
+template <int ITEMS>
+__global__ void __launch_bounds__(1024) sorted_summary(const i64* __restrict__ keys, int n, i64 step, u64* out) {
+    using Sort = cub::BlockRadixSort<u32, 1024, ITEMS, i64>;
+    static_assert(sizeof(typename Sort::TempStorage) <= 160 * 1024, "temp storage");
+    extern __shared__ __align__(16) unsigned char dyn[];
+    auto& tmp = *reinterpret_cast<typename Sort::TempStorage*>(dyn);
+    __shared__ u32 last_h[1024];
+    __shared__ i64 last_k[1024];
+    __shared__ u32 heads;
+    u32 h[ITEMS];
+    i64 k[ITEMS];
+#pragma unroll
+    for (int u = 0; u < ITEMS; ++u) {
+        const int i = threadIdx.x * ITEMS + u;
+        k[u] = i < n ? keys[(i64)i * step] : SENT;
+        h[u] = i < n ? hash_key(k[u]) : 0xffffffffu;
+    }
+    if (threadIdx.x == 0) heads = 0;
+    Sort(tmp).Sort(h, k);
+    last_h[threadIdx.x] = h[ITEMS - 1];
+    last_k[threadIdx.x] = k[ITEMS - 1];
+    __syncthreads();
+    u32 mine = 0;
+#pragma unroll
+    for (int u = 0; u < ITEMS; ++u) {
+        const int i = threadIdx.x * ITEMS + u;
+        if (i >= n) break;
+        const u32 ph = u ? h[u - 1] : (threadIdx.x ? last_h[threadIdx.x - 1] : ~h[0]);
+        const i64 pk = u ? k[u - 1] : (threadIdx.x ? last_k[threadIdx.x - 1] : k[0]);
+        mine += ph != h[u] || pk != k[u];
+    }
+    atomicAdd(&heads, mine);
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = heads;
+}
+'''
+
+
+def sorted_summary() -> None:
+    from gpujoin.cuda.kernels import cccl_include
+
+    mod = cp.RawModule(code=SORT_SRC, options=(*OPTIONS, *cccl_include()),
+                       name_expressions=["sorted_summary<4>", "sorted_summary<8>"])
+    rng = np.random.default_rng(1)
+    big = cp.asarray(rng.permutation(1 << 24).astype(np.int64))
+    out = cp.zeros(8, cp.uint64)
+    nop = cp.RawKernel("extern \"C\" __global__ void nop(){}", "nop")
+    base = timed(lambda: nop((1,), (1024,), ()))
+    for items, n in ((4, 4096), (8, 8192)):
+        f = mod.get_function(f"sorted_summary<{items}>")
+        smem = 160 * 1024
+        f.max_dynamic_shared_size_bytes = smem
+        near = big[:n].copy()
+        for where, keys, step in (("in L2", near, 1), ("strided 2^24", big, (1 << 24) // n)):
+            t = timed(lambda: f((1,), (1024,), (keys, np.int32(n), np.int64(step), out), shared_mem=smem))
+            print(f"summary by sorting, {n} keys {where:13} {t:6.2f} us, {t - base:6.2f} over an empty kernel; "
+                  f"distinct {int(out[0])}")
+
+
 def summary() -> None:
     names = [f"summ<{m}>" for m in range(8)]
     mod = cp.RawModule(code=SUMMARY_SRC, options=OPTIONS, name_expressions=names)
@@ -268,6 +331,9 @@ def stage() -> None:
 
 
 if __name__ == "__main__":
+    if "--sort" in sys.argv:
+        sorted_summary()
+        sys.exit()
     if "--stage" not in sys.argv:
         summary()
     if "--summary" not in sys.argv:
