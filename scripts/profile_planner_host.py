@@ -2,8 +2,9 @@
 extra time over the chosen algorithm is host time (launches, Python, the sync), not device
 work.  Launch-only steps run back to back on 2^12 keys (device work far below host work: wall
 time a call is the host's), synchronizing steps each with its round trip; then resolve and the
-algorithms at 2^24 rows, in random-order rounds (median); ``--2-24``: those only, ``--profiles``:
-then cProfile of each algorithm alone."""
+algorithms at 2^24 rows, in random-order rounds (median); ``--2-24``: those only; ``--user``: auto
+and the algorithm it chooses named, through gpujoin.group_by; ``--profiles``: then cProfile of
+each algorithm alone."""
 
 import random
 import statistics
@@ -83,6 +84,23 @@ def at_2_24():
                   (f"2^24 g=2^{lg} resolve", lambda k=k, inputs=inputs: resolve_gpu_group_by(k, inputs)),
                   (f"2^24 g=2^{lg} {algo} alone", lambda k=k, inputs=inputs, a=algo, g=g:
                    run(a, k, inputs, groups_estimate=g))]
+    random_rounds(cases, 100)
+
+
+def user_2_24():
+    """auto beside the algorithm it chooses, named, through gpujoin.group_by on device arrays (the
+    path a user takes: auto's extra time is the planner's), 2^24 rows, two MAX columns."""
+    import gpujoin
+
+    cases = []
+    for lg in (4, 16):
+        t = make_groupby(GroupByWorkload(log2_rows=24, log2_groups=lg), cp)
+        aggs = dict(m0=("v0", "max"), m1=("v1", "max"))
+        algo = resolve_gpu_group_by(t["k"], [AggInput(t["v0"], None, ("max",)),
+                                             AggInput(t["v1"], None, ("max",))]).algorithm
+        for a in ("auto", algo):
+            cases.append((f"2^24 g=2^{lg} gpujoin.group_by, {a}",
+                          lambda t=t, a=a: gpujoin.group_by(t, "k", algorithm=a).agg(**aggs)))
     random_rounds(cases, 100)
 
 
@@ -206,7 +224,9 @@ def profiles():
         pstats.Stats(pr).sort_stats("tottime").print_stats(18)
 
 
-if __name__ == "__main__" and "--2-24" in sys.argv:  # only auto and the algorithms at 2^24 rows
+if __name__ == "__main__" and "--user" in sys.argv:  # auto and its choice through gpujoin.group_by
+    user_2_24()
+elif __name__ == "__main__" and "--2-24" in sys.argv:  # only auto and the algorithms at 2^24 rows
     at_2_24()
 elif __name__ == "__main__":
     host_steps()

@@ -337,6 +337,10 @@ def test_device_group_by_errors_are_clear():
         gpujoin.group_by(t, "k").agg(u=("v", "n_unique"))
     with pytest.raises(gpujoin.InvalidOperationError, match="CPU engine only"):
         gpujoin.group_by(DeviceTable(t).to_arrow(), "k", device="cuda").agg(u=("v", "n_unique"))
+    # auto's sample is launched before those errors: read, and the next group-by plans as usual
+    out = gpujoin.group_by({"k": cp.asarray([2, 1, 2]), "v": cp.asarray([5, 6, 7])}, "k").agg(m=("v", "max"))
+    out = out.to_arrow() if hasattr(out, "to_arrow") else out
+    assert sorted(zip(out["k"].to_pylist(), out["m"].to_pylist())) == [(1, 6), (2, 7)]
     over = {"k": cp.asarray([1, 1]), "b": cp.asarray([2**63 - 1] * 2, dtype=cp.int64)}
     with pytest.raises(gpujoin.ComputeError, match="overflows int64"):
         gpujoin.group_by(over, "k").agg(s=("b", "sum"))

@@ -204,10 +204,35 @@ def hgb_groups_limits(est: GroupByEstimate, dev: cost.DeviceModel) -> tuple[int,
 def resolve_gpu_group_by(keys, inputs) -> Choice:
     """``algorithm="auto"`` for a GPU group-by of device ``keys`` with aggregate ``inputs``
     (cuda.groupby.AggInput).  Choice.table is HGB's stage 1 when the planner built it."""
+    return launch_gpu_group_by_plan(keys)(inputs)
+
+
+def launch_gpu_group_by_plan(keys):
+    """resolve_gpu_group_by in two steps: the keys' sample launched now; the returned function
+    of the aggregate inputs waits for it and returns the Choice, so that the caller's Python
+    between the two (the device group-by's inputs) runs while the GPU samples; given None (an
+    error came first) it only reads the sample.  Call it on the thread that launched, before
+    that thread's next planner launch on the device."""
+    from .stats import GROUP_DRAWS, launch_sample
+
+    n = int(keys.size)
+    read = launch_sample(keys, GROUP_DRAWS if n > GROUP_DRAWS else 0) if n else None
+
+    def finish(inputs) -> Choice | None:
+        if inputs is None:
+            if read is not None:
+                read()
+            return None
+        return _finish_group_by(keys, inputs, read)
+    return finish
+
+
+def _finish_group_by(keys, inputs, read) -> Choice:
+    """The group-by planner's rules over the launched sample (``read``; None for no keys)."""
     from ..cuda.groupby.common import slot_bytes
     from ..cuda.groupby.hgb import HashTable
     from ..cuda.runtime import fits
-    from .stats import GROUP_DRAWS, Sample, estimate_groups, hll_sub, launch_sample, more_groups_than
+    from .stats import Sample, estimate_groups, hll_sub, more_groups_than
 
     # a small sample first: the skew, the groups when it shows every one twice, and from rows
     # drawn at random whether the groups surely pass the bound of shared memory; only if neither
@@ -217,10 +242,9 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     # build's launches and sync, launched with the sample, had cost PGB-TR 9% at 2^16 groups,
     # where the draws now answer alone (3%), and a few groups 3-6% more (the two syncs' round
     # trips; docs/BENCHMARKS.md).  HyperLogLog's pass over every key had cost 19% of HGB's 3 ms
-    # at 2^28 rows.  The sample is launched first, the planner's Python runs while it counts.
+    # at 2^28 rows.  The sample is launched first (launch_gpu_group_by_plan), the planner's and
+    # the caller's Python run while it counts.
     n = int(keys.size)
-    if n:
-        read = launch_sample(keys, GROUP_DRAWS if n > GROUP_DRAWS else 0)
     dev = device_model()
     sb = slot_bytes(inputs)
     cap = max(1, shared_groups(sb, dev))

@@ -90,35 +90,46 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         from .pack_keys import pack_keys
 
         (keys,), packing = pack_keys([[table[k] for k in by]], by)
-    stats = GroupByStats(algorithm, resolve_device("cuda", "group_by"), table.num_rows)
-    t0 = time.perf_counter()
+    plan = None
+    if algorithm == "auto":  # the planner's sample launched here, read once the inputs are made
+        from .auto import launch_gpu_group_by_plan
 
-    # one input per column: the union of what its aggregates need, and count for null groups
-    ops: dict[str, set] = {}
-    for _, col, fn in specs:
-        if fn == "n_unique":
-            raise InvalidOperationError(f"n_unique (of column {col!r}) runs on the CPU engine only; pass a host "
-                                        f"table with device='cpu'")
-        if fn == "size":
-            continue
-        ops.setdefault(col, set()).update(_NEEDS[fn])
-        if col in table.validity and fn != "count":
-            ops[col].add("count")
-    cols = list(ops)
-    # row counts only when an aggregate reads them (size, or count of a column without nulls):
-    # an unasked count costs a shared atomic per row and 4 bytes per group (PGB's table size);
-    # with no aggregates at all, one input keeps the algorithms' layouts non-empty
-    need_sizes = not cols or any(fn == "size" or (fn == "count" and col not in table.validity)
-                                 for _, col, fn in specs)
-    inputs = [AggInput(None, None, ("count",))] if need_sizes else []
-    for col in cols:
-        valid = table.validity.get(col)
-        inputs.append(AggInput(_kernel_values(col, table[col]),
-                               None if valid is None else valid.astype(cp.uint8, copy=False), tuple(ops[col])))
-    if algorithm == "auto":
-        from .auto import resolve_gpu_group_by
+        plan = launch_gpu_group_by_plan(keys)
+    try:
+        stats = GroupByStats(algorithm, resolve_device("cuda", "group_by"), table.num_rows)
+        t0 = time.perf_counter()
 
-        choice = resolve_gpu_group_by(keys, inputs)
+        # one input per column: the union of what its aggregates need, and count for null groups
+        ops: dict[str, set] = {}
+        for _, col, fn in specs:
+            if fn == "n_unique":
+                raise InvalidOperationError(f"n_unique (of column {col!r}) runs on the CPU engine only; pass a "
+                                            f"host table with device='cpu'")
+            if fn == "size":
+                continue
+            ops.setdefault(col, set()).update(_NEEDS[fn])
+            if col in table.validity and fn != "count":
+                ops[col].add("count")
+        cols = list(ops)
+        # row counts only when an aggregate reads them (size, or count of a column without nulls):
+        # an unasked count costs a shared atomic per row and 4 bytes per group (PGB's table size);
+        # with no aggregates at all, one input keeps the algorithms' layouts non-empty
+        need_sizes = not cols or any(fn == "size" or (fn == "count" and col not in table.validity)
+                                     for _, col, fn in specs)
+        inputs = [AggInput(None, None, ("count",))] if need_sizes else []
+        for col in cols:
+            valid = table.validity.get(col)
+            inputs.append(AggInput(_kernel_values(col, table[col]),
+                                   None if valid is None else valid.astype(cp.uint8, copy=False), tuple(ops[col])))
+    except BaseException:
+        if plan is not None:  # the launch read, so that nothing of it is left in flight
+            try:
+                plan(None)
+            except Exception:  # noqa: BLE001  (the first error is the one to report)
+                pass
+        raise
+    if plan is not None:
+        choice = plan(inputs)
         algorithm = stats.algorithm = choice.algorithm
         stats.params["auto"] = choice.reason
         groups = choice.estimate.groups_for(algorithm)
