@@ -90,6 +90,7 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         from .pack_keys import pack_keys
 
         (keys,), packing = pack_keys([[table[k] for k in by]], by)
+    t0 = time.perf_counter()
     plan = None
     if algorithm == "auto":  # the planner's sample launched here, read once the inputs are made
         from .auto import launch_gpu_group_by_plan
@@ -97,7 +98,6 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         plan = launch_gpu_group_by_plan(keys)
     try:
         stats = GroupByStats(algorithm, resolve_device("cuda", "group_by"), table.num_rows)
-        t0 = time.perf_counter()
 
         # one input per column: the union of what its aggregates need, and count for null groups
         ops: dict[str, set] = {}
