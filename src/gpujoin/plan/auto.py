@@ -207,6 +207,16 @@ def resolve_gpu_group_by(keys, inputs) -> Choice:
     return launch_gpu_group_by_plan(keys)(inputs)
 
 
+def read_quietly(finish, *args) -> None:
+    """On an error path, a launched plan's samples read (``finish(*args)``; nothing for None), so
+    that nothing of the launch stays in flight; an error of its own gives way to the first."""
+    if finish is not None:
+        try:
+            finish(*args)
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def launch_gpu_group_by_plan(keys):
     """resolve_gpu_group_by in two steps: the keys' sample launched now; the returned function
     of the aggregate inputs waits for it and returns the Choice, so that the caller's Python

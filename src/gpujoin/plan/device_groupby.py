@@ -122,11 +122,9 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
             inputs.append(AggInput(_kernel_values(col, table[col]),
                                    None if valid is None else valid.astype(cp.uint8, copy=False), tuple(ops[col])))
     except BaseException:
-        if plan is not None:  # the launch read, so that nothing of it is left in flight
-            try:
-                plan(None)
-            except Exception:  # noqa: BLE001  (the first error is the one to report)
-                pass
+        from .auto import read_quietly
+
+        read_quietly(plan, None)
         raise
     if plan is not None:
         choice = plan(inputs)

@@ -166,11 +166,9 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
             pay.append(t.validity[name].astype(cp.uint8, copy=False) if mask else t[name])
         emit_keys = any(key for *_, key in layout)
     except BaseException:
-        if finish is not None:  # the launch read, so that nothing of it is left in flight
-            try:
-                finish()
-            except Exception:  # noqa: BLE001  (the first error is the one to report)
-                pass
+        from .auto import read_quietly
+
+        read_quietly(finish)
         raise
     if finish is not None:
         choice = finish()
