@@ -237,3 +237,27 @@ def test_inputs_pandas_polars_dict_table():
     assert t.to_arrow()["k"].to_pylist() == [1, None, 3]
     assert t.column("k").validity.tolist() == [True, False, True]
     assert gpujoin.Table(t.to_polars()).num_rows == 3 and len(t.to_pandas()) == 3
+
+
+def test_nullable_int64_extremes_survive_the_gather():
+    """int64 keys and payloads near 2^63 with nulls, past the multi-threaded gather's 2^16 rows:
+    the gather had read such columns through floats (2^63 - 1 came back as 2^63 and failed its
+    cast back; found by scripts/fuzz_device.py)."""
+    n = 70_000
+    top, bottom = 2**63 - 1, -(2**63)
+    mask = np.arange(n) % 20 == 0
+    keys = np.where(np.arange(n) % 2 == 0, top, bottom).astype(np.int64)
+    left = pa.table({"k": pa.array(keys, mask=mask), "v": pa.array(keys - np.sign(keys), mask=mask[::-1].copy())})
+    right = pa.table({"k": pa.array([top], pa.int64()), "w": pa.array([top - 5], pa.int64())})
+    for how in ("left", "anti", "inner"):
+        got = gpujoin.join(left, right, "k", how=how, device="cpu")
+        want = {"left": n, "anti": n - int((keys == top)[~mask].sum()), "inner": int((keys == top)[~mask].sum())}[how]
+        assert got.num_rows == want
+        k = got["k"].to_numpy(zero_copy_only=False) if not got["k"].null_count else None
+        if how == "inner":
+            assert set(k.tolist()) == {top} and set(got["w"].to_pylist()) == {top - 5}
+    out = gpujoin.join(left, right, "k", how="left", device="cpu").sort_by("v")
+    assert sorted(v for v in out["v"].to_pylist() if v is not None) == sorted(
+        (keys - np.sign(keys))[~mask[::-1]].tolist())
+    col = gpujoin.Table(left).column("k")
+    assert col.values.dtype == np.int64 and col.values[~mask].tolist() == keys[~mask].tolist()

@@ -160,6 +160,12 @@ def test_host_keys_many_to_many_take_smj_tr():
     assert wide.algorithm == "phj-tr" and wide.estimate.build_multiplicity is None
     assert stats.multiplicity(np.zeros(0, np.int32)) == 1.0
     assert stats.multiplicity(np.repeat(np.arange(100), 4)) == pytest.approx(4)  # every key sampled: exact
+    # an empty side (found by scripts/fuzz_device.py: a strided sample of no rows divided by zero)
+    none, some = np.zeros(0, np.int32), np.arange(13_054, dtype=np.int32)
+    for b, p in ((none, some), (some, none), (none, none)):
+        choice = resolve_gpu_join(b, p, [np.ones(b.size, np.int32)] * 2, [np.ones(p.size, np.int32)] * 2)
+        assert choice.algorithm in ("phj-tr", "phj-ur", "smj-tr"), choice.reason
+    assert stats.host_build_sample(none).size == 0 and stats.sample_match_ratio(none, 0, some) == 0.0
 
 
 def test_join_rule_follows_section_4():

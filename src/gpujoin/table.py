@@ -149,7 +149,10 @@ class Table:
             physical = arr.view(pa.int32()) if pa.types.is_date32(t) else arr
             if pa.types.is_timestamp(t):
                 physical = arr.view(pa.int64())
-            values = physical.to_numpy(zero_copy_only=False)
+            if arr.null_count and _fixed_width_view(physical.type) is not None:
+                values = fixed_width_values(physical)  # (to_numpy would make floats of nullable integers)
+            else:
+                values = physical.to_numpy(zero_copy_only=False)
         return Column(name, t, values, validity)
 
     def arrow_column(self, name: str) -> pa.Array:
@@ -249,6 +252,16 @@ def _fixed_width_view(t: pa.DataType):
     return None
 
 
+def fixed_width_values(arr: pa.Array) -> np.ndarray:
+    """The values of an integer or floating Arrow array (or one viewed as such) as NumPy, in
+    place; a null slot holds whatever its buffer does.  (``to_numpy`` turns integers with nulls
+    into floats, which rounds int64s past 2^53: 2^63 - 1 came back as 2^63 and failed its cast.)"""
+    dt = np.dtype(arr.type.to_pandas_dtype())
+    if not len(arr):
+        return np.empty(0, dt)
+    return np.frombuffer(arr.buffers()[1], dt, count=arr.offset + len(arr))[arr.offset:]
+
+
 def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     """Rows of ``table`` at ``indices`` (int32 or int64 (n,)); an index of -1 gives a row of nulls.
 
@@ -274,7 +287,7 @@ def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
             cols.append(col.take(arrow_idx))
             continue
         arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-        src = arr.view(phys).to_numpy(zero_copy_only=False)
+        src = fixed_width_values(arr.view(phys))
         out = np.empty(indices.size, src.dtype)
         gather(src, indices, out)
         invalid = missing

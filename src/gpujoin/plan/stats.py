@@ -89,7 +89,8 @@ def _xp(a):
 
 
 def _sample(a, size: int):
-    step = max(1, a.size // size)
+    """A strided sample of ``size`` of ``a`` (empty for size 0: planner_sample of no rows)."""
+    step = max(1, a.size // max(size, 1))
     return a[::step][:size]
 
 

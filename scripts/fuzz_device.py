@@ -1,0 +1,172 @@
+"""Randomized differential runs of the GPU join and group-by against the CPU engine at sizes the
+hypothesis tests do not reach (up to 2^21 rows: many partitions, tiles, work units, oversized
+partitions and sort-merge fallbacks in one input), for a time budget.  Each case is drawn from
+its seed: key distribution (uniform over a domain, unique, Zipf, a heavy hitter of 1-50% of the
+rows, all equal, int64 extremes), key type (int64, int32, string, composite), nulls, payload
+columns, join type and algorithm (every GPU algorithm and auto; host tables, device tables, and
+host tables out of core under a small ``memory_limit``); group-by the same with every aggregate.
+Exact comparison (floating sums to 1e-9 relative).  Prints each failing case's seed and
+parameters, then the counts.
+
+    PYTHONPATH=src python3 scripts/fuzz_device.py [--seconds 240] [--first-seed 0] [--only SEED,SEED,...]
+"""
+
+import sys
+import time
+import traceback
+
+import numpy as np
+import pyarrow as pa
+
+import gpujoin
+from gpujoin.testing import assert_tables_equal
+
+#: gpujoin.cuda.join's and gpujoin.cuda.groupby's ALGORITHMS (not imported: the cases are drawn
+#: on machines without CuPy too); bitmap answers semi and anti joins over [0, 2^32) only
+JOIN_ALGORITHMS = ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj")
+GB_ALGORITHMS = ("hgb", "pgb-tr", "pgb-ur", "sgb-tr", "sgb-de-tr", "sgb-ur")
+
+HOWS = ["inner", "left", "right", "full", "semi", "anti"]
+EXTREMES = np.array([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1], np.int64)
+MAX_OUTPUT = 1 << 23  # output rows past which a case is drawn again (the CPU oracle's time)
+AGGS = {"sv": ("v", "sum"), "cv": ("v", "count"), "n": (None, "size"), "mn": ("v", "min"), "mx": ("v", "max"),
+        "av": ("v", "mean"), "sf": ("f", "sum"), "mxf": ("f", "max")}
+
+
+def keys(rng, n: int, kind: str, domain: int) -> np.ndarray:
+    if kind == "uniform":
+        return rng.integers(0, domain, n)
+    if kind == "unique":
+        return rng.permutation(max(n, domain))[:n] * 7 - domain
+    if kind == "zipf":
+        return rng.zipf(rng.choice([1.1, 1.5, 2.0]), n) % max(domain, 2)
+    if kind == "heavy":
+        k = rng.integers(0, max(domain, 2), n)
+        k[rng.random(n) < rng.choice([0.01, 0.1, 0.5])] = 42
+        return k
+    if kind == "equal":
+        return np.full(n, rng.choice(EXTREMES))
+    return rng.choice(EXTREMES, n)  # "extremes"
+
+
+def key_column(rng, k: np.ndarray, key_type: str, null_share: float):
+    mask = rng.random(k.size) < null_share if null_share else None
+    if key_type == "int32":  # (int64's extremes as int32's)
+        return pa.array(np.clip(k, -(2**31), 2**31 - 1).astype(np.int32), mask=mask)
+    if key_type == "string":
+        return pa.array([f"s{x % 5000}" for x in k.tolist()], pa.string(), mask=mask)
+    return pa.array(k.astype(np.int64), mask=mask)
+
+
+def join_case(seed: int):
+    rng = np.random.default_rng(seed)
+    nl, nr = (int(2 ** rng.uniform(0, 21)) if rng.random() > 0.05 else int(rng.integers(0, 2)) for _ in range(2))
+    kind_l, kind_r = rng.choice(["uniform", "unique", "zipf", "heavy", "equal", "extremes"], 2)
+    domain = int(2 ** rng.uniform(0, 22))
+    key_type = rng.choice(["int64", "int64", "int32", "string", "composite"])
+    nulls = float(rng.choice([0.0, 0.0, 0.05]))
+    kl, kr = keys(rng, nl, kind_l, domain), keys(rng, nr, kind_r, domain)
+    # the output's rows, bounded (equal keys' products), so that the CPU oracle stays quick
+    ul, cl = np.unique(kl, return_counts=True)
+    ur, cr = np.unique(kr, return_counts=True)
+    both = np.intersect1d(ul, ur)
+    if int((cl[np.isin(ul, both)] * cr[np.isin(ur, both)]).sum()) + nl + nr > MAX_OUTPUT:
+        return None
+    tables = []
+    for k, n, side in ((kl, nl, "l"), (kr, nr, "r")):
+        cols = {"k": key_column(rng, k, "int64" if key_type == "composite" else key_type, nulls)}
+        if key_type == "composite":
+            cols["k2"] = pa.array((k % 3).astype(np.int32))
+        cols[f"{side}id"] = pa.array(np.arange(n, dtype=np.int64))
+        for j in range(int(rng.integers(0, 3))):
+            v = rng.integers(-100, 100, n)
+            cols[f"{side}v{j}"] = pa.array(v.astype(rng.choice([np.int32, np.int64, np.float64])),
+                                           mask=rng.random(n) < 0.1 if rng.random() < 0.5 else None)
+        tables.append(pa.table(cols))
+    how = str(rng.choice(HOWS))
+    algorithm = str(rng.choice(list(JOIN_ALGORITHMS) + ["auto", "auto"]))
+    form = str(rng.choice(["host", "host", "device", "out-of-core"]))
+    on = ["k", "k2"] if key_type == "composite" else "k"
+    return tables, on, how, algorithm, form, dict(sizes=(nl, nr), kinds=(str(kind_l), str(kind_r)), domain=domain,
+                                                  key_type=str(key_type), nulls=nulls)
+
+
+def run_join(case) -> None:
+    (left, right), on, how, algorithm, form, _ = case
+    names = [on] if isinstance(on, str) else on
+    if form == "device":  # device keys carry no nulls; string columns are dictionary-encoded together
+        for n in names:
+            left, right = left.filter(left[n].is_valid()), right.filter(right[n].is_valid())
+        if any(pa.types.is_string(left.schema.field(n).type) for n in names):
+            return run_join(((left, right), on, how, algorithm, "host", _))
+        from gpujoin.cuda.table import DeviceTable
+
+        want = gpujoin.join(left, right, on, how=how, device="cpu")
+        try:
+            got = gpujoin.join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how,
+                               algorithm=algorithm).to_arrow()
+        except ValueError as e:  # device composite keys must pack into 63 bits (documented): the host path then
+            if "cannot be packed" not in str(e):
+                raise
+            return run_join(((left, right), on, how, algorithm, "host", _))
+    else:
+        want = gpujoin.join(left, right, on, how=how, device="cpu")
+        kw = {"memory_limit": "4MB", "algorithm": "auto"} if form == "out-of-core" else {"algorithm": algorithm}
+        got = gpujoin.join(left, right, on, how=how, device="cuda", **kw)
+    assert_tables_equal(got, want)
+
+
+def run_group_by(seed: int, params: dict) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(2 ** rng.uniform(0, 21))
+    kind = str(rng.choice(["uniform", "unique", "zipf", "heavy", "equal", "extremes"]))
+    domain = int(2 ** rng.uniform(0, 22))
+    key_type = str(rng.choice(["int64", "int32", "string", "composite"]))
+    k = keys(rng, n, kind, domain)
+    t = pa.table({"k": key_column(rng, k, "int64" if key_type == "composite" else key_type,
+                                  float(rng.choice([0.0, 0.05]))),
+                  "k2": pa.array((k % 3).astype(np.int32)),
+                  "v": pa.array(rng.integers(-(1 << 40), 1 << 40, n), mask=rng.random(n) < 0.1),
+                  "f": pa.array(rng.normal(0, 1e3, n), mask=rng.random(n) < 0.1)})
+    by = ["k", "k2"] if key_type == "composite" else ["k"]
+    algorithm = str(rng.choice(list(GB_ALGORITHMS) + ["auto", "auto"]))
+    params.update(rows=n, kind=kind, domain=domain, key_type=key_type, algorithm=algorithm)
+    got = gpujoin.group_by(t, by, device="cuda", algorithm=algorithm).agg(**AGGS)
+    assert_tables_equal(got, gpujoin.group_by(t, by, device="cpu").agg(**AGGS), rel=1e-9)
+
+
+def main() -> None:
+    seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 240.0
+    seed = int(sys.argv[sys.argv.index("--first-seed") + 1]) if "--first-seed" in sys.argv else 0
+    only = [int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
+    end = time.perf_counter() + seconds
+    done = {"join": 0, "group-by": 0}
+    failed = []
+    while time.perf_counter() < end and (only is None or only):
+        s = only.pop(0) if only is not None else seed
+        seed += 1
+        for what in ("join", "group-by"):
+            params = None
+            try:
+                if what == "join":
+                    case = join_case(s)
+                    if case is None:
+                        continue
+                    params = dict(case[5], how=case[2], algorithm=case[3], form=case[4])
+                    run_join(case)
+                else:
+                    params = {}
+                    run_group_by(s, params)
+                done[what] += 1
+            except Exception as e:  # noqa: BLE001
+                failed.append((what, s))
+                print(f"FAIL {what} seed {s}: {params}\n  {type(e).__name__}: {str(e)[:600]}", flush=True)
+                if only is not None:
+                    traceback.print_exc()
+    print(f"fuzz: {done['join']} joins, {done['group-by']} group-bys, seeds up to {seed - 1}; "
+          f"{len(failed)} failed: {failed[:30]}", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
