@@ -62,6 +62,25 @@ def test_triton_join_heavy_partition_is_split(how):
     assert_tables_equal(got, want)
 
 
+@pytest.mark.parametrize("how", ["inner", "full"])
+@pytest.mark.parametrize("nulls", [False, True])
+@pytest.mark.parametrize("algorithm", ["auto", "phj-tr"])
+def test_output_past_the_budget_goes_out_of_core(how, nulls, algorithm):
+    """Inputs far inside the budget whose many-to-many output is not (1,000 x 700 rows of one
+    key: 700,000 pairs under 2 MiB): the in-core join's MemoryError had reached the user (found
+    by scripts/fuzz_device.py); the join runs again out of core, where blocks split until their
+    output fits.  Null keys take the gather-map path, none the columnar one."""
+    rng = np.random.default_rng(2)
+    lk = pa.array(np.full(1_000, 7), mask=rng.random(1_000) < 0.05 if nulls else None)
+    left = pa.table({"k": lk, "a": np.arange(1_000)})
+    right = pa.table({"k": np.concatenate([np.full(700, 7), np.arange(100, 400)]), "b": np.arange(1_000)})
+    want = gpujoin.join(left, right, "k", how=how, device="cpu")
+    got, stats = execute_join(left, right, "k", how=how, device="cuda", algorithm=algorithm, memory_limit="2MiB")
+    if nulls:  # (the columnar path's in-core join is already the Triton join's one block, split the same way)
+        assert stats.params["placement"] == "out-of-core" and stats.params["in_core_output_did_not_fit"]
+    assert_tables_equal(got, want)
+
+
 @pytest.mark.parametrize("inner", ["phj-tr", "phj-ur", "smj-tr", "nphj"])
 def test_out_of_core_runs_the_chosen_in_core_join_per_partition(inner):
     left, right = _tables("uniform", 50_000)

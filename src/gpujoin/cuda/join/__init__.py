@@ -52,6 +52,9 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
     ``plan.streaming.choose_gpus``).  ``params`` receives the placement and the out-of-core
     statistics.
 
+    An in-core join whose output does not fit the budget (the placement knows the inputs only)
+    runs again out of core.
+
     Raises
     ------
     MemoryError
@@ -75,7 +78,17 @@ def hash_join_maps(algorithm: str, build_keys: np.ndarray, build_rows: np.ndarra
                                                                              pk.itemsize + probe_rows.itemsize],
                                                         placement, len(ids))[1]
         if placement.placement == "in-core" and ids is None:
-            return _in_core_maps(algorithm, bk, build_rows, pk, probe_rows, mode, radix_bits)
+            try:
+                return _in_core_maps(algorithm, bk, build_rows, pk, probe_rows, mode, radix_bits)
+            except MemoryError:  # (the retry outside this clause: its traceback would pin the failed arrays)
+                pass
+            # the inputs fit, their output did not (many-to-many keys: the placement cannot know
+            # it): out of core, where a partition pair's block splits until its output fits
+            placement, ids = place([bk.size, pk.size], [bk.itemsize + build_rows.itemsize,
+                                                        pk.itemsize + probe_rows.itemsize],
+                                   gpu_budget(memory_limit), "triton", gpus)
+            params["placement"] = placement.placement
+            params["in_core_output_did_not_fit"] = True
         res = stream_join([bk, build_rows], [pk, probe_rows], mode, placement, ids,
                           algorithm=inner_algorithm(algorithm), memory_limit=memory_limit, streams=streams)
     params.update(res.stats)
