@@ -81,6 +81,24 @@ def test_composite_keys_group_by_matches_cpu_engine():
         assert_tables_equal(out, want)
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "hgb", "pgb-tr", "sgb-tr"])
+def test_string_min_max_follow_the_strings_not_the_codes(algorithm):
+    """min and max of a string column of a DeviceTable are the strings' (lexicographic), not the
+    dictionary codes' (first appearance: "w9" before "w10"), with nulls, an all-null group and a
+    dictionary already sorted (found by scripts/fuzz_device.py)."""
+    rng = np.random.default_rng(3)
+    n = 20_000
+    words = pa.array([f"w{x}" for x in rng.integers(0, 50, n).tolist()], mask=rng.random(n) < 0.1)
+    keys = rng.integers(0, 300, n)
+    keys[words.is_null().to_numpy(zero_copy_only=False) & (rng.random(n) < 0.5)] = -1  # a group of nulls only
+    aggs = dict(lo=("s", "min"), hi=("s", "max"), n=("s", "count"))
+    for s in (words, pa.array(sorted(words.to_pylist(), key=lambda w: (w is None, w or "")))):
+        t = pa.table({"k": keys, "s": s})
+        want = gpujoin.group_by(t, "k", device="cpu").agg(**aggs)
+        got = gpujoin.group_by(DeviceTable.from_arrow(t), "k", algorithm=algorithm).agg(**aggs).to_arrow()
+        assert_tables_equal(got, want)
+
+
 def test_device_key_errors_are_clear():
     wide = {"x": cp.asarray([-2**62, 2**62]), "y": cp.asarray([0, 5])}
     with pytest.raises(ValueError, match="63 bits"):

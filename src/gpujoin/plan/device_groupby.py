@@ -43,6 +43,22 @@ def _kernel_values(name: str, a):
     raise InvalidOperationError(f"cannot aggregate column {name!r} of dtype {a.dtype}")
 
 
+def _string_order(dictionary):
+    """(rank, order): CuPy int32 arrays, each code's rank among the sorted ``dictionary``'s
+    strings and the code of each rank; min and max of a string column aggregate the ranks (its
+    codes follow the dictionary's own order, first appearance from ``dictionary_encode``), or
+    None when the dictionary is sorted already."""
+    import cupy as cp
+    import pyarrow.compute as pc
+
+    order = pc.sort_indices(dictionary).to_numpy().astype(np.int32)
+    if np.array_equal(order, np.arange(order.size)):
+        return None
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size, dtype=np.int32)
+    return cp.asarray(rank), cp.asarray(order)
+
+
 def _sum_int64(name: str, hi, lo, present):
     """Exact int64 totals from the halves sum(v >> 32) and sum(v & 0xffffffff); ComputeError on overflow."""
     import cupy as cp
@@ -117,10 +133,16 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         need_sizes = not cols or any(fn == "size" or (fn == "count" and col not in table.validity)
                                      for _, col, fn in specs)
         inputs = [AggInput(None, None, ("count",))] if need_sizes else []
+        ranked = {}  # string columns whose min or max reads ranks (_string_order), not codes
         for col in cols:
             valid = table.validity.get(col)
-            inputs.append(AggInput(_kernel_values(col, table[col]),
-                                   None if valid is None else valid.astype(cp.uint8, copy=False), tuple(ops[col])))
+            values = _kernel_values(col, table[col])
+            if col in table.dictionaries and ops[col] & {"min", "max"} and len(table.dictionaries[col]):
+                ranked[col] = _string_order(table.dictionaries[col])
+                if ranked[col] is not None:  # (a null slot's code may be anything: clipped into range)
+                    values = ranked[col][0][cp.clip(values, 0, ranked[col][0].size - 1)]
+            inputs.append(AggInput(values, None if valid is None else valid.astype(cp.uint8, copy=False),
+                                   tuple(ops[col])))
     except BaseException:
         from .auto import read_quietly
 
@@ -156,7 +178,11 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         present = r["count"] > 0 if col in table.validity else None
         floating = src.dtype.kind == "f"
         if fn in ("min", "max"):
-            columns[name] = from_key(r[fn], src.dtype)  # uint64: the int64 bits back
+            if ranked.get(col) is not None:  # the rank's code (an empty group's slot: clipped, masked below)
+                order = ranked[col][1]
+                columns[name] = order[cp.clip(r[fn], 0, order.size - 1)].astype(src.dtype, copy=False)
+            else:
+                columns[name] = from_key(r[fn], src.dtype)  # uint64: the int64 bits back
             t, d = table.meta(col, name)
             types.update(t)
             dicts.update(d)
