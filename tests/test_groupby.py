@@ -184,3 +184,19 @@ def test_factorize_paths_agree(monkeypatch, path, span):
         g = np.unique(part[offsets[p]:offsets[p + 1]])
         assert (owner[g] == -1).all()  # no group in two partitions
         owner[g] = p
+
+
+def test_out_of_core_partials_skip_ranges_without_values():
+    """The out-of-core group-by merges a hot partition's row ranges on the host: a range where a
+    group's float values are all null holds NaN for its min and max, which had won every fold
+    (found by scripts/fuzz_device.py); only ranges that counted a value fold."""
+    from gpujoin.outofcore.groupby import _merge_partials
+
+    nan = float("nan")
+    keys = [np.array([1, 2]), np.array([2, 1])]
+    parts = [[{"count": np.array([0, 1]), "min": np.array([nan, 3.0]), "max": np.array([nan, 3.0])}],
+             [{"count": np.array([0, 2]), "min": np.array([nan, 4.0]), "max": np.array([nan, 5.0])}]]
+    uniq, merged = _merge_partials(keys, parts)
+    assert uniq.tolist() == [1, 2]
+    assert merged[0]["count"].tolist() == [2, 1]
+    assert merged[0]["min"].tolist() == [4.0, 3.0] and merged[0]["max"].tolist() == [5.0, 3.0]

@@ -34,6 +34,9 @@ def _merge_partials(keys: list[np.ndarray], parts: list[list[dict]]):
     merged = []
     for i in range(len(parts[0])):
         out = {}
+        # a range where a group's values are all null holds no minimum or maximum for it (a
+        # float's came back NaN, and NaN won every fold after it): only ranges that counted a value
+        seen = np.concatenate([p[i]["count"] for p in parts]) > 0 if "count" in parts[0][i] else None
         for name in parts[0][i]:
             vals = np.concatenate([p[i][name] for p in parts])
             how = _MERGE[name]
@@ -47,7 +50,8 @@ def _merge_partials(keys: list[np.ndarray], parts: list[list[dict]]):
                     info = np.iinfo(vals.dtype)
                     fill = info.max if how == "min" else info.min
                 acc = np.full(uniq.size, fill, vals.dtype)
-                (np.minimum if how == "min" else np.maximum).at(acc, inv, vals)
+                at, v = (inv, vals) if seen is None else (inv[seen], vals[seen])
+                (np.minimum if how == "min" else np.maximum).at(acc, at, v)
             out[name] = acc
         merged.append(out)
     return uniq, merged
