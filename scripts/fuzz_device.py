@@ -130,7 +130,8 @@ def run_group_by(seed: int, params: dict) -> None:
                   "k2": pa.array((k % 3).astype(np.int32)),
                   "v": pa.array(rng.integers(-(1 << 40), 1 << 40, n), mask=rng.random(n) < 0.1),
                   "f": pa.array(rng.normal(0, 1e3, n), mask=rng.random(n) < 0.1),
-                  "s": pa.array([f"w{x}" for x in rng.integers(0, 50, n).tolist()], mask=rng.random(n) < 0.1)})
+                  "s": pa.array([f"w{x}" for x in rng.integers(0, 50, n).tolist()], pa.string(),
+                                mask=rng.random(n) < 0.1)})
     by = ["k", "k2"] if key_type == "composite" else ["k"]
     algorithm = str(rng.choice(list(GB_ALGORITHMS) + ["auto", "auto"]))
     form = str(rng.choice(["host", "host", "device", "out-of-core"]))

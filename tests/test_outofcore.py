@@ -121,6 +121,29 @@ def test_triton_core_sum_and_columns(streams, cache):
     assert res.stats["cache_bytes"] <= (cache if cache is not None else pl.input_bytes)
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "hgb", "pgb-tr"])
+def test_group_by_state_past_the_budget_goes_out_of_core(algorithm):
+    """Rows far inside the budget whose groups' state is not (24,000 distinct keys and eleven
+    aggregates, strings among them, under 4 MB): the in-core group-by's MemoryError had reached the
+    user (found by scripts/fuzz_device.py); it runs again out of core, a share of the groups in
+    each partition."""
+    rng = np.random.default_rng(5)
+    n = 24_000
+    t = pa.table({"k": rng.permutation(n) * 3 - n, "k2": pa.array(rng.integers(0, 3, n).astype(np.int32)),
+                  "v": pa.array(rng.integers(-(2**40), 2**40, n), mask=rng.random(n) < 0.1),
+                  "f": pa.array(rng.integers(-4000, 4000, n) / 8.0, mask=rng.random(n) < 0.1),
+                  "s": pa.array([f"w{x}" for x in rng.integers(0, 50, n).tolist()], pa.string(),
+                                mask=rng.random(n) < 0.1)})
+    aggs = {"sv": ("v", "sum"), "cv": ("v", "count"), "n": (None, "size"), "mn": ("v", "min"), "mx": ("v", "max"),
+            "av": ("v", "mean"), "sf": ("f", "sum"), "mxf": ("f", "max"), "mns": ("s", "min"), "mxs": ("s", "max"),
+            "cs": ("s", "count")}
+    want = gpujoin.group_by(t, ["k", "k2"], device="cpu").agg(**aggs)
+    g = gpujoin.group_by(t, ["k", "k2"], device="cuda", algorithm=algorithm, memory_limit="4MB")
+    got = g.agg(**aggs)
+    assert g.stats.params["placement"] == "out-of-core"
+    assert_tables_equal(got, want)
+
+
 @pytest.mark.parametrize("case", ["uniform", "heavy", "nulls"])
 def test_out_of_core_group_by_matches_cpu_engine(case):
     rng = np.random.default_rng(2)

@@ -18,7 +18,8 @@ class GpuReducer:
     keys : int32 or int64 (n,) host array, nulls already encoded as a value
     requests : the front end's prepared columns (int64 or float64 values, validity)
     memory_limit : GPU bytes it may take (None: the free memory); past it the group-by runs out
-        of core (``outofcore/groupby.py``)
+        of core (``outofcore/groupby.py``), as it does when the rows fit in core and the groups'
+        state does not
     first_rows : also find each group's first row (to take key columns that were encoded);
         without it ``first_rows`` is None and ``group_keys`` holds the keys themselves, which
         saves a row-number column (8 bytes a row out of core: generated, moved, partitioned)
@@ -46,9 +47,6 @@ class GpuReducer:
             self._init(algorithm, keys, requests, memory_limit, first_rows, gpus)
 
     def _init(self, algorithm, keys, requests, memory_limit, first_rows, gpus):
-        import cupy as cp
-
-        from ..cuda.groupby import AggInput, run
         from ..outofcore.budget import gpu_budget
         from .streaming import place
 
@@ -65,24 +63,44 @@ class GpuReducer:
         placement, ids = place([n], [width], gpu_budget(memory_limit), algorithm, gpus)
         self.params = {"placement": placement.placement}
         if placement.placement == "out-of-core" and n:
-            from ..outofcore.groupby import group_by_out_of_core
-
-            if ids is not None and len(ids) > 1:
-                from ..dist.groupby import group_by_multi_gpu
-
-                gkeys, cols, stats = group_by_multi_gpu(algorithm, keys, host, placement, ids,
-                                                        memory_limit=memory_limit)
-            else:
-                gkeys, cols, stats = group_by_out_of_core(algorithm, keys, host, placement)
-            self.params.update(stats)
-            self.algorithm = "out-of-core " + "+".join(stats["partition_algorithms"])
-            self.num_groups = int(gkeys.size)
-            self.group_keys = gkeys
-            self.first_rows = cols[0]["min"].astype(np.int64) if first_rows else None
-            self._sizes = cols[lead]["count"]
-            self._columns = {r.name: (r, cols[i + lead + 1]) for i, r in enumerate(requests)}
-            self.phases = stats["phases"]
+            self._out_of_core(algorithm, keys, host, placement, ids, memory_limit, first_rows, lead, requests)
             return
+        try:
+            self._in_core(algorithm, keys, host, requests, first_rows, lead, rows_dtype)
+            return
+        except MemoryError:  # (the retry outside this clause: its traceback would pin the failed arrays)
+            pass
+        # the rows fit, the groups' state did not (the placement knows the rows only): out of core,
+        # where each partition holds a share of the groups
+        placement, ids = place([n], [width], gpu_budget(memory_limit), "triton", gpus)
+        self.params = {"placement": placement.placement, "in_core_state_did_not_fit": True}
+        self._out_of_core(algorithm, keys, host, placement, ids, memory_limit, first_rows, lead, requests)
+
+    def _out_of_core(self, algorithm, keys, host, placement, ids, memory_limit, first_rows, lead, requests):
+        from ..outofcore.groupby import group_by_out_of_core
+
+        if ids is not None and len(ids) > 1:
+            from ..dist.groupby import group_by_multi_gpu
+
+            gkeys, cols, stats = group_by_multi_gpu(algorithm, keys, host, placement, ids,
+                                                    memory_limit=memory_limit)
+        else:
+            gkeys, cols, stats = group_by_out_of_core(algorithm, keys, host, placement)
+        self.params.update(stats)
+        self.algorithm = "out-of-core " + "+".join(stats["partition_algorithms"])
+        self.num_groups = int(gkeys.size)
+        self.group_keys = gkeys
+        self.first_rows = cols[0]["min"].astype(np.int64) if first_rows else None
+        self._sizes = cols[lead]["count"]
+        self._columns = {r.name: (r, cols[i + lead + 1]) for i, r in enumerate(requests)}
+        self.phases = stats["phases"]
+
+    def _in_core(self, algorithm, keys, host, requests, first_rows, lead, rows_dtype):
+        import cupy as cp
+
+        from ..cuda.groupby import AggInput, run
+
+        n = keys.size
         inputs = ([AggInput(cp.arange(n, dtype=rows_dtype), None, ("min",))] if first_rows else []) + \
             [AggInput(None if v is None else cp.asarray(v), None if m is None else cp.asarray(m), ops)
              for v, m, ops in host[lead:]]
