@@ -10,6 +10,9 @@ Exact comparison (floating sums to 1e-9 relative).  Prints each failing case's s
 parameters, then the counts.
 
     PYTHONPATH=src python3 scripts/fuzz_device.py [--seconds 240] [--first-seed 0] [--only SEED,SEED,...]
+        [--max-log2 21] [--duckdb]
+
+``--duckdb``: the CPU engine (the GPU's oracle) against DuckDB on the same cases, no GPU needed.
 """
 
 import sys
@@ -60,9 +63,10 @@ def key_column(rng, k: np.ndarray, key_type: str, null_share: float):
     return pa.array(k.astype(np.int64), mask=mask)
 
 
-def join_case(seed: int):
+def join_case(seed: int, max_log2: float = 21):
     rng = np.random.default_rng(seed)
-    nl, nr = (int(2 ** rng.uniform(0, 21)) if rng.random() > 0.05 else int(rng.integers(0, 2)) for _ in range(2))
+    nl, nr = (int(2 ** rng.uniform(0, max_log2)) if rng.random() > 0.05 else int(rng.integers(0, 2))
+              for _ in range(2))
     kind_l, kind_r = rng.choice(["uniform", "unique", "zipf", "heavy", "equal", "extremes"], 2)
     domain = int(2 ** rng.uniform(0, 22))
     key_type = rng.choice(["int64", "int64", "int32", "string", "composite"])
@@ -118,9 +122,36 @@ def run_join(case) -> None:
     assert_tables_equal(got, want)
 
 
-def run_group_by(seed: int, params: dict) -> None:
+def run_join_duckdb(case, con) -> None:
+    """The CPU engine's pairs (row ids) against DuckDB's on the same tables."""
+    (left, right), on, how, _, _, _ = case
+    names = [on] if isinstance(on, str) else on
+    con.register("l", left)
+    con.register("r", right)
+    cond = " AND ".join(f"l.{k} = r.{k}" for k in names)
+    cols = "l.lid" if how in ("semi", "anti") else "l.lid, r.rid"
+    want = con.sql(f"SELECT {cols} FROM l {how.upper()} JOIN r ON {cond}").to_arrow_table()
+    got = gpujoin.join(left, right, on, how=how, device="cpu")
+    assert_tables_equal(got.select(["lid"] if how in ("semi", "anti") else ["lid", "rid"]), want, check_names=False)
+
+
+def run_group_by_duckdb(case, con) -> None:
+    """The CPU engine's aggregates against DuckDB's (SQL's GROUP BY: one group of null keys)."""
+    t, by, _, _ = case
+    con.register("t", t)
+    sql = {"sum": "sum({})::BIGINT", "count": "count({})", "size": "count(*)", "min": "min({})", "max": "max({})",
+           "mean": "avg({})"}
+    cols = ", ".join(f"{sql[fn].format(c) if fn != 'sum' or c != 'f' else f'sum({c})'} AS {name}"
+                     for name, (c, fn) in AGGS.items())
+    keys = ", ".join(by)
+    want = con.sql(f"SELECT {keys}, {cols} FROM t GROUP BY {keys}").to_arrow_table()
+    got = gpujoin.group_by(t, by, device="cpu").agg(**AGGS)
+    assert_tables_equal(got, want, check_names=False, rel=1e-9)
+
+
+def group_by_case(seed: int, max_log2: float = 21):
     rng = np.random.default_rng(seed)
-    n = int(2 ** rng.uniform(0, 21))
+    n = int(2 ** rng.uniform(0, max_log2))
     kind = str(rng.choice(["uniform", "unique", "zipf", "heavy", "equal", "extremes"]))
     domain = int(2 ** rng.uniform(0, 22))
     key_type = str(rng.choice(["int64", "int32", "string", "composite"]))
@@ -135,7 +166,12 @@ def run_group_by(seed: int, params: dict) -> None:
     by = ["k", "k2"] if key_type == "composite" else ["k"]
     algorithm = str(rng.choice(list(GB_ALGORITHMS) + ["auto", "auto"]))
     form = str(rng.choice(["host", "host", "device", "out-of-core"]))
-    params.update(rows=n, kind=kind, domain=domain, key_type=key_type, algorithm=algorithm, form=form)
+    return t, by, algorithm, form, dict(rows=n, kind=kind, domain=domain, key_type=key_type, algorithm=algorithm,
+                                        form=form)
+
+
+def run_group_by(case) -> None:
+    t, by, algorithm, form = case
     if form == "device":  # device keys carry no nulls
         from gpujoin.cuda.table import DeviceTable
 
@@ -158,6 +194,12 @@ def main() -> None:
     seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 240.0
     seed = int(sys.argv[sys.argv.index("--first-seed") + 1]) if "--first-seed" in sys.argv else 0
     only = [int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
+    duck = None
+    if "--duckdb" in sys.argv:  # the CPU engine against DuckDB (no GPU needed)
+        import duckdb
+
+        duck = duckdb.connect()
+    max_log2 = float(sys.argv[sys.argv.index("--max-log2") + 1]) if "--max-log2" in sys.argv else 21
     end = time.perf_counter() + seconds
     done = {"join": 0, "group-by": 0}
     failed = []
@@ -168,14 +210,14 @@ def main() -> None:
             params = None
             try:
                 if what == "join":
-                    case = join_case(s)
+                    case = join_case(s, max_log2)
                     if case is None:
                         continue
                     params = dict(case[5], how=case[2], algorithm=case[3], form=case[4])
-                    run_join(case)
+                    run_join(case) if duck is None else run_join_duckdb(case, duck)
                 else:
-                    params = {}
-                    run_group_by(s, params)
+                    *case, params = group_by_case(s, max_log2)
+                    run_group_by(case) if duck is None else run_group_by_duckdb(case, duck)
                 done[what] += 1
             except Exception as e:  # noqa: BLE001
                 failed.append((what, s))
