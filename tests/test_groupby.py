@@ -200,3 +200,18 @@ def test_out_of_core_partials_skip_ranges_without_values():
     assert uniq.tolist() == [1, 2]
     assert merged[0]["count"].tolist() == [2, 1]
     assert merged[0]["min"].tolist() == [4.0, 3.0] and merged[0]["max"].tolist() == [5.0, 3.0]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_column_of_null_type_aggregates_to_nulls(device):
+    """A column of Arrow's null type (every value null, none typed: pa.array(["a"], mask=[True])
+    is one) had raised on both engines; as SQL and Polars answer: count 0, sum, mean, min and max
+    null (found by scripts/fuzz_device.py)."""
+    if device == "cuda" and not gpujoin.backend.cuda_available():
+        pytest.skip("no usable GPU")
+    t = pa.table({"k": [1, 1, 2], "s": pa.nulls(3), "v": [4, 5, 6]})
+    aggs = dict(mx=("s", "max"), mn=("s", "min"), c=("s", "count"), sm=("s", "sum"), me=("s", "mean"),
+                n=(None, "size"), top=("v", "max"))
+    out = gpujoin.group_by(t, "k", device=device).agg(**aggs).sort_by("k")
+    assert out.to_pydict() == {"k": [1, 2], "mx": [None, None], "mn": [None, None], "c": [0, 0], "sm": [None, None],
+                               "me": [None, None], "n": [2, 1], "top": [5, 6]}

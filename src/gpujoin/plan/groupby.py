@@ -136,8 +136,8 @@ class GroupBy:
 
             enc = encode_keys([keys], nulls_equal=True, narrow=True)
             same = _keys_are_codes(keys)  # the codes are the key values: no first rows to take them from
-            reducer = GpuReducer(self._algorithm, enc.keys[0], list(requests.values()), self._memory_limit,
-                                 first_rows=not same, gpus=self._gpus)
+            reducer = GpuReducer(self._algorithm, enc.keys[0], [r for r in requests.values() if r.kind != "null"],
+                                 self._memory_limit, first_rows=not same, gpus=self._gpus)
             stats.params["key_from"] = "codes" if same else "first rows"
             stats.params.update(reducer.params)
             stats.algorithm = reducer.algorithm
@@ -228,8 +228,9 @@ def _from_words(w0: np.ndarray, w1: np.ndarray, valid: np.ndarray, t: pa.DataTyp
 @dataclass
 class _Request:
     """One input column prepared for reduction: kind "int" (int64 values), "float" (float64),
-    "string" (order-preserving int64 codes into ``uniq``), or "other" (a type only count
-    supports; its values are zeros)."""
+    "string" (order-preserving int64 codes into ``uniq``), "null" (Arrow's null type: count is 0,
+    sum, mean, min and max null, as Polars answers; nothing reduced), or "other" (a type only
+    count supports; its values are zeros)."""
 
     name: str
     typ: pa.DataType
@@ -274,6 +275,8 @@ def _key_column(codes: np.ndarray, typ: pa.DataType) -> pa.Array:
 def _request(t: pa.Table, col: str) -> _Request:
     arr = combined(t, col)
     typ = arr.type
+    if pa.types.is_null(typ):  # every value null (Arrow's type of no values): answered without a reduction
+        return _Request(col, typ, "null", np.zeros(0, np.int64), np.zeros(0, bool), True)
     valid, has_valid = _validity(arr)
     if is_string_type(typ):
         # order-preserving codes: rank in the sorted distinct values
@@ -324,6 +327,8 @@ class CpuReducer:
 def _aggregate(req: _Request | None, fn: str, reducer) -> pa.Array:
     if fn == "size" or (fn == "count" and not req.has_valid):
         return pa.array(reducer.sizes())
+    if req.kind == "null" and fn != "n_unique":
+        return pa.array(np.zeros(reducer.num_groups, np.int64)) if fn == "count" else pa.nulls(reducer.num_groups)
     if fn == "n_unique":
         return pa.array(reducer.n_unique(req))
     typ = req.typ
