@@ -5,7 +5,8 @@ its seed: key distribution (uniform over a domain, unique, Zipf, a heavy hitter 
 rows, all equal, int64 extremes), key type (int64, int32, string, composite), nulls, payload
 columns, join type and algorithm (every GPU algorithm and auto; host tables, device tables, and
 host tables out of core under a small ``memory_limit``); group-by the same, with every
-aggregate of integer, floating and string columns.
+aggregate of integer, floating and string columns; and ``join_where`` with 1-3 comparisons of
+int64 columns (up to 2^11 rows a side, band join and nested loop).
 Exact comparison (floating sums to 1e-9 relative).  Prints each failing case's seed and
 parameters, then the counts.
 
@@ -15,6 +16,7 @@ parameters, then the counts.
 ``--duckdb``: the CPU engine (the GPU's oracle) against DuckDB on the same cases, no GPU needed.
 """
 
+import operator
 import sys
 import time
 import traceback
@@ -190,6 +192,44 @@ def run_group_by(case) -> None:
     assert_tables_equal(got, gpujoin.group_by(t, by, device="cpu").agg(**AGGS), rel=1e-9)
 
 
+THETA = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+         "!=": operator.ne}
+
+
+def theta_case(seed: int):
+    """join_where's case: 1-3 comparisons a_i op b_i of int64 columns (nulls among them), up to
+    2^11 rows a side (a nested loop's output is up to their product)."""
+    rng = np.random.default_rng(seed)
+    nl, nr = (int(2 ** rng.uniform(0, 11)) for _ in range(2))
+    ops = [str(o) for o in rng.choice(list(THETA), int(rng.integers(1, 4)))]
+    domain = int(2 ** rng.uniform(0, 12))
+    tables = []
+    for n, side in ((nl, "a"), (nr, "b")):
+        cols = {f"{side}{i}": key_column(rng, keys(rng, n, str(rng.choice(["uniform", "zipf", "extremes", "equal"])),
+                                                   domain), "int64", float(rng.choice([0.0, 0.05])))
+                for i in range(len(ops))}
+        cols[f"{side}id"] = pa.array(np.arange(n, dtype=np.int64))
+        tables.append(pa.table(cols))
+    algorithm = str(rng.choice(["auto", "band", "nlj"]))
+    return tables, ops, algorithm, dict(sizes=(nl, nr), ops=ops, domain=domain, algorithm=algorithm)
+
+
+def run_theta(case, con=None) -> None:
+    from gpujoin import col
+
+    (left, right), ops, algorithm = case
+    preds = [THETA[op](col(f"a{i}"), col(f"b{i}")) for i, op in enumerate(ops)]
+    want = gpujoin.join_where(left, right, *preds, device="cpu")
+    if con is None:
+        assert_tables_equal(gpujoin.join_where(left, right, *preds, device="cuda", algorithm=algorithm), want)
+        return
+    con.register("l", left)
+    con.register("r", right)
+    cond = " AND ".join(f"l.a{i} {op.replace('==', '=')} r.b{i}" for i, op in enumerate(ops))
+    duck = con.sql(f"SELECT l.aid, r.bid FROM l JOIN r ON {cond}").to_arrow_table()
+    assert_tables_equal(want.select(["aid", "bid"]), duck, check_names=False)
+
+
 def main() -> None:
     seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 240.0
     seed = int(sys.argv[sys.argv.index("--first-seed") + 1]) if "--first-seed" in sys.argv else 0
@@ -201,12 +241,12 @@ def main() -> None:
         duck = duckdb.connect()
     max_log2 = float(sys.argv[sys.argv.index("--max-log2") + 1]) if "--max-log2" in sys.argv else 21
     end = time.perf_counter() + seconds
-    done = {"join": 0, "group-by": 0}
+    done = {"join": 0, "group-by": 0, "join_where": 0}
     failed = []
     while time.perf_counter() < end and (only is None or only):
         s = only.pop(0) if only is not None else seed
         seed += 1
-        for what in ("join", "group-by"):
+        for what in ("join", "group-by", "join_where"):
             params = None
             try:
                 if what == "join":
@@ -215,16 +255,20 @@ def main() -> None:
                         continue
                     params = dict(case[5], how=case[2], algorithm=case[3], form=case[4])
                     run_join(case) if duck is None else run_join_duckdb(case, duck)
-                else:
+                elif what == "group-by":
                     *case, params = group_by_case(s, max_log2)
                     run_group_by(case) if duck is None else run_group_by_duckdb(case, duck)
+                else:
+                    *case, params = theta_case(s)
+                    run_theta(case, duck)
                 done[what] += 1
             except Exception as e:  # noqa: BLE001
                 failed.append((what, s))
                 print(f"FAIL {what} seed {s}: {params}\n  {type(e).__name__}: {str(e)[:1500]}", flush=True)
                 if only is not None:
                     traceback.print_exc()
-    print(f"fuzz: {done['join']} joins, {done['group-by']} group-bys, seeds up to {seed - 1}; "
+    print(f"fuzz: {done['join']} joins, {done['group-by']} group-bys, {done['join_where']} join_wheres, "
+          f"seeds up to {seed - 1}; "
           f"{len(failed)} failed: {failed[:30]}", flush=True)
     sys.exit(1 if failed else 0)
 
