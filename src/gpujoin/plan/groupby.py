@@ -276,7 +276,7 @@ def _request(t: pa.Table, col: str) -> _Request:
     arr = combined(t, col)
     typ = arr.type
     if pa.types.is_null(typ):  # every value null (Arrow's type of no values): answered without a reduction
-        return _Request(col, typ, "null", np.zeros(0, np.int64), np.zeros(0, bool), True)
+        return _Request(col, typ, "null", np.zeros(len(arr), np.int64), np.zeros(len(arr), bool), True)
     valid, has_valid = _validity(arr)
     if is_string_type(typ):
         # order-preserving codes: rank in the sorted distinct values
