@@ -13,11 +13,14 @@ parameters, then the counts.
     PYTHONPATH=src python3 scripts/fuzz_device.py [--seconds 240] [--first-seed 0] [--only SEED,SEED,...]
         [--max-log2 21] [--duckdb]
 
-``--duckdb``: the CPU engine (the GPU's oracle) against DuckDB on the same cases, no GPU needed.
+``--duckdb``: the CPU engine (the GPU's oracle) against DuckDB on the same cases, no GPU needed,
+with key types beside (uint64 past 2^63, int16, uint32, bool, date32, timestamp, decimal128,
+float64 with -0.0 and NaN) and every CPU join algorithm.
 """
 
 import operator
 import sys
+from decimal import Decimal
 import time
 import traceback
 
@@ -62,16 +65,42 @@ def key_column(rng, k: np.ndarray, key_type: str, null_share: float):
         return pa.array(np.clip(k, -(2**31), 2**31 - 1).astype(np.int32), mask=mask)
     if key_type == "string":
         return pa.array([f"s{x % 5000}" for x in k.tolist()], pa.string(), mask=mask)
+    if key_type in OTHER_KEYS:
+        return OTHER_KEYS[key_type](k, mask)
     return pa.array(k.astype(np.int64), mask=mask)
 
 
-def join_case(seed: int, max_log2: float = 21):
+def _float_keys(k, mask):
+    f = k.astype(np.float64) / 4.0
+    f[k % 7 == 3] = -0.0  # -0.0 joins +0.0; NaN joins NaN (DuckDB's and Polars' rule)
+    f[k % 11 == 5] = np.nan
+    return pa.array(f, mask=mask)
+
+
+#: Key types beside int64, int32 and strings (``--duckdb`` only: what the CPU engine must match
+#: DuckDB on; the GPU's cases keep the types above)
+OTHER_KEYS = {
+    "uint64": lambda k, m: pa.array(k.astype(np.uint64), mask=m),  # (negative ones wrap past 2^63)
+    "int16": lambda k, m: pa.array(np.clip(k, -(2**15), 2**15 - 1).astype(np.int16), mask=m),
+    "uint32": lambda k, m: pa.array((k % (1 << 32)).astype(np.uint32), mask=m),
+    "bool": lambda k, m: pa.array(k % 2 == 0, mask=m),
+    "date32": lambda k, m: pa.array((k % 200_000).astype(np.int32), mask=m).view(pa.date32()),
+    "timestamp": lambda k, m: pa.array((k % (1 << 50)).astype(np.int64), mask=m).view(pa.timestamp("us")),
+    "decimal": lambda k, m: pa.array([None if x is None else Decimal(x) / 100
+                                      for x in pa.array(k % 10**15, mask=m).to_pylist()], pa.decimal128(18, 2)),
+    "float64": _float_keys,
+}
+
+
+def join_case(seed: int, max_log2: float = 21, other_keys: bool = False):
     rng = np.random.default_rng(seed)
     nl, nr = (int(2 ** rng.uniform(0, max_log2)) if rng.random() > 0.05 else int(rng.integers(0, 2))
               for _ in range(2))
     kind_l, kind_r = rng.choice(["uniform", "unique", "zipf", "heavy", "equal", "extremes"], 2)
     domain = int(2 ** rng.uniform(0, 22))
     key_type = rng.choice(["int64", "int64", "int32", "string", "composite"])
+    if other_keys and rng.random() < 0.5:
+        key_type = rng.choice(list(OTHER_KEYS))
     nulls = float(rng.choice([0.0, 0.0, 0.05]))
     kl, kr = keys(rng, nl, kind_l, domain), keys(rng, nr, kind_r, domain)
     # the output's rows, bounded (equal keys' products), so that the CPU oracle stays quick
@@ -261,7 +290,7 @@ def main() -> None:
             params = None
             try:
                 if what == "join":
-                    case = join_case(s, max_log2)
+                    case = join_case(s, max_log2, other_keys=duck is not None)
                     if case is None:
                         continue
                     params = dict(case[5], how=case[2], algorithm=case[3], form=case[4])
