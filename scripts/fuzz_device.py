@@ -191,12 +191,14 @@ def run_group_by_duckdb(case, con) -> None:
     assert_tables_equal(got, want, check_names=False, rel=1e-9)
 
 
-def group_by_case(seed: int, max_log2: float = 21):
+def group_by_case(seed: int, max_log2: float = 21, other_keys: bool = False):
     rng = np.random.default_rng(seed)
     n = int(2 ** rng.uniform(0, max_log2))
     kind = str(rng.choice(["uniform", "unique", "zipf", "heavy", "equal", "extremes"]))
     domain = int(2 ** rng.uniform(0, 22))
     key_type = str(rng.choice(["int64", "int32", "string", "composite"]))
+    if other_keys and rng.random() < 0.5:
+        key_type = str(rng.choice(list(OTHER_KEYS)))
     k = keys(rng, n, kind, domain)
     t = pa.table({"k": key_column(rng, k, "int64" if key_type == "composite" else key_type,
                                   float(rng.choice([0.0, 0.05]))),
@@ -296,7 +298,7 @@ def main() -> None:
                     params = dict(case[5], how=case[2], algorithm=case[3], form=case[4])
                     run_join(case) if duck is None else run_join_duckdb(case, duck, s)
                 elif what == "group-by":
-                    *case, params = group_by_case(s, max_log2)
+                    *case, params = group_by_case(s, max_log2, other_keys=duck is not None)
                     run_group_by(case) if duck is None else run_group_by_duckdb(case, duck)
                 else:
                     *case, params = theta_case(s)
