@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|join-planner|auto-sweep|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -340,6 +340,17 @@ for line in open(sys.argv[1]):
     print(f"2^{w['log2_rows']} g=2^{w['log2_groups']} z={w['zipf']}: {r['algorithm']:7} {r.get('chosen') or '':7} "
           f"median {r['median_s'] * 1e3:.3f} ms, min {r['min_s'] * 1e3:.3f}")
 PY
+fi
+if [[ $stage == fuzz ]]; then
+  # randomized GPU-against-CPU joins, group-bys and join_wheres (scripts/fuzz_device.py), PROCS processes
+  # of FUZZ_SECONDS each from seeds FIRST_SEED + 10^6 p; each failing seed printed (rerun: --only SEED)
+  for p in $(seq 0 $(( ${PROCS:-2} - 1 ))); do
+    timeout $(( ${FUZZ_SECONDS:-200} + 120 )) python3 scripts/fuzz_device.py --seconds ${FUZZ_SECONDS:-200} \
+      --first-seed $(( ${FIRST_SEED:-0} + 1000000 * p )) > "$OUT/fuzz_$p.txt" 2>&1 &
+  done
+  wait
+  grep -h -A2 FAIL "$OUT"/fuzz_*.txt | cut -c1-400 | head -60; grep -h "^fuzz" "$OUT"/fuzz_*.txt
+  ! grep -q FAIL "$OUT"/fuzz_*.txt; exit $?
 fi
 if [[ $stage == join-planner ]]; then
   # issue 17 item 3: the planner's samples' tests, then the join planner's host time at 2^24 rows a side
