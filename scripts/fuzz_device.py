@@ -189,14 +189,37 @@ def run_group_by_duckdb(case, con) -> None:
     """The CPU engine's aggregates against DuckDB's (SQL's GROUP BY: one group of null keys)."""
     t, by, _, _ = case
     con.register("t", t)
+    aggs = {**AGGS, **(OTHER_AGGS if "d" in t.column_names else {})}
     sql = {"sum": "sum({})::BIGINT", "count": "count({})", "size": "count(*)", "min": "min({})", "max": "max({})",
            "mean": "avg({})"}
-    cols = ", ".join(f"{sql[fn].format(c) if fn != 'sum' or c != 'f' else f'sum({c})'} AS {name}"
-                     for name, (c, fn) in AGGS.items())
+    plain_sum = ("f", "d")  # (float and decimal sums keep their types)
+    cols = ", ".join(f"{sql[fn].format(c) if fn != 'sum' or c not in plain_sum else f'sum({c})'} AS {name}"
+                     for name, (c, fn) in aggs.items())
     keys = ", ".join(by)
     want = con.sql(f"SELECT {keys}, {cols} FROM t GROUP BY {keys}").to_arrow_table()
-    got = gpujoin.group_by(t, by, device="cpu").agg(**AGGS)
+    got = gpujoin.group_by(t, by, device="cpu").agg(**aggs)
     assert_tables_equal(got, want, check_names=False, rel=1e-9)
+
+
+#: ``--duckdb``'s aggregates of _other_values' columns, beside AGGS
+OTHER_AGGS = {"sd": ("d", "sum"), "mnd": ("d", "min"), "mxd": ("d", "max"), "ad": ("d", "mean"),
+              "mndt": ("dt", "min"), "mxts": ("ts", "max"), "cts": ("ts", "count"), "mnb": ("b", "min"),
+              "mxb": ("b", "max"), "si": ("i16", "sum"), "mni": ("i16", "min"), "su": ("u", "sum"),
+              "mxu": ("u", "max")}
+
+
+def _other_values(t: pa.Table, rng) -> pa.Table:
+    """``t`` with decimal, date, timestamp, bool, int16 and uint64 value columns (nulls among them)."""
+    n = t.num_rows
+    m = lambda: rng.random(n) < 0.1  # noqa: E731
+    cents = rng.integers(-10**12, 10**12, n)
+    return (t.append_column("d", pa.array([Decimal(int(x)) / 100 for x in cents], pa.decimal128(18, 2), mask=m()))
+            .append_column("dt", pa.array(rng.integers(-50_000, 50_000, n).astype(np.int32), mask=m())
+                           .view(pa.date32()))
+            .append_column("ts", pa.array(rng.integers(-(2**50), 2**50, n), mask=m()).view(pa.timestamp("us")))
+            .append_column("b", pa.array(rng.random(n) < 0.5, mask=m()))
+            .append_column("i16", pa.array(rng.integers(-(2**15), 2**15, n).astype(np.int16), mask=m()))
+            .append_column("u", pa.array(rng.integers(0, 2**40, n).astype(np.uint64), mask=m())))
 
 
 def group_by_case(seed: int, max_log2: float = 21, other_keys: bool = False):
@@ -215,6 +238,8 @@ def group_by_case(seed: int, max_log2: float = 21, other_keys: bool = False):
                   "f": pa.array(rng.normal(0, 1e3, n), mask=rng.random(n) < 0.1),
                   "s": pa.array([f"w{x}" for x in rng.integers(0, 50, n).tolist()], pa.string(),
                                 mask=rng.random(n) < 0.1)})
+    if other_keys:  # value columns of the other types too (their own draws: the GPU's cases stay as they are)
+        t = _other_values(t, np.random.default_rng(seed + 12_345))
     by = ["k", "k2"] if key_type == "composite" else ["k"]
     algorithm = str(rng.choice(list(GB_ALGORITHMS) + ["auto", "auto"]))
     form = str(rng.choice(["host", "host", "device", "out-of-core"]))
