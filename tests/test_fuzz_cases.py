@@ -14,23 +14,15 @@ fuzz = pytest.importorskip("fuzz_device")
 SEEDS = range(40)
 
 
-@pytest.fixture(scope="module")
-def con():
-    duckdb = pytest.importorskip("duckdb")
-    c = duckdb.connect()
-    yield c
-    c.close()
-
-
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cpu_engine_matches_duckdb(con, seed):
+def test_cpu_engine_matches_duckdb(duck, seed):
     case = fuzz.join_case(seed, 12)
     if case is not None:
-        fuzz.run_join_duckdb(case, con, seed)
+        fuzz.run_join_duckdb(case, duck, seed)
     *case, _ = fuzz.group_by_case(seed, 12)
-    fuzz.run_group_by_duckdb(case, con)
+    fuzz.run_group_by_duckdb(case, duck)
     *case, _ = fuzz.theta_case(seed)
-    fuzz.run_theta(case, con)
+    fuzz.run_theta(case, duck)
 
 
 @pytest.mark.gpu
