@@ -295,6 +295,13 @@ def run_theta(case, con=None) -> None:
     (left, right), ops, algorithm = case
     preds = [THETA[op](col(f"a{i}"), col(f"b{i}")) for i, op in enumerate(ops)]
     want = gpujoin.join_where(left, right, *preds, device="cpu")
+    if con is None and algorithm == "band" and set(ops) == {"!="}:  # no range or equality to drive it
+        try:
+            gpujoin.join_where(left, right, *preds, device="cuda", algorithm="band")
+        except ValueError as e:
+            assert "use 'nlj'" in str(e), e
+            return
+        raise AssertionError("the band join of != conditions only did not raise")
     if con is None:
         assert_tables_equal(gpujoin.join_where(left, right, *preds, device="cuda", algorithm=algorithm), want)
         return
