@@ -106,10 +106,51 @@ def test_device_key_errors_are_clear():
     with pytest.raises(ValueError, match="63 bits"):
         gpujoin.join(wide, wide, ["x", "y"])
     a = DeviceTable.from_arrow(pa.table({"k": ["p", "q"]}))
-    b = DeviceTable.from_arrow(pa.table({"k": ["q", "p"]}))
-    with pytest.raises(gpujoin.SchemaError, match="share one dictionary"):
-        gpujoin.join(a, b, "k")
+    n = DeviceTable({"k": cp.asarray([0, 1], cp.int32)})
+    with pytest.raises(gpujoin.SchemaError, match="'k' is a string column and 'k' is not"):
+        gpujoin.join(a, n, "k")
     assert_tables_equal(gpujoin.join(a, a, "k").to_arrow(), pa.table({"k": ["p", "q"]}))
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("algorithm", ["auto", "phj-tr", "smj-ur", "nphj"])
+def test_string_keys_of_different_dictionaries_join(how, algorithm):
+    """Each table's strings dictionary-encoded on their own (codes in first-appearance order, so
+    a code means different strings on the two sides): re-coded into one dictionary, the join
+    equals the CPU engine's on the strings, on one key and on a composite key with an integer."""
+    rng = np.random.default_rng(11)
+    words = np.array([f"w{i}" for i in range(40)] + ["", "ünï"])
+    tables = []
+    for n, lo, hi in ((300, 0, 30), (250, 10, 42)):  # overlapping vocabularies, each with words of its own
+        tables.append(pa.table({"s": pa.array(words[rng.integers(lo, hi, n)]),
+                                "i": pa.array(rng.integers(0, 3, n).astype(np.int32)),
+                                "v": pa.array(rng.integers(0, 1000, n))}))
+    left, right = tables
+    dl, dr = DeviceTable.from_arrow(left), DeviceTable.from_arrow(right)
+    assert not dl.dictionaries["s"].equals(dr.dictionaries["s"])
+    for on in ("s", ["s", "i"]):
+        want = gpujoin.join(left, right, on, how=how, device="cpu")
+        got = gpujoin.join(dl, dr, on, how=how, algorithm=algorithm).to_arrow()
+        assert_tables_equal(got, want)
+    # both key columns kept (coalesce=False): each decodes to its own side's strings
+    want = gpujoin.join(left, right, "s", how=how, coalesce=False, device="cpu")
+    assert_tables_equal(gpujoin.join(dl, dr, "s", how=how, coalesce=False, algorithm=algorithm).to_arrow(), want)
+    # an empty side (an empty dictionary), and a side of one string
+    for other in (right.slice(0, 0), right.slice(0, 1)):
+        want = gpujoin.join(left, other, "s", how=how, device="cpu")
+        got = gpujoin.join(dl, DeviceTable.from_arrow(other), "s", how=how, algorithm=algorithm).to_arrow()
+        assert_tables_equal(got, want)
+
+
+def test_concat_tables_recodes_different_dictionaries():
+    from gpujoin.cuda.table import concat_tables
+
+    a = DeviceTable.from_arrow(pa.table({"s": pa.array(["x", None, "y"], pa.string())}))
+    b = DeviceTable.from_arrow(pa.table({"s": pa.array(["y", "z", "x"], pa.large_string())}))
+    got = concat_tables([a, b, a]).to_arrow()
+    assert got.column("s").to_pylist() == ["x", None, "y", "y", "z", "x", "x", None, "y"]
+    with pytest.raises(TypeError, match="a string column on one side only"):
+        concat_tables([a, DeviceTable({"s": cp.asarray([0], cp.int32)})])
 
 
 def test_tpch_on_the_gpu_validates():

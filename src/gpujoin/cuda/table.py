@@ -157,10 +157,55 @@ def as_device_table(x) -> DeviceTable:
     return x if isinstance(x, DeviceTable) else DeviceTable(x)
 
 
+def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, str]]], allgather=None) -> list:
+    """``tables`` with each group of string columns (``(table index, column)`` pairs) re-coded
+    into one dictionary that the group shares: the union of the group's dictionaries, in order,
+    so that equal strings have equal int32 codes (a join's keys, a concatenation's parts).
+
+    ``allgather`` (a communicator's, e.g. ``Communicator.allgather``) widens the union to the
+    group's dictionaries on every rank, in rank order, so that it is the same on each; then every
+    rank must call it with the same groups (a collective).  A column whose codes already mean
+    the union's (its dictionary a prefix of it, without repeats) keeps its codes: only the
+    dictionary is replaced.  Host work is over the dictionaries; the codes are re-coded by one
+    gather of (n,) int32 on the GPU.
+
+    Raises
+    ------
+    TypeError
+        A column of a group that is not a string column (on some rank).
+    """
+    import pyarrow.compute as pc
+
+    tables = list(tables)
+    for group in groups:
+        mine = [tables[i].dictionaries.get(c) for i, c in group]
+        if any(d is None for d in mine):
+            raise TypeError(f"columns {[c for _, c in group]}: a string column on one side only, or on some ranks "
+                            f"only; give both sides and every rank string columns there")
+        every = [d for ds in (allgather(mine) if allgather is not None else [mine]) for d in ds]
+        if all(d is every[0] for d in every):
+            continue  # one dictionary already
+        kind = pa.large_string() if any(pa.types.is_large_string(d.type) for d in every) else pa.string()
+        union = pc.unique(pa.concat_arrays([d.cast(kind) for d in every]))
+        for (i, c), local in zip(group, mine):
+            t = tables[i]
+            remap = pc.index_in(local.cast(kind), value_set=union).to_numpy(zero_copy_only=False).astype(np.int32)
+            out = t.select(t.column_names)  # the same columns, in order; this one re-coded
+            if not np.array_equal(remap, np.arange(remap.size, dtype=np.int32)):
+                codes, remap = t.columns[c], cp.asarray(remap)
+                # a null slot's code may be anything: clip it into range (its value is never read)
+                new = remap[cp.clip(codes, 0, max(0, remap.size - 1))] if remap.size else codes
+                out.columns[c] = new.astype(codes.dtype, copy=False)
+            out.dictionaries[c] = union
+            tables[i] = out
+    return tables
+
+
 def concat_tables(tables: list[DeviceTable]) -> DeviceTable:
     """One DeviceTable of ``tables``' rows, in order: the same columns in each (the first's
-    types and dictionaries kept, string codes into the same dictionaries); a column with nulls
-    in some part gets a mask, all-valid in the others.
+    types kept; a string column's parts re-coded into one dictionary where theirs differ,
+    :func:`unify_dictionaries`); a column with nulls in some part gets a mask, all-valid in the
+    others.
 
     Raises
     ------
@@ -175,6 +220,8 @@ def concat_tables(tables: list[DeviceTable]) -> DeviceTable:
             raise ValueError(f"concat_tables: column names differ: {names} and {t.column_names}")
     if len(tables) == 1:
         return tables[0]
+    tables = unify_dictionaries(tables, [[(i, n) for i in range(len(tables))] for n in names
+                                         if any(n in t.dictionaries for t in tables)])
     cols = {n: cp.concatenate([t.columns[n] for t in tables]) for n in names}
     validity = {n: cp.concatenate([t.validity[n].astype(cp.uint8, copy=False) if n in t.validity
                                    else cp.ones(t.num_rows, cp.uint8) for t in tables])

@@ -91,32 +91,10 @@ def unify_dictionaries(tables: list, groups: list[list[tuple[int, str]]], comm: 
     """``tables`` (DeviceTables) with each group of string columns (``(table index, column)``
     pairs) re-coded into one dictionary shared by the group and by every rank: the union of the
     group's dictionaries on all ranks, in rank order (so the same on each).  Every rank must call
-    it with the same groups (a collective)."""
-    import cupy as cp
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    it with the same groups (a collective): cuda.table.unify_dictionaries over ``comm``."""
+    from ..cuda.table import unify_dictionaries as unify
 
-    tables = list(tables)
-    for group in groups:
-        mine = [tables[i].dictionaries.get(c) for i, c in group]
-        if any(d is None for d in mine):
-            raise TypeError(f"columns {[c for _, c in group]}: a string column on one side only, or on some ranks "
-                            f"only; give both sides and every rank string columns there")
-        every = [d for ds in comm.allgather(mine) for d in ds]
-        kind = pa.large_string() if any(pa.types.is_large_string(d.type) for d in every) else pa.string()
-        union = pc.unique(pa.concat_arrays([d.cast(kind) for d in every]))
-        for (i, c), local in zip(group, mine):
-            t = tables[i]
-            remap = cp.asarray(pc.index_in(local.cast(kind), value_set=union).to_numpy(
-                zero_copy_only=False).astype(np.int32))
-            codes = t.columns[c]
-            # a null slot's code may be anything: clip it into range (its value is never read)
-            new = remap[cp.clip(codes, 0, max(0, remap.size - 1))] if remap.size else codes
-            out = t.select(t.column_names)  # the same columns, in order; this one re-coded
-            out.columns[c] = new.astype(codes.dtype, copy=False)
-            out.dictionaries[c] = union
-            tables[i] = out
-    return tables
+    return unify(tables, groups, comm.allgather)
 
 
 def exchange(table, dest, comm: Communicator, stats: dict | None = None):

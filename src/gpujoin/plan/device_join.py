@@ -3,10 +3,11 @@
 The planner's part for DeviceTables (or dicts of CuPy arrays): check the key columns, promote
 their types, choose the build side and the join mode, hand every output column's source to the
 GPU algorithm as a payload (validity masks travel as payloads too), and lay the output out as
-``polars.DataFrame.join`` would.  Keys here are integer (date/time, or dictionary-coded string
-over one shared dictionary) columns without nulls; several a side are packed into one int64 key
-(:mod:`gpujoin.plan.pack_keys`); nullable keys and wider composite keys go through Arrow tables
-(``gpujoin.join`` on host tables, which also runs on the GPU).
+``polars.DataFrame.join`` would.  Keys here are integer (date/time, or dictionary-coded string:
+two sides' dictionaries re-coded into one first, cuda.table.unify_dictionaries) columns without
+nulls; several a side are packed into one int64 key (:mod:`gpujoin.plan.pack_keys`); nullable
+keys and wider composite keys go through Arrow tables (``gpujoin.join`` on host tables, which
+also runs on the GPU).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     ------
     ColumnNotFoundError, SchemaError, ValueError
         As for host tables; also for keys with nulls, composite keys whose ranges span more than
-        63 bits, and string keys over different dictionaries (use Arrow tables).
+        63 bits, and a string key joined with a key of another type.
     RuntimeError
         device="cpu" with device-resident inputs.
     MemoryError
@@ -123,6 +124,19 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
             widths[side].append(1 if mask else (lt if side == "l" else rt)[name].dtype.itemsize)
         return launch_gpu_join_plan(lkey if build_left else rkey, rkey if build_left else lkey, widths[bside],
                                     widths[pside])
+    strings = []  # string keys' pairs, re-coded into one dictionary each (before the planner samples codes)
+    for a, b in zip(lk, rk):
+        da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
+        if (da is None) != (db is None):
+            s, o = (a, b) if da is not None else (b, a)
+            raise SchemaError(f"join keys {a!r} and {b!r}: {s!r} is a string column and {o!r} is not; cast one "
+                              f"to the other's type (or pass Arrow tables)")
+        if da is not None and da is not db:
+            strings.append([(0, a), (1, b)])
+    if strings:
+        from ..cuda.table import unify_dictionaries
+
+        lt, rt = unify_dictionaries([lt, rt], strings)
     finish = None
     if algo == "auto" and len(lk) == 1 and {lt[lk[0]].dtype, rt[rk[0]].dtype} <= SAMPLED_KEYS:
         # int32/int64 keys: sampled as they are (to_key widens at most), before the keys' own
@@ -135,10 +149,6 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
                 if name in t.validity:
                     raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join "
                                      f"keys cannot be null: drop those rows or pass Arrow tables")
-            da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
-            if (da is None) != (db is None) or (da is not None and da is not db and not da.equals(db)):
-                raise SchemaError(f"join keys {a!r} and {b!r}: device-resident string keys must share one "
-                                  f"dictionary (encode both tables' strings together, or pass Arrow tables)")
         packing = None
         if len(lk) == 1:
             ln, rn = lk[0], rk[0]
