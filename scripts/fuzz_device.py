@@ -311,15 +311,23 @@ def run_theta(case, con=None) -> None:
 
 
 def main() -> None:
-    seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 240.0
-    seed = int(sys.argv[sys.argv.index("--first-seed") + 1]) if "--first-seed" in sys.argv else 0
-    only = [int(x) for x in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Randomized joins, group-bys and join_wheres: the GPU engine "
+                                             "against the CPU engine, or (--duckdb) the CPU engine against DuckDB.")
+    ap.add_argument("--seconds", type=float, default=240.0, help="run for this long (default 240)")
+    ap.add_argument("--first-seed", type=int, default=0, help="the first case's seed; the next ones count up")
+    ap.add_argument("--only", help="comma-separated seeds to run (a failure's traceback printed)")
+    ap.add_argument("--duckdb", action="store_true", help="the CPU engine against DuckDB (no GPU needed)")
+    ap.add_argument("--max-log2", type=float, default=21, help="the largest tables' log2 rows (default 21)")
+    args = ap.parse_args()
+    seconds, seed, max_log2 = args.seconds, args.first_seed, args.max_log2
+    only = [int(x) for x in args.only.split(",")] if args.only else None
     duck = None
-    if "--duckdb" in sys.argv:  # the CPU engine against DuckDB (no GPU needed)
+    if args.duckdb:
         import duckdb
 
         duck = duckdb.connect()
-    max_log2 = float(sys.argv[sys.argv.index("--max-log2") + 1]) if "--max-log2" in sys.argv else 21
     end = time.perf_counter() + seconds
     done = {"join": 0, "group-by": 0, "join_where": 0}
     failed = []
