@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|fuzz-dist|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -351,6 +351,20 @@ if [[ $stage == fuzz ]]; then
   wait
   grep -h -A2 FAIL "$OUT"/fuzz_*.txt | cut -c1-400 | head -60; grep -h "^fuzz" "$OUT"/fuzz_*.txt
   ! grep -q FAIL "$OUT"/fuzz_*.txt; exit $?
+fi
+if [[ $stage == fuzz-dist ]]; then
+  # randomized distributed joins and group-bys (scripts/fuzz_dist.py) under Open MPI, one rank a GPU,
+  # half the cases as DeviceTables shuffled over NCCL; then SPECS' "P:R" runs (P ranks as hosts of R,
+  # more ranks than GPUs share them), FUZZ_SECONDS each
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
+  for spec in ${SPECS:-2:2 4:2}; do
+    timeout -k 10 $(( ${FUZZ_SECONDS:-120} + 120 )) bash -c "$(declare -f mpi); mpi -n ${spec%%:*} python3 \
+      scripts/fuzz_dist.py --device cuda --device-tables --ranks-per-node ${spec##*:} --seconds ${FUZZ_SECONDS:-120} \
+      --first-seed ${FIRST_SEED:-0} --max-log2 ${MAX_LOG2:-13}" > "$OUT/fuzz_dist_${spec/:/_}.txt" 2>&1
+    echo "$spec (rc $?): $(grep -h "^fuzz_dist" "$OUT/fuzz_dist_${spec/:/_}.txt")"
+  done
+  grep -h -A2 FAIL "$OUT"/fuzz_dist_*.txt | cut -c1-400 | head -40
+  ! grep -q FAIL "$OUT"/fuzz_dist_*.txt; exit $?
 fi
 if [[ $stage == join-planner ]]; then
   # issue 17 item 3: the planner's samples' tests, then the join planner's host time at 2^24 rows a side

@@ -6,8 +6,13 @@ all-equal keys, int64 extremes, nulls, string and composite keys), which rank ho
 (``gpujoin.dist.join`` / ``gpujoin.dist.group_by``), and rank 0 checks the gathered result
 exactly.  Prints each failing seed; a failure inside a collective ends every rank.
 
+With ``--device-tables`` (GPU ranks) half the cases give each rank its rows as a DeviceTable
+(strings dictionary-encoded on each rank apart; rows with a null key left out, as device keys
+have none): the rows are hashed on the GPUs and shuffled over NCCL (or through the host where
+ranks share a GPU), the local joins and group-bys run in GPU memory.
+
     mpiexec -n 4 python scripts/fuzz_dist.py [--seconds 120] [--first-seed 0] [--ranks-per-node 2]
-        [--max-log2 13] [--device cpu|cuda]
+        [--max-log2 13] [--device cpu|cuda] [--device-tables]
 """
 
 import sys
@@ -26,12 +31,43 @@ from fuzz_device import AGGS, group_by_case, join_case  # noqa: E402
 from mpi_dist_check import gathered, run_or_abort  # noqa: E402
 
 
-def _arg(name: str, default, cast=int):
-    return cast(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+def _args():
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Randomized distributed joins and group-bys against the "
+                                             "one-process CPU engine (run under mpiexec).")
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--ranks-per-node", type=int, default=None, help="play the ranks as hosts of this many")
+    ap.add_argument("--max-log2", type=float, default=13.0, help="the largest tables' log2 rows (default 13)")
+    ap.add_argument("--device", default="cpu", help="where each rank joins host tables: cpu (default) or cuda")
+    ap.add_argument("--device-tables", action="store_true",
+                    help="half the cases' rows as DeviceTables on each rank's GPU (shuffled over NCCL)")
+    return ap.parse_args()
 
 
-def draw(seed: int, ranks: int, max_log2: float):
-    """(what, tables, on or by, how, shuffle, compression, owners) of case ``seed``, or None."""
+def _device_form(what, tables, on) -> bool:
+    """Whether the case (null keys left out) runs as DeviceTables: the one-process device join or
+    group-by takes it (composite keys must pack into 63 bits, a documented ValueError else;
+    every rank's rows are a subset, so then each rank's fit too)."""
+    from gpujoin.cuda.table import DeviceTable
+
+    dev = [DeviceTable.from_arrow(t) for t in tables]
+    try:
+        if what == "join":
+            gpujoin.join(dev[0], dev[1], on)
+        else:
+            gpujoin.group_by(dev[0], on).agg(n=(on[0], "count"))
+    except ValueError as e:
+        if "63 bits" in str(e) or "cannot be packed" in str(e):
+            return False
+        raise
+    return True
+
+
+def draw(seed: int, ranks: int, max_log2: float, device_tables: bool = False):
+    """(what, tables, on or by, how, shuffle, compression, owners, device form) of case ``seed``,
+    or None."""
     rng = np.random.default_rng(seed + 7)
     what = "join" if rng.random() < 0.6 else "group-by"
     if what == "join":
@@ -42,38 +78,48 @@ def draw(seed: int, ranks: int, max_log2: float):
     else:
         t, on, *_ = group_by_case(seed, max_log2)
         tables, how = [t], None
+    device = device_tables and rng.random() < 0.5
+    if device:  # device keys have no nulls
+        names = [on] if isinstance(on, str) else on
+        tables = [t.filter(np.logical_and.reduce([np.asarray(t[n].is_valid()) for n in names])) for t in tables]
+        device = _device_form(what, tables, on)
     empty = int(rng.integers(0, ranks))  # a rank without rows still takes part in every exchange
     owners = [np.where(rng.random(t.num_rows) < 0.3, empty if empty else 0,
                        rng.integers(0, ranks, t.num_rows)) for t in tables]
     owners = [np.where(o == empty, 0, o) if ranks > 1 and rng.random() < 0.5 else o for o in owners]
     return (what, tables, on, how, str(rng.choice(["one-level", "two-level"])),
-            str(rng.choice(["none", "none", "cascaded", "auto"])), owners)
+            str(rng.choice(["none", "none", "cascaded", "auto"])), owners, device)
 
 
 def run(comm, case, device):
-    what, tables, on, how, method, compression, owners = case
+    what, tables, on, how, method, compression, owners, device_form = case
     mine = [t.take(np.flatnonzero(o == comm.rank)) for t, o in zip(tables, owners)]
+    if device_form:
+        from gpujoin.cuda.table import DeviceTable
+
+        mine, device = [DeviceTable.from_arrow(t) for t in mine], "cuda"
     if what == "join":
         out = join(mine[0], mine[1], on, how=how, comm=comm, shuffle=method, compression=compression, device=device)
     else:
         out = group_by(mine[0], on, comm=comm, shuffle=method, compression=compression, device=device).agg(**AGGS)
-    return gathered(comm, out)
+    return gathered(comm, out.to_arrow() if hasattr(out, "to_arrow") else out)
 
 
 def main():
-    comm = Communicator.from_mpi(ranks_per_node=_arg("--ranks-per-node", None))
-    device = _arg("--device", "cpu", str)
+    args = _args()
+    comm = Communicator.from_mpi(ranks_per_node=args.ranks_per_node)
+    device = args.device
     if comm.rank:
         while (case := comm.comm.bcast(None)) is not None:
             run(comm, case, device)
         comm.barrier()
         return
-    seconds, seed = _arg("--seconds", 120.0, float), _arg("--first-seed", 0)
-    max_log2 = _arg("--max-log2", 13.0, float)
+    seconds, seed, max_log2 = args.seconds, args.first_seed, args.max_log2
     end, done, failed = time.perf_counter() + seconds, {"join": 0, "group-by": 0}, []
+    forms = {"host": 0, "device": 0}
     try:
         while time.perf_counter() < end:
-            case = draw(seed, comm.size, max_log2)
+            case = draw(seed, comm.size, max_log2, args.device_tables)
             if case is not None:
                 comm.comm.bcast(case)
                 got = run(comm, case, device)
@@ -82,16 +128,18 @@ def main():
                         gpujoin.group_by(tables[0], on, device="cpu").agg(**AGGS))
                 diff = first_difference(got, want, rel=1e-9)
                 done[what] += 1
+                forms["device" if case[7] else "host"] += 1
                 if diff is not None:
                     failed.append(seed)
                     print(f"FAIL seed {seed}: {what} rows {[t.num_rows for t in tables]} how={how} "
-                          f"shuffle={case[4]} compression={case[5]}\n  {diff[:1200]}", flush=True)
+                          f"shuffle={case[4]} compression={case[5]} device tables={case[7]}\n  {diff[:1200]}",
+                          flush=True)
             seed += 1
     finally:
         comm.comm.bcast(None)
     comm.barrier()
-    print(f"fuzz_dist: {comm.size} ranks ({comm.nodes} hosts), {done['join']} joins, {done['group-by']} group-bys, "
-          f"seeds up to {seed - 1}; {len(failed)} failed: {failed[:30]}", flush=True)
+    print(f"fuzz_dist: {comm.size} ranks ({comm.nodes} hosts), {done['join']} joins, {done['group-by']} group-bys "
+          f"({forms['device']} of them as DeviceTables), seeds up to {seed - 1}; {len(failed)} failed: {failed[:30]}", flush=True)
 
 
 if __name__ == "__main__":
