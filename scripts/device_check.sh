@@ -343,10 +343,11 @@ PY
 fi
 if [[ $stage == fuzz ]]; then
   # randomized GPU-against-CPU joins, group-bys and join_wheres (scripts/fuzz_device.py), PROCS processes
-  # of FUZZ_SECONDS each from seeds FIRST_SEED + 10^6 p; each failing seed printed (rerun: --only SEED)
+  # of FUZZ_SECONDS each from seeds FIRST_SEED + 10^6 p; each failing seed printed (rerun: --only SEED);
+  # OTHER_KEYS=1: the other key and value types too (uint64, bool, dates, timestamps, decimals, floats)
   for p in $(seq 0 $(( ${PROCS:-2} - 1 ))); do
     timeout $(( ${FUZZ_SECONDS:-200} + 120 )) python3 scripts/fuzz_device.py --seconds ${FUZZ_SECONDS:-200} \
-      --first-seed $(( ${FIRST_SEED:-0} + 1000000 * p )) > "$OUT/fuzz_$p.txt" 2>&1 &
+      --first-seed $(( ${FIRST_SEED:-0} + 1000000 * p )) ${OTHER_KEYS:+--other-keys} > "$OUT/fuzz_$p.txt" 2>&1 &
   done
   wait
   grep -h -A2 FAIL "$OUT"/fuzz_*.txt | cut -c1-400 | head -60; grep -h "^fuzz" "$OUT"/fuzz_*.txt

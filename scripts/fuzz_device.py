@@ -78,8 +78,8 @@ def _float_keys(k, mask):
     return pa.array(f, mask=mask)
 
 
-#: Key types beside int64, int32 and strings (``--duckdb`` only: what the CPU engine must match
-#: DuckDB on; the GPU's cases keep the types above)
+#: Key types beside int64, int32 and strings (``--duckdb``: what the CPU engine must match DuckDB
+#: on; ``--other-keys``: the GPU engine on them too)
 OTHER_KEYS = {
     "uint64": lambda k, m: pa.array(k.astype(np.uint64), mask=m),  # (negative ones wrap past 2^63)
     "int16": lambda k, m: pa.array(np.clip(k, -(2**15), 2**15 - 1).astype(np.int16), mask=m),
@@ -136,6 +136,13 @@ def join_case(seed: int, max_log2: float = 21, other_keys: bool = False):
                                                   key_type=str(key_type), nulls=nulls)
 
 
+def _documented_device_refusal(e: Exception) -> bool:
+    """``e`` is a DeviceTable's documented refusal (a composite key wider than 63 bits, a key or
+    column type that GPU memory does not hold or join), whose answer is to pass Arrow tables."""
+    return any(m in str(e) for m in ("63 bits", "cannot be packed", "pass Arrow tables", "pass an Arrow table",
+                                    "cannot live in a DeviceTable"))
+
+
 def run_join(case) -> None:
     (left, right), on, how, algorithm, form, _ = case
     names = [on] if isinstance(on, str) else on
@@ -148,8 +155,8 @@ def run_join(case) -> None:
         try:
             got = gpujoin.join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how,
                                algorithm=algorithm).to_arrow()
-        except ValueError as e:  # device composite keys must pack into 63 bits (documented): the host path then
-            if "cannot be packed" not in str(e):
+        except (ValueError, gpujoin.SchemaError, TypeError) as e:  # documented (device composite keys must pack
+            if not _documented_device_refusal(e):                   # into 63 bits, keys be integers): host path
                 raise
             return run_join(((left, right), on, how, algorithm, "host", _))
     else:
@@ -247,22 +254,23 @@ def group_by_case(seed: int, max_log2: float = 21, other_keys: bool = False):
 
 def run_group_by(case) -> None:
     t, by, algorithm, form = case
+    aggs = {**AGGS, **(OTHER_AGGS if "d" in t.column_names else {})}
     if form == "device":  # device keys carry no nulls
         from gpujoin.cuda.table import DeviceTable
 
         for b in by:
             t = t.filter(t[b].is_valid())
         try:
-            got = gpujoin.group_by(DeviceTable.from_arrow(t), by, algorithm=algorithm).agg(**AGGS)
-        except ValueError as e:  # device composite keys must pack into 63 bits (documented)
-            if "63 bits" not in str(e):
+            got = gpujoin.group_by(DeviceTable.from_arrow(t), by, algorithm=algorithm).agg(**aggs)
+        except (ValueError, gpujoin.SchemaError, TypeError) as e:  # documented: device composite keys must
+            if not _documented_device_refusal(e):                    # pack into 63 bits, keys be integers
                 raise
-            got = gpujoin.group_by(t, by, device="cuda", algorithm=algorithm).agg(**AGGS)
+            got = gpujoin.group_by(t, by, device="cuda", algorithm=algorithm).agg(**aggs)
         got = got.to_arrow() if hasattr(got, "to_arrow") else got
     else:
         kw = {"memory_limit": "4MB", "algorithm": "auto"} if form == "out-of-core" else {"algorithm": algorithm}
-        got = gpujoin.group_by(t, by, device="cuda", **kw).agg(**AGGS)
-    assert_tables_equal(got, gpujoin.group_by(t, by, device="cpu").agg(**AGGS), rel=1e-9)
+        got = gpujoin.group_by(t, by, device="cuda", **kw).agg(**aggs)
+    assert_tables_equal(got, gpujoin.group_by(t, by, device="cpu").agg(**aggs), rel=1e-9)
 
 
 THETA = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
@@ -320,8 +328,11 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated seeds to run (a failure's traceback printed)")
     ap.add_argument("--duckdb", action="store_true", help="the CPU engine against DuckDB (no GPU needed)")
     ap.add_argument("--max-log2", type=float, default=21, help="the largest tables' log2 rows (default 21)")
+    ap.add_argument("--other-keys", action="store_true",
+                    help="GPU runs: key and value types beside int64, int32 and strings too (as --duckdb has)")
     args = ap.parse_args()
     seconds, seed, max_log2 = args.seconds, args.first_seed, args.max_log2
+    other = args.duckdb or args.other_keys
     only = [int(x) for x in args.only.split(",")] if args.only else None
     duck = None
     if args.duckdb:
@@ -338,13 +349,13 @@ def main() -> None:
             params = None
             try:
                 if what == "join":
-                    case = join_case(s, max_log2, other_keys=duck is not None)
+                    case = join_case(s, max_log2, other_keys=other)
                     if case is None:
                         continue
                     params = dict(case[5], how=case[2], algorithm=case[3], form=case[4])
                     run_join(case) if duck is None else run_join_duckdb(case, duck, s)
                 elif what == "group-by":
-                    *case, params = group_by_case(s, max_log2, other_keys=duck is not None)
+                    *case, params = group_by_case(s, max_log2, other_keys=other)
                     run_group_by(case) if duck is None else run_group_by_duckdb(case, duck)
                 else:
                     *case, params = theta_case(s)
