@@ -44,10 +44,9 @@ def main() -> None:
     build = pa.table({"k": words.take(pa.array(bi)), "b": np.arange(n)})
     probe = pa.table({"k": words.take(pa.array(pi)), "p": np.arange(n)})
     own = [DeviceTable.from_arrow(build), DeviceTable.from_arrow(probe)]  # each side's dictionary
-    both = pa.concat_tables([build.rename_columns(["k", "x"]), probe.rename_columns(["k", "x"])]).combine_chunks()
-    enc = both.column("k").chunk(0).dictionary_encode()  # one dictionary for the two sides
-    shared = [DeviceTable({"k": cp.asarray(enc.indices.to_numpy()[i * n:(i + 1) * n]), c: cp.arange(n)},
-                          types={"k": pa.string()}, dictionaries={"k": enc.dictionary}) for i, c in ((0, "b"), (1, "p"))]
+    # one dictionary for the two sides: the words themselves, the draws their codes
+    shared = [DeviceTable({"k": cp.asarray(idx.astype(np.int32)), c: cp.arange(n)}, types={"k": pa.string()},
+                          dictionaries={"k": words}) for idx, c in ((bi, "b"), (pi, "p"))]
     assert not own[0].dictionaries["k"].equals(own[1].dictionaries["k"])
     rows = gpujoin.join(own[1], own[0], "k").num_rows
     assert rows == gpujoin.join(shared[1], shared[0], "k").num_rows

@@ -72,7 +72,15 @@ def test_placement_overrides_and_too_small_budget():
     p = plan_placement([2**24, 2**24], [16, 16], 2**30, bits=7, cache_bytes=0, chunk_rows=5000)
     assert (p.bits, p.cache_bytes, p.chunk_rows, p.spill_bytes) == (7, 0, 5000, p.input_bytes)
     with pytest.raises(MemoryError, match="raise memory_limit"):
-        plan_placement([10, 10], [16, 16], 1000)
+        plan_placement([10, 10], [16, 16], 1000, force_out_of_core=True)
+    with pytest.raises(MemoryError, match="raise memory_limit"):
+        plan_placement([100, 10], [16, 16], 500_000, gpus=2)
+    # rows that fit in core are placed there under any budget: the streaming path's working set
+    # bounds only what must be partitioned (a 2-row group-by of 93-byte rows under 4 MB raised)
+    p = plan_placement([2], [93], 4 * 10**6)
+    assert (p.placement, p.bits) == ("in-core", 0)
+    with pytest.raises(MemoryError, match="raise memory_limit"):
+        plan_placement([10**5], [93], 4 * 10**6)
 
 
 @pytest.mark.parametrize("frac", [0.0, 0.25, 0.5, 0.77, 1.0])

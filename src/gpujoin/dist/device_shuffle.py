@@ -94,7 +94,7 @@ def unify_dictionaries(tables: list, groups: list[list[tuple[int, str]]], comm: 
     it with the same groups (a collective): cuda.table.unify_dictionaries over ``comm``."""
     from ..cuda.table import unify_dictionaries as unify
 
-    return unify(tables, groups, comm.allgather)
+    return unify(tables, groups, comm)
 
 
 def exchange(table, dest, comm: Communicator, stats: dict | None = None):

@@ -195,6 +195,9 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         else:  # mean
             total = r["sum"].astype(cp.float64) if floating or "sum_lo" not in r else \
                 r["sum"].astype(cp.float64) * 2.0**32 + r["sum_lo"].astype(cp.float64)
+            t = table.types.get(col)
+            if t is not None and pa.types.is_decimal128(t):  # the unscaled integers' mean, scaled (float64)
+                total = total / 10.0**t.scale
             columns[name] = total / cp.maximum(r["count"], 1)
         if present is not None:
             validity[name] = present.astype(cp.uint8)

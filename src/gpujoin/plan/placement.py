@@ -139,16 +139,20 @@ def plan_placement(rows: list[int], widths: list[int], budget: int, *, bits: int
     Raises
     ------
     MemoryError
-        The budget cannot hold even one chunk of a few rows and its in-core join.
+        The operation must be partitioned (it does not fit in core, or is forced out of core or
+        onto several GPUs) and the budget cannot hold even one chunk of a few rows and its
+        in-core join.
     """
     total = sum(r * w for r, w in zip(rows, widths))
     widest = max(widths) if widths else 1
     half, room = budget // 2, slack(budget)
     least = 8 * PASS2_FACTOR * widest * 1024
-    if budget < least:
+    fits = total * IN_CORE_FACTOR + total + room <= budget
+    # (the working set bounds the streaming path only: rows that fit in core run there under any
+    # budget; a group-by of 2 rows under 4 MB raised this before)
+    if budget < least and (force_out_of_core or not fits or gpus > 1):
         raise MemoryError(f"a GPU memory budget of {budget / 2**20:.2f} MiB cannot hold the out-of-core working "
                           f"set of rows of {widest} bytes (at least {least / 2**20:.2f} MiB); raise memory_limit")
-    fits = total * IN_CORE_FACTOR + total + room <= budget
     if bits is None:
         bits = 0
         if force_out_of_core or not fits or gpus > 1:
