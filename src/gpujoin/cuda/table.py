@@ -166,8 +166,9 @@ def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, s
     to the group's dictionaries on every rank, in rank order, so that it is the same on each;
     then every rank must call it with the same groups (a collective).  A column whose codes
     already mean the union's (the first dictionary, without repeats) keeps its codes: only the
-    dictionary is replaced.  Host work is one hash pass over the dictionaries' strings; the codes
-    are re-coded by one gather of (n,) int32 on the GPU.
+    dictionary is replaced.  The dictionaries' union is found on the GPU (cuda.strings.union_codes:
+    their bytes copied, hashed, sorted; Arrow's host hash for a few thousand strings, or where a
+    64-bit hash collides); the codes are re-coded by one gather of (n,) int32 on the GPU.
 
     Raises
     ------
@@ -175,6 +176,8 @@ def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, s
         A column of a group that is not a string column (on some rank).
     """
     import pyarrow.compute as pc
+
+    from .strings import GPU_UNION_MIN, union_codes
 
     tables = list(tables)
     for group in groups:
@@ -187,18 +190,23 @@ def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, s
         if all(d is every[0] for d in every):
             continue  # one dictionary already
         kind = pa.large_string() if any(pa.types.is_large_string(d.type) for d in every) else pa.string()
-        # one hash pass over every dictionary: the union (first appearance, so the first
-        # dictionary keeps its codes) and each entry's code in it (pc.unique, then pc.index_in a
-        # column, took 2.6x as long)
-        enc = pc.dictionary_encode(pa.concat_arrays([d.cast(kind) for d in every]), null_encoding="encode")
-        union, code = enc.dictionary, enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+        # the union (first appearance, so the first dictionary keeps its codes) and each entry's
+        # code in it: hashed on the GPU (cuda.strings), else one host hash pass (Arrow's memo
+        # table; pc.unique, then pc.index_in a column, took 2.6x as long)
+        strings, got = pa.concat_arrays([d.cast(kind) for d in every]), None
+        if len(strings) >= GPU_UNION_MIN and not strings.null_count:
+            got = union_codes(strings)  # (None: a 64-bit collision)
+        if got is None:
+            enc = pc.dictionary_encode(strings, null_encoding="encode")
+            got = enc.dictionary, cp.asarray(enc.indices.to_numpy(zero_copy_only=False).astype(np.int32))
+        union, code = got
         start = sum(len(d) for ds in ranks[:comm.rank if comm is not None else 0] for d in ds)
         for (i, c), local in zip(group, mine):
             t = tables[i]
             remap, start = code[start:start + len(local)], start + len(local)
             out = t.select(t.column_names)  # the same columns, in order; this one re-coded
-            if not np.array_equal(remap, np.arange(remap.size, dtype=np.int32)):
-                codes, remap = t.columns[c], cp.asarray(remap)
+            if not bool((remap == cp.arange(remap.size, dtype=cp.int32)).all()):
+                codes = t.columns[c]
                 # a null slot's code may be anything: clip it into range (its value is never read)
                 new = remap[cp.clip(codes, 0, max(0, remap.size - 1))] if remap.size else codes
                 out.columns[c] = new.astype(codes.dtype, copy=False)

@@ -115,6 +115,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
         + [f"compact_write<{i}>" for i in ("i32", "i64")]
         + [f"value_range<{k}>" for k in _KEYS]
     ),
+    "strings.cu": ["string_hash", "strings_differ"],
     "onesweep.cu": (
         [f"onesweep_histogram<{k}, {o}>" for k, o in product(ONESWEEP_KEYS.values(), ONESWEEP_OFFSETS)]
         + [f"onesweep_{n}<{k}, {v}, {o}>" for n, k, v, o in product(("pass", "tile"), ONESWEEP_KEYS.values(),
