@@ -30,7 +30,8 @@ def _words(rng, n: int, vocabulary: int) -> list[str]:
 def test_union_codes_match_arrows_hash(n, large):
     rng = np.random.default_rng(n)
     strings = pa.array(_words(rng, n, max(1, n // 3)), pa.large_string() if large else pa.string())
-    got = gs.union_codes(strings)
+    cut = [0, n // 3, n // 3, n]  # as several dictionaries (an empty one among them)
+    got = gs.union_codes([strings.slice(lo, hi - lo) for lo, hi in zip(cut, cut[1:])])
     assert got is not None
     union, code = got
     want = pc.dictionary_encode(strings)
@@ -41,9 +42,11 @@ def test_union_codes_match_arrows_hash(n, large):
 
 def test_union_codes_of_a_slice_and_of_nothing():
     strings = pa.array(["q", "p", "q", "r", "p"]).slice(1, 3)
-    union, code = gs.union_codes(strings)
+    union, code = gs.union_codes([strings])
     assert union.to_pylist() == ["p", "q", "r"] and cp.asnumpy(code).tolist() == [0, 1, 2]
-    union, code = gs.union_codes(pa.array([], pa.string()))
+    union, code = gs.union_codes([strings, pa.array(["", "r"])])
+    assert union.to_pylist() == ["p", "q", "r", ""] and cp.asnumpy(code).tolist() == [0, 1, 2, 3, 2]
+    union, code = gs.union_codes([pa.array([], pa.string())])
     assert len(union) == 0 and code.size == 0
 
 
@@ -53,8 +56,8 @@ def test_a_hash_collision_is_caught_and_arrow_answers(monkeypatch):
     real = gs.string_hashes
     monkeypatch.setattr(gs, "string_hashes", lambda data, offsets, n: real(data, offsets, n) % np.uint64(3))
     strings = pa.array([f"s{i}" for i in range(50)])
-    assert gs.union_codes(strings) is None
-    assert gs.union_codes(pa.array(["same"] * 9)) is not None  # equal hashes of equal strings: fine
+    assert gs.union_codes([strings]) is None
+    assert gs.union_codes([pa.array(["same"] * 9)]) is not None  # equal hashes of equal strings: fine
     monkeypatch.setattr(gs, "GPU_UNION_MIN", 0)
     a = DeviceTable.from_arrow(pa.table({"k": [f"s{i}" for i in range(40)]}))
     b = DeviceTable.from_arrow(pa.table({"k": [f"s{i}" for i in range(60, 20, -1)]}))

@@ -34,22 +34,45 @@ def string_hashes(data, offsets, n: int):
     return out
 
 
-def union_codes(strings: pa.Array) -> tuple[pa.Array, cp.ndarray] | None:
-    """(union, code) of ``strings`` (a string or large_string array without nulls, the
-    dictionaries one after the other): ``union`` its distinct strings in order of first
-    appearance (its type), ``code`` CuPy int32 (n,) each entry's position in ``union``; None when
-    two different strings share a hash (a collision: take Arrow's hash instead).
+def _on_device(arrays: list[pa.Array]):
+    """(data uint8, offsets int64 (n + 1,)) in GPU memory of the ``arrays``' strings one after
+    the other: each array's bytes and offsets copied as they lie (no host concatenation, no cast
+    of string's int32 offsets: they are widened and rebased on the GPU)."""
+    parts, total = [], 0
+    for a in arrays:
+        if len(a):
+            wide = pa.types.is_large_string(a.type)
+            _, obuf, dbuf = a.buffers()
+            o = np.frombuffer(obuf, np.int64 if wide else np.int32, len(a) + 1, a.offset * (8 if wide else 4))
+            lo, hi = int(o[0]), int(o[-1])
+            parts.append((o, np.frombuffer(dbuf, np.uint8)[lo:hi] if hi > lo else None, lo, total))
+            total += hi - lo
+    data = cp.empty(max(1, total), cp.uint8)
+    offsets = cp.empty(sum(len(o) - 1 for o, *_ in parts) + 1, cp.int64)
+    at = 0
+    for o, b, lo, base in parts:
+        if b is not None:
+            data[base:base + b.size].set(b)
+        offsets[at:at + len(o) - 1] = cp.asarray(o[:-1]).astype(cp.int64) + (base - lo)
+        at += len(o) - 1
+    offsets[at] = total
+    return data, offsets
 
-    Host work: a cast to large_string (int64 offsets) where needed and the union's filter; GPU:
-    the bytes' copy, a hash a string, a sort of n 64-bit hashes, one comparison a string.
+
+def union_codes(arrays: list[pa.Array]) -> tuple[pa.Array, cp.ndarray] | None:
+    """(union, code) of the strings of ``arrays`` (string arrays of one type, the dictionaries,
+    without nulls) one after the other: ``union`` their distinct strings in order of first
+    appearance (of their type), ``code`` CuPy int32 (n,) each entry's position in ``union``;
+    None when two different strings share a hash (a collision: take Arrow's hash instead).
+
+    Host work: the union's pieces (an array whose strings are all new is taken whole, one
+    without any left out); GPU: the bytes' copy, a hash a string, a sort of n 64-bit hashes,
+    one comparison a string.
     """
-    n = len(strings)
-    big = strings.cast(pa.large_string()) if not pa.types.is_large_string(strings.type) else strings
+    n = sum(len(a) for a in arrays)
     if not n:
-        return strings, cp.empty(0, cp.int32)
-    _, obuf, dbuf = big.buffers()
-    offsets = cp.asarray(np.frombuffer(obuf, np.int64, n + 1, big.offset * 8))
-    data = cp.asarray(np.frombuffer(dbuf, np.uint8)) if dbuf is not None and dbuf.size else cp.zeros(1, cp.uint8)
+        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()), cp.empty(0, cp.int32)
+    data, offsets = _on_device(arrays)
     hashes = string_hashes(data, offsets, n)
     order = cp.argsort(hashes)
     ordered = hashes[order]
@@ -68,5 +91,11 @@ def union_codes(strings: pa.Array) -> tuple[pa.Array, cp.ndarray] | None:
     is_rep = rep == cp.arange(n, dtype=cp.int64)
     position = cp.cumsum(is_rep, dtype=cp.int64) - 1
     code = position[rep].astype(cp.int32)
-    union = strings.filter(pa.array(cp.asnumpy(is_rep)))
-    return union, code
+    keep, pieces, at = cp.asnumpy(is_rep), [], 0
+    for a in arrays:
+        m, at = keep[at:at + len(a)], at + len(a)
+        if m.all():
+            pieces.append(a)
+        elif m.any():
+            pieces.append(a.filter(pa.array(m)))
+    return pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0], code

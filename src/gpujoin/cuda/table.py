@@ -193,11 +193,11 @@ def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, s
         # the union (first appearance, so the first dictionary keeps its codes) and each entry's
         # code in it: hashed on the GPU (cuda.strings), else one host hash pass (Arrow's memo
         # table; pc.unique, then pc.index_in a column, took 2.6x as long)
-        strings, got = pa.concat_arrays([d.cast(kind) for d in every]), None
-        if len(strings) >= GPU_UNION_MIN and not strings.null_count:
-            got = union_codes(strings)  # (None: a 64-bit collision)
+        every, got = [d.cast(kind) for d in every], None
+        if sum(len(d) for d in every) >= GPU_UNION_MIN and not any(d.null_count for d in every):
+            got = union_codes(every)  # (None: a 64-bit collision)
         if got is None:
-            enc = pc.dictionary_encode(strings, null_encoding="encode")
+            enc = pc.dictionary_encode(pa.concat_arrays(every), null_encoding="encode")
             got = enc.dictionary, cp.asarray(enc.indices.to_numpy(zero_copy_only=False).astype(np.int32))
         union, code = got
         start = sum(len(d) for ds in ranks[:comm.rank if comm is not None else 0] for d in ds)
