@@ -279,22 +279,31 @@ THETA = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.g
          "!=": operator.ne}
 
 
-def theta_case(seed: int):
-    """join_where's case: 1-3 comparisons a_i op b_i of int64 columns (nulls among them), up to
-    2^11 rows a side (a nested loop's output is up to their product)."""
+#: join_where's column types with ``other_keys`` (each comparison's two columns of one type)
+THETA_TYPES = ["int64", "int32", "float64", "date32", "timestamp", "decimal", "uint64", "uint32", "int16", "bool",
+               "string"]
+
+
+def theta_case(seed: int, other_keys: bool = False):
+    """join_where's case: 1-3 comparisons a_i op b_i of int64 columns (``other_keys``: each
+    comparison's of a type of THETA_TYPES, drawn apart so that the int64 cases stay as they
+    are) with nulls among them, up to 2^11 rows a side (a nested loop's output is up to their
+    product)."""
     rng = np.random.default_rng(seed)
+    types = np.random.default_rng(seed + 54_321).choice(THETA_TYPES, 3) if other_keys else ["int64"] * 3
     nl, nr = (int(2 ** rng.uniform(0, 11)) for _ in range(2))
     ops = [str(o) for o in rng.choice(list(THETA), int(rng.integers(1, 4)))]
     domain = int(2 ** rng.uniform(0, 12))
     tables = []
     for n, side in ((nl, "a"), (nr, "b")):
         cols = {f"{side}{i}": key_column(rng, keys(rng, n, str(rng.choice(["uniform", "zipf", "extremes", "equal"])),
-                                                   domain), "int64", float(rng.choice([0.0, 0.05])))
+                                                   domain), str(types[i]), float(rng.choice([0.0, 0.05])))
                 for i in range(len(ops))}
         cols[f"{side}id"] = pa.array(np.arange(n, dtype=np.int64))
         tables.append(pa.table(cols))
     algorithm = str(rng.choice(["auto", "band", "nlj"]))
-    return tables, ops, algorithm, dict(sizes=(nl, nr), ops=ops, domain=domain, algorithm=algorithm)
+    return tables, ops, algorithm, dict(sizes=(nl, nr), ops=ops, domain=domain, algorithm=algorithm,
+                                        types=[str(t) for t in types[:len(ops)]])
 
 
 def run_theta(case, con=None) -> None:
@@ -360,7 +369,7 @@ def main() -> None:
                     *case, params = group_by_case(s, max_log2, other_keys=other)
                     run_group_by(case) if duck is None else run_group_by_duckdb(case, duck)
                 else:
-                    *case, params = theta_case(s)
+                    *case, params = theta_case(s, other)
                     run_theta(case, duck)
                 done[what] += 1
             except Exception as e:  # noqa: BLE001
