@@ -333,10 +333,6 @@ def test_device_group_by_errors_are_clear():
     big = {"k": cp.asarray([1]), "u": cp.asarray([2**64 - 1], dtype=cp.uint64)}
     with pytest.raises(gpujoin.ComputeError, match="uint64"):
         gpujoin.group_by(big, "k").agg(m=("u", "max"))
-    with pytest.raises(gpujoin.InvalidOperationError, match="CPU engine only"):
-        gpujoin.group_by(t, "k").agg(u=("v", "n_unique"))
-    with pytest.raises(gpujoin.InvalidOperationError, match="CPU engine only"):
-        gpujoin.group_by(DeviceTable(t).to_arrow(), "k", device="cuda").agg(u=("v", "n_unique"))
     # auto's sample is launched before those errors: read, and the next group-by plans as usual
     out = gpujoin.group_by({"k": cp.asarray([2, 1, 2]), "v": cp.asarray([5, 6, 7])}, "k").agg(m=("v", "max"))
     out = out.to_arrow() if hasattr(out, "to_arrow") else out
@@ -344,6 +340,44 @@ def test_device_group_by_errors_are_clear():
     over = {"k": cp.asarray([1, 1]), "b": cp.asarray([2**63 - 1] * 2, dtype=cp.int64)}
     with pytest.raises(gpujoin.ComputeError, match="overflows int64"):
         gpujoin.group_by(over, "k").agg(s=("b", "sum"))
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS) + ["auto"])
+def test_n_unique_on_the_gpu_matches_cpu_engine(algorithm):
+    """n_unique (count(DISTINCT)) of integer, float (-0.0 and 0.0 one value, NaN one value),
+    string and all-null columns: host tables grouped on the GPU, DeviceTables (one key and
+    composite keys, a string dictionary that repeats a string), against the CPU engine."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    t = pa.table({"k": pa.array(rng.integers(0, 300, n), mask=rng.random(n) < 0.05),
+                  "k2": pa.array(rng.integers(0, 3, n).astype(np.int32)),
+                  "i": pa.array(rng.integers(0, 50, n), mask=rng.random(n) < 0.1),
+                  "f": pa.array(rng.choice([0.0, -0.0, np.nan, 1.5, 2.5, np.inf], n), mask=rng.random(n) < 0.1),
+                  "s": pa.array([f"w{x}" for x in rng.integers(0, 40, n)], mask=rng.random(n) < 0.1),
+                  "z": pa.nulls(n, pa.int64())})
+    t = t.append_column("g", pa.array(np.where(np.asarray(t["k"].fill_null(0)) == 7, None, 1.0)))  # a group of nulls
+    aggs = dict(ui=("i", "n_unique"), uf=("f", "n_unique"), us=("s", "n_unique"), ug=("g", "n_unique"),
+                mx=("i", "max"), n=(None, "size"))
+    got = gpujoin.group_by(t, "k", device="cuda", algorithm=algorithm).agg(**aggs, uz=("z", "n_unique"))
+    assert_tables_equal(got, gpujoin.group_by(t, "k", device="cpu").agg(**aggs, uz=("z", "n_unique")))
+    kept = t.filter(t["k"].is_valid()).drop_columns(["z"])  # device keys have no nulls
+    for by in ("k", ["k", "k2"]):
+        want = gpujoin.group_by(kept, by, device="cpu").agg(**aggs)
+        got = gpujoin.group_by(DeviceTable.from_arrow(kept), by, algorithm=algorithm).agg(**aggs).to_arrow()
+        assert_tables_equal(got, want)
+    # a hand-built dictionary that holds "a" twice: codes 0 and 2 are one string
+    d = DeviceTable({"k": cp.asarray([1, 1, 1, 2]), "s": cp.asarray([0, 2, 1, 2], cp.int32)},
+                    types={"s": pa.string()}, dictionaries={"s": pa.array(["a", "b", "a"])})
+    got = gpujoin.group_by(d, "k", algorithm=algorithm).agg(u=("s", "n_unique")).to_arrow()
+    assert sorted(zip(got["k"].to_pylist(), got["u"].to_pylist())) == [(1, 2), (2, 1)]
+
+
+def test_n_unique_out_of_core_is_refused_before_work():
+    t = pa.table({"k": np.arange(200_000) % 1000, "v": np.arange(200_000)})
+    with pytest.raises(gpujoin.InvalidOperationError, match="n_unique .*'v'.* out of core"):
+        gpujoin.group_by(t, "k", device="cuda", memory_limit="2MB").agg(u=("v", "n_unique"))
+    got = gpujoin.group_by(t, "k", device="cuda", memory_limit="2MB").agg(m=("v", "max"))  # the rest runs
+    assert got.num_rows == 1000
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

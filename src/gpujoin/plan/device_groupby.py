@@ -59,6 +59,19 @@ def _string_order(dictionary):
     return cp.asarray(rank), cp.asarray(order)
 
 
+def _distinct_values(table, col: str):
+    """Column ``col``'s values, one a distinct value: a string column's codes made canonical where
+    its dictionary repeats a string (a DeviceTable built by hand may hold such a dictionary)."""
+    import cupy as cp
+    import pyarrow.compute as pc
+
+    values, d = table[col], table.dictionaries.get(col)
+    if d is None or pc.count_distinct(d, mode="all").as_py() == len(d):
+        return values
+    first = cp.asarray(pc.dictionary_encode(d, null_encoding="encode").indices.to_numpy().astype(np.int32))
+    return first[cp.clip(values, 0, first.size - 1)]
+
+
 def _sum_int64(name: str, hi, lo, present):
     """Exact int64 totals from the halves sum(v >> 32) and sum(v & 0xffffffff); ComputeError on overflow."""
     import cupy as cp
@@ -118,10 +131,7 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         # one input per column: the union of what its aggregates need, and count for null groups
         ops: dict[str, set] = {}
         for _, col, fn in specs:
-            if fn == "n_unique":
-                raise InvalidOperationError(f"n_unique (of column {col!r}) runs on the CPU engine only; pass a "
-                                            f"host table with device='cpu'")
-            if fn == "size":
+            if fn in ("size", "n_unique"):  # (n_unique: its own sort, cuda.groupby.distinct)
                 continue
             ops.setdefault(col, set()).update(_NEEDS[fn])
             if col in table.validity and fn != "count":
@@ -170,6 +180,11 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     for name, col, fn in specs:
         if fn == "size" or (fn == "count" and col not in table.validity):
             columns[name] = sizes
+            continue
+        if fn == "n_unique":
+            from ..cuda.groupby.distinct import count_distinct
+
+            columns[name] = count_distinct(keys, _distinct_values(table, col), table.validity.get(col), out.keys)
             continue
         r, src = res[col], table[col]
         if fn == "count":

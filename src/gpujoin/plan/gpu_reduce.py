@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidOperationError
+
 
 class GpuReducer:
     """One GPU group-by (``algorithm`` of ``gpujoin.cuda.groupby``) of ``keys`` over ``requests``.
@@ -62,6 +64,12 @@ class GpuReducer:
         width = keys.itemsize + sum((0 if v is None else v.itemsize) + (0 if m is None else 1) for v, m, _ in host)
         placement, ids = place([n], [width], gpu_budget(memory_limit), algorithm, gpus)
         self.params = {"placement": placement.placement}
+        self._keys = keys
+        distinct = [r.name for r in requests if r.distinct]
+        if distinct and placement.placement == "out-of-core" and n:
+            raise InvalidOperationError(f"n_unique (of column {distinct[0]!r}) on the GPU sorts the rows in GPU "
+                                        f"memory, and these {n:,} rows are grouped out of core (past memory_limit, or "
+                                        f"over several GPUs): raise memory_limit, or use device='cpu'")
         if placement.placement == "out-of-core" and n:
             self._out_of_core(algorithm, keys, host, placement, ids, memory_limit, first_rows, lead, requests)
             return
@@ -126,6 +134,19 @@ class GpuReducer:
 
     def sizes(self) -> np.ndarray:
         return self._sizes
+
+    def n_unique(self, req) -> np.ndarray:
+        """Distinct non-null values of ``req`` per group, int64 (groups,), sorted on the GPU
+        (cuda.groupby.distinct; the CPU twin: CpuReducer.n_unique)."""
+        import cupy as cp
+
+        from ..cuda.groupby.distinct import count_distinct
+
+        if req.kind == "null" or not self.num_groups:
+            return np.zeros(self.num_groups, np.int64)
+        valid = cp.asarray(req.valid) if req.has_valid else None
+        return cp.asnumpy(count_distinct(cp.asarray(self._keys), cp.asarray(req.values), valid,
+                                         cp.asarray(self.group_keys)))
 
     def reduce(self, req):
         r, host = self._columns[req.name]

@@ -70,7 +70,9 @@ class GroupBy:
 
         ``count`` counts non-null values, ``n_unique`` distinct non-null values (SQL
         count(DISTINCT); floats compare as the keys do, all NaNs one value, -0.0 equal to 0.0;
-        the CPU engine only), ``size`` counts rows (its column may be None); nulls
+        on the GPU a sort of the rows' (key, value) pairs in GPU memory, so in core only:
+        InvalidOperationError before any work where the group-by would run out of core),
+        ``size`` counts rows (its column may be None); nulls
         are skipped by every aggregate, an all-null group's sum, min, max and mean are null, and
         rows with null keys form one group, as in SQL.
 
@@ -240,6 +242,7 @@ class _Request:
     has_valid: bool
     uniq: pa.Array | None = None
     device: str = "cpu"
+    distinct: bool = False  # an n_unique of it is asked
 
     def check(self, fn: str) -> None:
         col, typ = self.name, self.typ
@@ -248,9 +251,8 @@ class _Request:
                                         f"strings support count, n_unique, size, min and max")
         if self.kind == "other" and fn != "count":
             raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
-        if fn == "n_unique" and self.device == "cuda":
-            raise InvalidOperationError(f"n_unique (of column {col!r}) runs on the CPU engine only; "
-                                        f"use device='cpu'")
+        if fn == "n_unique":
+            self.distinct = True  # (the GPU's reducer: n_unique runs in core, checked before work)
         if (pa.types.is_date32(typ) or pa.types.is_timestamp(typ)) and fn in ("sum", "mean"):
             raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
                                         f"dates and timestamps support count, n_unique, size, min and max")

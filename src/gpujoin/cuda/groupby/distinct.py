@@ -1,0 +1,66 @@
+"""Distinct non-null values per group on the GPU: ``n_unique`` (SQL's count(DISTINCT v), Polars'
+``n_unique`` without its null), beside the group-by algorithms, whose accumulators are a fixed
+width a group: the (key, value) pairs of the present rows sorted, and a pair counted where it
+differs from the one before it within its key's run.  The CPU twin is plan.groupby.CpuReducer
+(the distinct pairs of a factorization).
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+
+from ..runtime import check_memory
+
+
+def comparable_values(values):
+    """int64 CuPy (n,) whose equality is the values': integers widened (uint64 as its bits),
+    floats as float64 bits with -0.0 taken as 0.0 and every NaN as one value (as keys compare)."""
+    if values.dtype.kind == "f":
+        v = values.astype(cp.float64)
+        return cp.where(cp.isnan(v), cp.nan, v + 0.0).view(cp.int64)
+    if values.dtype == cp.uint64:
+        return values.view(cp.int64)
+    return values.astype(cp.int64)
+
+
+def count_distinct(keys, values, valid, group_keys):
+    """int64 CuPy (g,): the distinct non-null ``values`` of each group.
+
+    Parameters
+    ----------
+    keys : CuPy int32/int64 (n,), each row's group key
+    values : CuPy (n,) integers, floats or dictionary codes (one code a distinct string)
+    valid : CuPy bool/uint8 (n,), 1 where the value is present, or None
+    group_keys : CuPy (g,) of the keys' dtype, each output group's key, in the output's order
+        (a group whose values are all null counts 0)
+
+    Raises
+    ------
+    MemoryError
+        The sort's working set (about 40 bytes a row) does not fit in free GPU memory.
+    """
+    n = int(keys.size)
+    check_memory(40 * n, f"n_unique's sort of {n:,} rows")
+    if valid is not None:
+        rows = cp.flatnonzero(valid)
+        keys, values = keys[rows], values[rows]
+        n = int(rows.size)
+    out = cp.zeros(group_keys.size, cp.int64)
+    if not n:
+        return out
+    k, v = keys.astype(cp.int64), comparable_values(values)
+    order = cp.lexsort(cp.stack([v, k]))  # by key, then value
+    k, v = k[order], v[order]
+    new_key = cp.empty(n, cp.bool_)
+    new_key[0] = True
+    cp.not_equal(k[1:], k[:-1], out=new_key[1:])
+    new_pair = new_key.copy()
+    new_pair[1:] |= v[1:] != v[:-1]
+    starts = cp.flatnonzero(new_key)
+    ends = cp.concatenate([starts[1:], cp.asarray([n], starts.dtype)])
+    total = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(new_pair, dtype=cp.int64)])
+    per_key = total[ends] - total[starts]  # distinct values in each key's run
+    run_keys = k[starts]  # ascending
+    gk = group_keys.astype(cp.int64)
+    pos = cp.minimum(cp.searchsorted(run_keys, gk), run_keys.size - 1)
+    return cp.where(run_keys[pos] == gk, per_key[pos], out)
