@@ -380,7 +380,7 @@ def main() -> None:
                 if only is not None:
                     traceback.print_exc()
     print(f"fuzz: {done['join']} joins, {done['group-by']} group-bys, {done['join_where']} join_wheres, "
-          f"seeds up to {seed - 1}; "
+          f"{'the seeds given' if args.only else f'seeds up to {seed - 1}'}; "
           f"{len(failed)} failed: {failed[:30]}", flush=True)
     sys.exit(1 if failed else 0)
 
