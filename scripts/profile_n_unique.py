@@ -29,7 +29,7 @@ def timed(fn, runs: int) -> float:
 
 def main() -> None:
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
-    logs = [int(a) for a in sys.argv[1:] if a.isdigit() and "--runs" not in sys.argv[max(0, sys.argv.index(a) - 1)]]
+    logs = [int(a) for i, a in enumerate(sys.argv[1:], 1) if a.isdigit() and sys.argv[i - 1] != "--runs"]
     for log2 in logs or [24, 26]:
         n = 1 << log2
         rng = cp.random.default_rng(3)
