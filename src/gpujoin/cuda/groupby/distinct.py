@@ -1,7 +1,8 @@
 """Distinct non-null values per group on the GPU: ``n_unique`` (SQL's count(DISTINCT v), Polars'
 ``n_unique`` without its null), beside the group-by algorithms, whose accumulators are a fixed
-width a group: the (key, value) pairs of the present rows sorted, and a pair counted where it
-differs from the one before it within its key's run.  The CPU twin is plan.groupby.CpuReducer
+width a group: the (key, value) pairs of the present rows sorted (packed into one int64 and
+radix-sorted where their ranges fit 62 bits), and a pair counted where it differs from the one
+before it within its key's run.  The CPU twin is plan.groupby.CpuReducer
 (the distinct pairs of a factorization).
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import cupy as cp
 
+from ..onesweep import onesweep_sort
+from ..primitives import value_range
 from ..runtime import check_memory
 
 
@@ -49,8 +52,17 @@ def count_distinct(keys, values, valid, group_keys):
     if not n:
         return out
     k, v = keys.astype(cp.int64), comparable_values(values)
-    order = cp.lexsort(cp.stack([v, k]))  # by key, then value
-    k, v = k[order], v[order]
+    (klo, khi), (vlo, vhi) = value_range([k]), value_range([v])
+    kbits, vbits = (khi - klo).bit_length(), (vhi - vlo).bit_length()
+    if kbits + vbits <= 62:
+        # one int64 a pair, (key - klo) above (value - vlo): CUB's radix sort of the packed words
+        # on their kbits + vbits low bits (2^26 pairs on an H200: CuPy's lexsort took 152 ms)
+        packed = ((k - klo) << vbits) | (v - vlo)
+        packed, _ = onesweep_sort(packed, None, kbits + vbits)
+        k, v = (packed >> vbits) + klo, packed
+    else:  # wider pairs (float values' bits, extreme integers): a comparison sort by key, then value
+        order = cp.lexsort(cp.stack([v, k]))
+        k, v = k[order], v[order]
     new_key = cp.empty(n, cp.bool_)
     new_key[0] = True
     cp.not_equal(k[1:], k[:-1], out=new_key[1:])
