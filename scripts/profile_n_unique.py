@@ -7,24 +7,17 @@ sort's parts: the lexsort of the (key, value) pairs, then the counts.
 
 import statistics
 import sys
-import time
 
 import cupy as cp
 
 import gpujoin
+from gpujoin.bench.runner import _timed
 from gpujoin.cuda.groupby.distinct import count_distinct
 
 
 def timed(fn, runs: int) -> float:
-    fn()
-    cp.cuda.Device().synchronize()
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        cp.cuda.Device().synchronize()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+    """Median seconds of ``fn``, the device synchronized after each run (the bench's runner)."""
+    return statistics.median(_timed(lambda: (fn(), cp.cuda.Device().synchronize()), runs)[0])
 
 
 def main() -> None:

@@ -10,27 +10,19 @@ the GPU).
 
 import statistics
 import sys
-import time
 
 import cupy as cp
 import numpy as np
 import pyarrow as pa
 
 import gpujoin
+from gpujoin.bench.runner import _timed
 from gpujoin.cuda.table import DeviceTable, unify_dictionaries
 
 
 def timed(fn, runs: int) -> float:
-    """Median seconds of ``fn`` (the device synchronized after each), one warm-up first."""
-    fn()
-    cp.cuda.Device().synchronize()
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        cp.cuda.Device().synchronize()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+    """Median seconds of ``fn``, the device synchronized after each run (the bench's runner)."""
+    return statistics.median(_timed(lambda: (fn(), cp.cuda.Device().synchronize()), runs)[0])
 
 
 def main() -> None:
