@@ -225,6 +225,8 @@ def concat_tables(tables: list[DeviceTable]) -> DeviceTable:
     ------
     ValueError
         No tables, or tables whose column names differ.
+    TypeError
+        A column that is a string column in some parts only.
     """
     if not tables:
         raise ValueError("concat_tables needs at least one table")
