@@ -215,3 +215,31 @@ def test_column_of_null_type_aggregates_to_nulls(device):
     out = gpujoin.group_by(t, "k", device=device).agg(**aggs).sort_by("k")
     assert out.to_pydict() == {"k": [1, 2], "mx": [None, None], "mn": [None, None], "c": [0, 0], "sm": [None, None],
                                "me": [None, None], "n": [2, 1], "top": [5, 6]}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_dictionary_columns_group_and_aggregate_as_their_values(device):
+    """Dictionary-encoded columns (pandas' categoricals, Polars' Categorical, Parquet's dictionary
+    pages), chunks with dictionaries of their own: keys group by value and values aggregate as
+    values, as the same table decoded does.  A dictionary key had raised ArrowTypeError, a
+    dictionary value 'cannot aggregate'."""
+    if device == "cuda" and not gpujoin.backend.cuda_available():
+        pytest.skip("no usable GPU")
+    rng = np.random.default_rng(4)
+    words = np.array(["b", "a", "", "ünï", "c"])
+
+    def part(n):
+        s = pa.array(words[rng.integers(0, words.size, n)], mask=rng.random(n) < 0.1)
+        return pa.table({"k": s.dictionary_encode(), "v": rng.integers(0, 9, n),
+                         "d": pa.array(rng.integers(0, 4, n)).dictionary_encode()})
+    t = pa.concat_tables([part(300), part(200)])  # two chunks, two dictionaries
+    plain = t.set_column(0, "k", t["k"].cast(pa.string())).set_column(2, "d", t["d"].cast(pa.int64()))
+    aggs = dict(s=("v", "sum"), n=(None, "size"), mx=("d", "max"), ud=("d", "n_unique"), sd=("d", "sum"))
+    got = gpujoin.group_by(t, "k", device=device).agg(**aggs)
+    assert pa.types.is_dictionary(got.schema.field("k").type)  # the key keeps its type
+    got = got.set_column(0, "k", got["k"].cast(pa.string()))
+    assert_tables_equal(got, gpujoin.group_by(plain, "k", device="cpu").agg(**aggs))
+    # a dictionary value column: min, max and n_unique of its strings
+    got = gpujoin.group_by(t, "d", device=device).agg(mn=("k", "min"), mx=("k", "max"), u=("k", "n_unique"))
+    want = gpujoin.group_by(plain, "d", device="cpu").agg(mn=("k", "min"), mx=("k", "max"), u=("k", "n_unique"))
+    assert_tables_equal(got.set_column(0, "d", got["d"].cast(pa.int64())), want)

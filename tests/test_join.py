@@ -261,3 +261,29 @@ def test_nullable_int64_extremes_survive_the_gather():
         (keys - np.sign(keys))[~mask[::-1]].tolist())
     col = gpujoin.Table(left).column("k")
     assert col.values.dtype == np.int64 and col.values[~mask].tolist() == keys[~mask].tolist()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_dictionary_keys_join_as_their_values(device):
+    """Dictionary-encoded keys (each table's own dictionaries, a chunked one with two) against
+    dictionary and plain keys: the rows of the same join of the decoded tables, every join type
+    (a dictionary key had been refused: 'cannot be a join key')."""
+    if device == "cuda" and not gpujoin.backend.cuda_available():
+        pytest.skip("no usable GPU")
+    rng = np.random.default_rng(8)
+    words = np.array(["b", "a", "", "ünï", "c", "d"])
+
+    def strings(n, lo):
+        return pa.array(words[rng.integers(lo, words.size, n)], mask=rng.random(n) < 0.1)
+    left = pa.table({"k": pa.chunked_array([strings(40, 0).dictionary_encode(), strings(30, 2).dictionary_encode()]),
+                     "i": pa.array(rng.integers(0, 5, 70)).dictionary_encode(), "a": np.arange(70)})
+    right = pa.table({"k": strings(50, 1).dictionary_encode(), "i": rng.integers(0, 6, 50), "b": np.arange(50)})
+    plain = {"l": left.set_column(0, "k", left["k"].cast(pa.string())).set_column(1, "i", left["i"].cast(pa.int64())),
+             "r": right.set_column(0, "k", right["k"].cast(pa.string()))}
+    for how in ("inner", "left", "right", "full", "semi", "anti"):
+        for on, r in (("k", right), ("k", plain["r"]), (["k", "i"], right)):
+            got = gpujoin.join(left, r, on, how=how, device=device)
+            want = gpujoin.join(plain["l"], plain["r"], on, how=how, device="cpu")
+            got = pa.table({n: (c.cast(want.schema.field(n).type) if pa.types.is_dictionary(c.type) else c)
+                            for n, c in zip(got.column_names, got.columns)})
+            assert_tables_equal(got, want)

@@ -175,6 +175,13 @@ def combined(table: pa.Table, name: str) -> pa.Array:
     return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
 
 
+def decoded(arr: pa.Array) -> pa.Array:
+    """A dictionary-encoded column (pandas' categoricals, Polars' Categorical and Enum, Parquet's
+    dictionary pages) as its values; any other column itself.  Keys and aggregates compare
+    values, not codes: two tables' codes of one string differ."""
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
 def check_columns(table: pa.Table, names: Iterable[str], side: str) -> None:
     """Raise ColumnNotFoundError for the first of ``names`` missing from ``table``."""
     present = set(table.column_names)

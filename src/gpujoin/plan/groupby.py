@@ -13,7 +13,7 @@ from ..backend import resolve_algorithm, resolve_device
 from ..cpu.groupby import pgb
 from ..cpu.kernels import factorize
 from ..errors import ComputeError, InvalidOperationError
-from ..table import check_columns, combined, is_string_type, on_device, take, to_arrow_table
+from ..table import check_columns, combined, decoded, is_string_type, on_device, take, to_arrow_table
 from .keys import decimal64, encode_keys, integer_view, no_nulls
 
 FUNCTIONS = ("sum", "count", "size", "min", "max", "mean", "n_unique")
@@ -125,7 +125,7 @@ class GroupBy:
         t = self._table
         stats = GroupByStats(self._algorithm, self._device, t.num_rows)
         t0 = time.perf_counter()
-        keys = [combined(t, b) for b in self._by]
+        keys = [decoded(combined(t, b)) for b in self._by]  # (the output's keys keep their types)
         requests = {}
         for _, col, fn in specs:  # check every column's type before any work
             if fn != "size" and col not in requests:
@@ -275,7 +275,7 @@ def _key_column(codes: np.ndarray, typ: pa.DataType) -> pa.Array:
 
 
 def _request(t: pa.Table, col: str) -> _Request:
-    arr = combined(t, col)
+    arr = decoded(combined(t, col))  # (a dictionary column aggregates as its values, min/max of their type)
     typ = arr.type
     if pa.types.is_null(typ):  # every value null (Arrow's type of no values): answered without a reduction
         return _Request(col, typ, "null", np.zeros(len(arr), np.int64), np.zeros(len(arr), bool), True)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from ..cpu.kernels import factorize
 from ..errors import SchemaError
-from ..table import is_string_type
+from ..table import decoded, is_string_type
 
 
 def key_kind(t: pa.DataType) -> str | None:
@@ -59,6 +59,8 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
     SchemaError
         The two types cannot be compared (an integer with a string), naming both columns.
     """
+    # a dictionary-encoded key joins as its values (cast_key decodes it)
+    left_type, right_type = (t.value_type if pa.types.is_dictionary(t) else t for t in (left_type, right_type))
     if pa.types.is_null(left_type) or pa.types.is_null(right_type):  # all-null column: takes the other's type
         other = right_type if pa.types.is_null(left_type) else left_type
         return pa.large_string() if is_string_type(other) else other
@@ -86,7 +88,9 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
 
 
 def cast_key(name: str, arr: pa.Array, to: pa.DataType) -> pa.Array:
-    """Cast a key column to the promoted type; a value that does not fit is a SchemaError."""
+    """Cast a key column (a dictionary-encoded one decoded) to the promoted type; a value that
+    does not fit is a SchemaError."""
+    arr = decoded(arr)
     if arr.type == to:
         return arr
     try:
