@@ -195,7 +195,39 @@ def check_columns(table: pa.Table, names: Iterable[str], side: str) -> None:
 
 
 def to_arrow_table(data: Any) -> pa.Table:
-    """Normalize a supported host input into a :class:`pyarrow.Table` (zero-copy where possible)."""
+    """Normalize a supported host input into a :class:`pyarrow.Table` (zero-copy where possible;
+    string_view and binary_view columns, which Arrow's take and hash kernels lack, as
+    large_string and large_binary)."""
+    return _without_views(_to_table(data))
+
+
+def _view_free(t: pa.DataType) -> pa.DataType | None:
+    """The type a view column is cast to, or None for any other."""
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    return None
+
+
+def _without_views(table: pa.Table) -> pa.Table:
+    for i, field in enumerate(table.schema):
+        col, t = table.column(i), field.type
+        if pa.types.is_dictionary(t) and _view_free(t.value_type) is not None:
+            # (a dictionary of views: its dictionaries cast, the codes kept; Arrow's cast of the
+            # whole column takes from the views, which it cannot)
+            to = _view_free(t.value_type)
+            col = pa.chunked_array([pa.DictionaryArray.from_arrays(c.indices, c.dictionary.cast(to)) for c in col.chunks],
+                                   pa.dictionary(t.index_type, to, t.ordered))
+        elif _view_free(t) is not None:
+            col = col.cast(_view_free(t))
+        else:
+            continue
+        table = table.set_column(i, field.name, col)
+    return table
+
+
+def _to_table(data: Any) -> pa.Table:
     if isinstance(data, Table):
         return data.to_arrow()
     if isinstance(data, pa.Table):
