@@ -241,5 +241,6 @@ def test_dictionary_columns_group_and_aggregate_as_their_values(device):
     assert_tables_equal(got, gpujoin.group_by(plain, "k", device="cpu").agg(**aggs))
     # a dictionary value column: min, max and n_unique of its strings
     got = gpujoin.group_by(t, "d", device=device).agg(mn=("k", "min"), mx=("k", "max"), u=("k", "n_unique"))
+    assert pa.types.is_dictionary(got.schema.field("d").type)  # (on the GPU too: not its integer codes' key path)
     want = gpujoin.group_by(plain, "d", device="cpu").agg(mn=("k", "min"), mx=("k", "max"), u=("k", "n_unique"))
     assert_tables_equal(got.set_column(0, "d", got["d"].cast(pa.int64())), want)

@@ -125,7 +125,8 @@ class GroupBy:
         t = self._table
         stats = GroupByStats(self._algorithm, self._device, t.num_rows)
         t0 = time.perf_counter()
-        keys = [decoded(combined(t, b)) for b in self._by]  # (the output's keys keep their types)
+        raw = [combined(t, b) for b in self._by]
+        keys = [decoded(k) for k in raw]  # (the output's keys keep their types: taken from the rows)
         requests = {}
         for _, col, fn in specs:  # check every column's type before any work
             if fn != "size" and col not in requests:
@@ -137,7 +138,8 @@ class GroupBy:
             from .gpu_reduce import GpuReducer
 
             enc = encode_keys([keys], nulls_equal=True, narrow=True)
-            same = _keys_are_codes(keys)  # the codes are the key values: no first rows to take them from
+            # the codes are the key values (not of a dictionary column): no first rows to take them from
+            same = _keys_are_codes(raw)
             reducer = GpuReducer(self._algorithm, enc.keys[0], [r for r in requests.values() if r.kind != "null"],
                                  self._memory_limit, first_rows=not same, gpus=self._gpus)
             stats.params["key_from"] = "codes" if same else "first rows"
