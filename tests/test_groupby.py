@@ -244,3 +244,34 @@ def test_dictionary_columns_group_and_aggregate_as_their_values(device):
     assert pa.types.is_dictionary(got.schema.field("d").type)  # (on the GPU too: not its integer codes' key path)
     want = gpujoin.group_by(plain, "d", device="cpu").agg(mn=("k", "min"), mx=("k", "max"), u=("k", "n_unique"))
     assert_tables_equal(got.set_column(0, "d", got["d"].cast(pa.int64())), want)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_time_duration_and_date64_columns_group_as_duckdb_does(device, duck):
+    """time64, duration and date64 columns as keys and as min/max/count/n_unique values, with
+    nulls: DuckDB's answer (durations compared as microseconds: DuckDB holds them as intervals).
+    They had been refused as keys and as values ('cannot aggregate')."""
+    if device == "cuda" and not gpujoin.backend.cuda_available():
+        pytest.skip("no usable GPU")
+    rng = np.random.default_rng(13)
+    n = 500
+    mask = lambda: rng.random(n) < 0.1  # noqa: E731
+    t = pa.table({"tm": pa.array(rng.integers(0, 20, n) * 1_000_000, mask=mask()).view(pa.time64("us")),
+                  "du": pa.array(rng.integers(-30, 30, n) * 1000, mask=mask()).view(pa.duration("us")),
+                  "d64": pa.array(rng.integers(0, 40, n) * 86_400_000, mask=mask()).view(pa.date64()),
+                  "v": rng.integers(0, 100, n)})
+    duck.register("t", t)
+    for key in ("tm", "d64", "du"):
+        values = [c for c in ("tm", "d64", "du") if c != key]
+        aggs = {f"{f}_{c}": (c, f) for c in values for f in ("min", "max", "count", "n_unique")}
+        sql = ", ".join(f"{'count(DISTINCT ' + c + ')' if f == 'n_unique' else f + '(' + c + ')'}"
+                        for c in values for f in ("min", "max", "count", "n_unique"))
+        want = duck.sql(f"SELECT {key}, {sql}, sum(v) FROM t GROUP BY {key}").to_arrow_table()
+        got = gpujoin.group_by(t, key, device=device).agg(**aggs, s=("v", "sum"))
+        # DuckDB's intervals as microseconds, and ours
+        micros = lambda a: pa.array([None if d is None else d.days * 86_400_000_000 + d.nanoseconds // 1000  # noqa: E731
+                                     for d in a.to_pylist()], pa.int64())
+        want = pa.table([micros(c) if pa.types.is_interval(c.type) else c for c in want.columns], names=got.column_names)
+        got = pa.table([c.cast(pa.int64()) if pa.types.is_duration(c.type) else c for c in got.columns],
+                       names=got.column_names)
+        assert_tables_equal(got, want)

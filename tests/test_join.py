@@ -315,3 +315,30 @@ def test_view_columns_join_and_group(device):
     for by in ("k", "d"):
         assert_tables_equal(gpujoin.group_by(left, by, device=device).agg(**aggs),
                             gpujoin.group_by(plain, by, device="cpu").agg(**aggs))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_time_duration_and_date64_keys_join_as_duckdb_does(device, duck):
+    """time32/time64, duration and date64 keys (pandas' timedeltas are durations), units mixed
+    within a family (promoted to the finer one), with nulls: the pairs DuckDB joins (they had
+    been refused: 'cannot be a join key')."""
+    if device == "cuda" and not gpujoin.backend.cuda_available():
+        pytest.skip("no usable GPU")
+    rng = np.random.default_rng(12)
+    n = 300
+
+    def col(values, typ):
+        return pa.array(values.astype(np.int64 if typ.bit_width == 64 else np.int32), mask=rng.random(n) < 0.1).view(typ)
+    cases = {
+        "time": (col(rng.integers(0, 50, n), pa.time32("s")), col(rng.integers(0, 50, n) * 1_000_000, pa.time64("us"))),
+        "duration": (col(rng.integers(-40, 40, n), pa.duration("ms")), col(rng.integers(-40, 40, n) * 1000, pa.duration("us"))),
+        "date64": (col(rng.integers(0, 60, n) * 86_400_000, pa.date64()), col(rng.integers(0, 60, n) * 86_400_000, pa.date64())),
+    }
+    for name, (lk, rk) in cases.items():
+        left, right = pa.table({"k": lk, "a": np.arange(n)}), pa.table({"k": rk, "b": np.arange(n)})
+        duck.register("l", left)
+        duck.register("r", right)
+        for how, sql in (("inner", "JOIN"), ("left", "LEFT JOIN"), ("full", "FULL JOIN")):
+            want = duck.sql(f"SELECT l.a, r.b FROM l {sql} r ON l.k = r.k").to_arrow_table()
+            got = gpujoin.join(left, right, "k", how=how, device=device, coalesce=False).select(["a", "b"])
+            assert_tables_equal(got, want, check_names=False)

@@ -14,7 +14,7 @@ from ..cpu.groupby import pgb
 from ..cpu.kernels import factorize
 from ..errors import ComputeError, InvalidOperationError
 from ..table import check_columns, combined, decoded, is_string_type, on_device, take, to_arrow_table
-from .keys import decimal64, encode_keys, integer_view, no_nulls
+from .keys import decimal64, encode_keys, integer_view, no_nulls, temporal_storage
 
 FUNCTIONS = ("sum", "count", "size", "min", "max", "mean", "n_unique")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -170,7 +170,8 @@ def group_by(table, by, *, algorithm: str = "auto", device: str = "auto", memory
     ----------
     table : gpujoin.Table, pyarrow.Table, pandas.DataFrame, polars.DataFrame or dict of arrays
     by : str or list of str
-        Key columns: integers, floats, decimals, dates, timestamps, bools or strings.
+        Key columns: integers, floats, decimals, dates, times, timestamps, durations, bools or strings
+        (a dictionary-encoded column as its values).
     algorithm : str
         "auto" or a group-by algorithm of the device (``gpujoin.algorithms()``).
     device : {"auto", "cpu", "cuda"}
@@ -255,9 +256,9 @@ class _Request:
             raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
         if fn == "n_unique":
             self.distinct = True  # (the GPU's reducer: n_unique runs in core, checked before work)
-        if (pa.types.is_date32(typ) or pa.types.is_timestamp(typ)) and fn in ("sum", "mean"):
-            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
-                                        f"dates and timestamps support count, n_unique, size, min and max")
+        if temporal_storage(typ) is not None and fn in ("sum", "mean"):
+            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; dates, times, "
+                                        f"timestamps and durations support count, n_unique, size, min and max")
 
 
 def _keys_are_codes(keys: list[pa.Array]) -> bool:
@@ -291,7 +292,7 @@ def _request(t: pa.Table, col: str) -> _Request:
     if pa.types.is_floating(typ):
         return _Request(col, typ, "float", arr.cast(pa.float64()).fill_null(0).to_numpy(), valid, has_valid)
     if not (pa.types.is_integer(typ) or pa.types.is_decimal128(typ) or pa.types.is_boolean(typ)
-            or pa.types.is_date32(typ) or pa.types.is_timestamp(typ)):
+            or temporal_storage(typ) is not None):
         return _Request(col, typ, "other", np.zeros(len(arr), np.int64), valid, has_valid)
     return _Request(col, typ, "int", _int_values(col, arr), valid, has_valid)
 
@@ -352,7 +353,7 @@ def _aggregate(req: _Request | None, fn: str, reducer) -> pa.Array:
         if fn == "mean":
             return pa.array(vsum / np.maximum(count, 1), mask=empty)
         return pa.array(vmin if fn == "min" else vmax, mask=empty).cast(typ)
-    temporal = pa.types.is_date32(typ) or pa.types.is_timestamp(typ)
+    temporal = temporal_storage(typ) is not None
     count, sum_hi, sum_lo, vmin, vmax = reducer.reduce(req)
     empty = count == 0
     if fn == "count":  # also the one aggregate of an "other" column

@@ -24,6 +24,16 @@ from ..errors import SchemaError
 from ..table import decoded, is_string_type
 
 
+def temporal_storage(t: pa.DataType) -> pa.DataType | None:
+    """The integer type behind a date, time, timestamp or duration type (its counts of days or of
+    its unit), or None for any other."""
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return pa.int32()
+    if pa.types.is_date64(t) or pa.types.is_time64(t) or pa.types.is_timestamp(t) or pa.types.is_duration(t):
+        return pa.int64()
+    return None
+
+
 def key_kind(t: pa.DataType) -> str | None:
     """The family a key type joins within, or None when it cannot be a key."""
     if pa.types.is_integer(t):
@@ -36,6 +46,12 @@ def key_kind(t: pa.DataType) -> str | None:
         return "date"
     if pa.types.is_timestamp(t):
         return "timestamp"
+    if pa.types.is_time(t):  # (time32 with time64: promoted to the finer unit, as Arrow does)
+        return "time"
+    if pa.types.is_duration(t):
+        return "duration"
+    if pa.types.is_date64(t):
+        return "date64"
     if pa.types.is_boolean(t):
         return "bool"
     if is_string_type(t):
@@ -45,7 +61,8 @@ def key_kind(t: pa.DataType) -> str | None:
 
 _COMPATIBLE = {
     frozenset({"integer"}), frozenset({"float"}), frozenset({"decimal"}), frozenset({"date"}),
-    frozenset({"timestamp"}), frozenset({"bool"}), frozenset({"string"}),
+    frozenset({"timestamp"}), frozenset({"bool"}), frozenset({"string"}), frozenset({"time"}),
+    frozenset({"duration"}), frozenset({"date64"}),
     frozenset({"integer", "float"}), frozenset({"integer", "decimal"}),
 }
 
@@ -68,7 +85,7 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
     for name, t, kind in ((left_name, left_type, kinds[0]), (right_name, right_type, kinds[1])):
         if kind is None:
             raise SchemaError(f"join key {name!r} has type {t}, which cannot be a join key; "
-                              f"use an integer, float, decimal, date, timestamp, bool or string column")
+                              f"use an integer, float, decimal, date, time, timestamp, duration, bool or string column")
     if frozenset(kinds) not in _COMPATIBLE:
         raise SchemaError(
             f"join keys {left_name!r} ({left_type}) and {right_name!r} ({right_type}) have incompatible "
@@ -115,13 +132,12 @@ def _decimal_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def integer_view(arr: pa.Array) -> pa.Array:
-    """The integers behind a date32 (days), timestamp (its unit) or boolean (0/1) column, in the
-    same order; any other column itself."""
+    """The integers behind a date, time, timestamp or duration column (its counts of days or of
+    its unit) or a boolean one (0/1), in the same order; any other column itself."""
     t = arr.type
-    if pa.types.is_date32(t):
-        return arr.view(pa.int32())
-    if pa.types.is_timestamp(t):
-        return arr.view(pa.int64())
+    storage = temporal_storage(t)
+    if storage is not None:
+        return arr.view(storage)
     if pa.types.is_boolean(t):
         return arr.cast(pa.int8())
     return arr
