@@ -342,3 +342,16 @@ def test_time_duration_and_date64_keys_join_as_duckdb_does(device, duck):
             want = duck.sql(f"SELECT l.a, r.b FROM l {sql} r ON l.k = r.k").to_arrow_table()
             got = gpujoin.join(left, right, "k", how=how, device=device, coalesce=False).select(["a", "b"])
             assert_tables_equal(got, want, check_names=False)
+
+
+def test_polars_lazy_frames_and_bad_pandas_columns():
+    """A Polars LazyFrame is collected (it had raised AttributeError); a pandas object column of
+    mixed types raises a TypeError that says what to do."""
+    pl = pytest.importorskip("polars")
+    pd = pytest.importorskip("pandas")
+    out = gpujoin.join(pl.LazyFrame({"k": [1, 2], "a": [3, 4]}), pl.DataFrame({"k": [2, 2]}), "k", device="cpu")
+    assert out.to_pydict() == {"k": [2, 2], "a": [4, 4]}
+    out = gpujoin.group_by(pl.LazyFrame({"k": [1, 2, 1]}), "k", device="cpu").agg(n=(None, "size"))
+    assert sorted(zip(out["k"].to_pylist(), out["n"].to_pylist())) == [(1, 2), (2, 1)]
+    with pytest.raises(TypeError, match="give each column one type"):
+        gpujoin.join(pd.DataFrame({"k": ["a", 1]}), pd.DataFrame({"k": ["b"]}), "k", device="cpu")

@@ -253,8 +253,14 @@ def _to_table(data: Any) -> pa.Table:
         raise ValueError("an empty iterable of record batches has no schema; pass a pyarrow.Table instead")
     mod = type(data).__module__.split(".")[0]
     if mod == "pandas":
-        return pa.Table.from_pandas(data, preserve_index=False)
+        try:
+            return pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:  # (an object column of mixed types, say)
+            raise TypeError(f"this pandas DataFrame does not convert to Arrow: {exc}; give each column one type "
+                            f"(e.g. .astype(str) or pd.to_numeric)") from None
     if mod == "polars":
+        if hasattr(data, "collect") and not hasattr(data, "to_arrow"):  # a LazyFrame: its result
+            data = data.collect()
         return data.to_arrow()
     if isinstance(data, Mapping):
         arrays, names = [], []
