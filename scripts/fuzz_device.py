@@ -71,6 +71,15 @@ def key_column(rng, k: np.ndarray, key_type: str, null_share: float):
     return pa.array(k.astype(np.int64), mask=mask)
 
 
+def _binary_keys(k, mask):
+    """Each key's 8 big-endian bytes (zero bytes and bytes that are not UTF-8 among them), the
+    first byte dropped for odd keys (values of two lengths), as binary."""
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), k.size, [None, pa.py_buffer(
+        np.asarray(k, ">i8").tobytes())]).cast(pa.binary())
+    out = pc.if_else(pa.array(k % 2 == 1), pc.binary_slice(fixed, 1, 8), fixed)
+    return out if mask is None else pc.if_else(pa.array(mask), pa.scalar(None, pa.binary()), out)
+
+
 def _float_keys(k, mask):
     f = k.astype(np.float64) / 4.0
     f[k % 7 == 3] = -0.0  # -0.0 joins +0.0; NaN joins NaN (DuckDB's and Polars' rule)
@@ -94,6 +103,7 @@ OTHER_KEYS = {
     # (DuckDB holds durations as intervals: int64's extremes do not survive it)
     "duration": lambda k, m: pa.array((k % (1 << 50)).astype(np.int64), mask=m).view(pa.duration("us")),
     "date64": lambda k, m: pa.array((k % 200_000).astype(np.int64) * 86_400_000, mask=m).view(pa.date64()),
+    "binary": lambda k, m: _binary_keys(k, m),
 }
 
 
@@ -292,7 +302,7 @@ THETA = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.g
 
 #: join_where's column types with ``other_keys`` (each comparison's two columns of one type)
 THETA_TYPES = ["int64", "int32", "float64", "date32", "timestamp", "decimal", "uint64", "uint32", "int16", "bool",
-               "string", "time64", "duration", "date64"]
+               "string", "time64", "duration", "date64", "binary"]
 
 
 def theta_case(seed: int, other_keys: bool = False):

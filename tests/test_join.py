@@ -355,3 +355,32 @@ def test_polars_lazy_frames_and_bad_pandas_columns():
     assert sorted(zip(out["k"].to_pylist(), out["n"].to_pylist())) == [(1, 2), (2, 1)]
     with pytest.raises(TypeError, match="give each column one type"):
         gpujoin.join(pd.DataFrame({"k": ["a", 1]}), pd.DataFrame({"k": ["b"]}), "k", device="cpu")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_binary_keys_join_group_and_compare_as_duckdb_does(device, duck):
+    """Binary keys (UUIDs as fixed_size_binary(16), bytes that are not UTF-8, empty values, nulls)
+    against binary and large_binary ones: joins, group-by and join_where's byte order, as DuckDB
+    answers (they had been refused: 'cannot be a join key')."""
+    if device == "cuda" and not gpujoin.backend.cuda_available():
+        pytest.skip("no usable GPU")
+    from gpujoin import col
+
+    rng = np.random.default_rng(14)
+    ids = [int(x).to_bytes(16, "big") for x in rng.integers(0, 60, 300)]
+    left = pa.table({"k": pa.array(ids, pa.binary(16), mask=rng.random(300) < 0.05), "a": np.arange(300)})
+    other = [b"", b"\xff\xfe", ids[0]] + ids[100:160]
+    right = pa.table({"k": pa.array(other, pa.large_binary()), "b": np.arange(len(other))})
+    duck.register("l", left)
+    duck.register("r", right)
+    for how, sql in (("inner", "JOIN"), ("left", "LEFT JOIN"), ("full", "FULL JOIN")):
+        want = duck.sql(f"SELECT l.a, r.b FROM l {sql} r ON l.k = r.k").to_arrow_table()
+        got = gpujoin.join(left, right, "k", how=how, device=device, coalesce=False).select(["a", "b"])
+        assert_tables_equal(got, want, check_names=False)
+    got = gpujoin.group_by(left, "k", device=device).agg(n=(None, "size"))
+    want = duck.sql("SELECT k, count(*) FROM l GROUP BY k").to_arrow_table()
+    assert_tables_equal(got.set_column(0, "k", got["k"].cast(pa.large_binary())),
+                        want.set_column(0, "k", want["k"].cast(pa.large_binary())), check_names=False)
+    got = gpujoin.join_where(left, right.rename_columns(["kk", "b"]), col("k") < col("kk"), device=device)
+    want = duck.sql("SELECT l.a, r.b FROM l JOIN r ON l.k < r.k").to_arrow_table()
+    assert_tables_equal(got.select(["a", "b"]), want, check_names=False)

@@ -48,8 +48,9 @@ def fmix64(x: np.ndarray) -> np.ndarray:
 
 
 def _string_hash(arr: pa.Array) -> np.ndarray:
-    """A 64-bit polynomial hash of each string's UTF-8 bytes (the same on every rank), uint64."""
-    arr = arr.cast(pa.large_string())
+    """A 64-bit polynomial hash of each string's UTF-8 bytes or binary value's bytes (the same on
+    every rank), uint64."""
+    arr = arr.cast(pa.large_binary())  # (the same buffers; bytes that are not UTF-8 too)
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
     data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.empty(0, np.uint8)
@@ -72,13 +73,14 @@ def _string_hash(arr: pa.Array) -> np.ndarray:
 def key_hashes(columns: list[pa.Array], seed: int) -> np.ndarray:
     """uint64 hash of each row's key (``columns``, already cast to the types both sides share);
     null slots hash to unspecified values (the caller keeps those rows where they are)."""
-    from ..plan.keys import physical
+    from ..plan.keys import is_binary_type, physical
+    from ..table import is_string_type
 
     h = np.full(len(columns[0]) if columns else 0, np.uint64(seed), np.uint64)
     for c in columns:
         if pa.types.is_dictionary(c.type):
             c = c.dictionary_decode()
-        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) or pa.types.is_binary(c.type):
+        if is_string_type(c.type) or is_binary_type(c.type):
             words = [_string_hash(c)]
         else:
             words = [w.view(np.uint64) for w in physical(c)]

@@ -102,7 +102,7 @@ def comparable(lname: str, larr: pa.Array, rname: str, rarr: pa.Array,
                           f"cast one of them to the other's type")
     typ = promote_key_types(lname, larr.type, rname, rarr.type)
     larr, rarr = cast_key(lname, larr, typ), cast_key(rname, rarr, typ)
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):  # ranks in the sorted union of both
+    if pa.types.is_large_string(typ) or pa.types.is_large_binary(typ):  # ranks in the sorted union of both
         uniq = pc.unique(pa.concat_arrays([larr, rarr])).drop_null()
         uniq = uniq.take(pc.sort_indices(uniq))
         return tuple(pc.index_in(a, value_set=uniq).fill_null(0).to_numpy().astype(np.int64) for a in (larr, rarr))

@@ -56,13 +56,20 @@ def key_kind(t: pa.DataType) -> str | None:
         return "bool"
     if is_string_type(t):
         return "string"
+    if is_binary_type(t):
+        return "binary"
     return None
+
+
+def is_binary_type(t: pa.DataType) -> bool:
+    """Binary, large binary or fixed-size binary (UUIDs, digests): bytes compared as strings are."""
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
 
 
 _COMPATIBLE = {
     frozenset({"integer"}), frozenset({"float"}), frozenset({"decimal"}), frozenset({"date"}),
     frozenset({"timestamp"}), frozenset({"bool"}), frozenset({"string"}), frozenset({"time"}),
-    frozenset({"duration"}), frozenset({"date64"}),
+    frozenset({"duration"}), frozenset({"date64"}), frozenset({"binary"}),
     frozenset({"integer", "float"}), frozenset({"integer", "decimal"}),
 }
 
@@ -80,12 +87,12 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
     left_type, right_type = (t.value_type if pa.types.is_dictionary(t) else t for t in (left_type, right_type))
     if pa.types.is_null(left_type) or pa.types.is_null(right_type):  # all-null column: takes the other's type
         other = right_type if pa.types.is_null(left_type) else left_type
-        return pa.large_string() if is_string_type(other) else other
+        return pa.large_string() if is_string_type(other) else pa.large_binary() if is_binary_type(other) else other
     kinds = (key_kind(left_type), key_kind(right_type))
     for name, t, kind in ((left_name, left_type, kinds[0]), (right_name, right_type, kinds[1])):
         if kind is None:
             raise SchemaError(f"join key {name!r} has type {t}, which cannot be a join key; "
-                              f"use an integer, float, decimal, date, time, timestamp, duration, bool or string column")
+                              f"use an integer, float, decimal, date, time, timestamp, duration, bool, string or binary column")
     if frozenset(kinds) not in _COMPATIBLE:
         raise SchemaError(
             f"join keys {left_name!r} ({left_type}) and {right_name!r} ({right_type}) have incompatible "
@@ -93,6 +100,8 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
         )
     if kinds[0] == "string":
         return pa.large_string()
+    if kinds[0] == "binary":
+        return pa.large_binary()
     if left_type == right_type:
         return left_type
     try:
@@ -171,8 +180,9 @@ def physical(arr: pa.Array) -> list[np.ndarray]:
 
 
 def string_codes(arrays: list[pa.Array]) -> list[np.ndarray]:
-    """Dictionary codes (int64) of several string arrays under one shared dictionary."""
-    parts = [a.cast(pa.large_string()) for a in arrays]
+    """Dictionary codes (int64) of several string (or binary) arrays under one shared dictionary."""
+    wide = pa.large_binary() if is_binary_type(arrays[0].type) else pa.large_string()
+    parts = [a.cast(wide) for a in arrays]
     enc = pa.concat_arrays(parts).dictionary_encode()
     codes = enc.indices.fill_null(0).to_numpy().astype(np.int64)
     out, start = [], 0
@@ -218,7 +228,7 @@ def encode_keys(sides: list[list[pa.Array]], nulls_equal: bool, narrow: bool = F
     valid: list[np.ndarray | None] = [None for _ in sides]
     for c in range(k):
         arrs = [side[c] for side in sides]
-        if is_string_type(arrs[0].type):
+        if is_string_type(arrs[0].type) or is_binary_type(arrs[0].type):
             phys = [[codes] for codes in string_codes(arrs)]
         elif narrow and k == 1 and _narrow_physical(arrs[0].type):
             phys = [[np.asarray(no_nulls(integer_view(a))).astype(np.int32, copy=False)] for a in arrs]
