@@ -220,8 +220,8 @@ def _without_views(table: pa.Table) -> pa.Table:
             # (a dictionary of views: its dictionaries cast, the codes kept; Arrow's cast of the
             # whole column takes from the views, which it cannot)
             to = _view_free(t.value_type)
-            col = pa.chunked_array([pa.DictionaryArray.from_arrays(c.indices, c.dictionary.cast(to)) for c in col.chunks],
-                                   pa.dictionary(t.index_type, to, t.ordered))
+            col = pa.chunked_array([pa.DictionaryArray.from_arrays(c.indices, c.dictionary.cast(to))
+                                    for c in col.chunks], pa.dictionary(t.index_type, to, t.ordered))
         elif _view_free(t) is not None:
             col = col.cast(_view_free(t))
         else:

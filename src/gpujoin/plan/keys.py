@@ -87,12 +87,13 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
     left_type, right_type = (t.value_type if pa.types.is_dictionary(t) else t for t in (left_type, right_type))
     if pa.types.is_null(left_type) or pa.types.is_null(right_type):  # all-null column: takes the other's type
         other = right_type if pa.types.is_null(left_type) else left_type
-        return pa.large_string() if is_string_type(other) else pa.large_binary() if is_binary_type(other) else other
+        return pa.large_string() if is_string_type(other) else \
+            pa.large_binary() if is_binary_type(other) else other
     kinds = (key_kind(left_type), key_kind(right_type))
     for name, t, kind in ((left_name, left_type, kinds[0]), (right_name, right_type, kinds[1])):
         if kind is None:
-            raise SchemaError(f"join key {name!r} has type {t}, which cannot be a join key; "
-                              f"use an integer, float, decimal, date, time, timestamp, duration, bool, string or binary column")
+            raise SchemaError(f"join key {name!r} has type {t}, which cannot be a join key; use an integer, "
+                              f"float, decimal, date, time, timestamp, duration, bool, string or binary column")
     if frozenset(kinds) not in _COMPATIBLE:
         raise SchemaError(
             f"join keys {left_name!r} ({left_type}) and {right_name!r} ({right_type}) have incompatible "
