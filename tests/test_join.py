@@ -335,13 +335,18 @@ def test_time_duration_and_date64_keys_join_as_duckdb_does(device, duck):
         "date64": (col(rng.integers(0, 60, n) * 86_400_000, pa.date64()), col(rng.integers(0, 60, n) * 86_400_000, pa.date64())),
     }
     for name, (lk, rk) in cases.items():
-        left, right = pa.table({"k": lk, "a": np.arange(n)}), pa.table({"k": rk, "b": np.arange(n)})
-        duck.register("l", left)
-        duck.register("r", right)
-        for how, sql in (("inner", "JOIN"), ("left", "LEFT JOIN"), ("full", "FULL JOIN")):
-            want = duck.sql(f"SELECT l.a, r.b FROM l {sql} r ON l.k = r.k").to_arrow_table()
-            got = gpujoin.join(left, right, "k", how=how, device=device, coalesce=False).select(["a", "b"])
-            assert_tables_equal(got, want, check_names=False)
+        _pairs_as_duckdb(duck, pa.table({"k": lk, "a": np.arange(n)}), pa.table({"k": rk, "b": np.arange(n)}), device)
+
+
+def _pairs_as_duckdb(duck, left, right, device):
+    """The (a, b) pairs of the inner, left and full joins of ``left`` and ``right`` on "k" equal
+    DuckDB's."""
+    duck.register("l", left)
+    duck.register("r", right)
+    for how, sql in (("inner", "JOIN"), ("left", "LEFT JOIN"), ("full", "FULL JOIN")):
+        want = duck.sql(f"SELECT l.a, r.b FROM l {sql} r ON l.k = r.k").to_arrow_table()
+        got = gpujoin.join(left, right, "k", how=how, device=device, coalesce=False).select(["a", "b"])
+        assert_tables_equal(got, want, check_names=False)
 
 
 def test_polars_lazy_frames_and_bad_pandas_columns():
@@ -371,12 +376,7 @@ def test_binary_keys_join_group_and_compare_as_duckdb_does(device, duck):
     left = pa.table({"k": pa.array(ids, pa.binary(16), mask=rng.random(300) < 0.05), "a": np.arange(300)})
     other = [b"", b"\xff\xfe", ids[0]] + ids[100:160]
     right = pa.table({"k": pa.array(other, pa.large_binary()), "b": np.arange(len(other))})
-    duck.register("l", left)
-    duck.register("r", right)
-    for how, sql in (("inner", "JOIN"), ("left", "LEFT JOIN"), ("full", "FULL JOIN")):
-        want = duck.sql(f"SELECT l.a, r.b FROM l {sql} r ON l.k = r.k").to_arrow_table()
-        got = gpujoin.join(left, right, "k", how=how, device=device, coalesce=False).select(["a", "b"])
-        assert_tables_equal(got, want, check_names=False)
+    _pairs_as_duckdb(duck, left, right, device)  # (l and r stay registered)
     got = gpujoin.group_by(left, "k", device=device).agg(n=(None, "size"))
     want = duck.sql("SELECT k, count(*) FROM l GROUP BY k").to_arrow_table()
     assert_tables_equal(got.set_column(0, "k", got["k"].cast(pa.large_binary())),
