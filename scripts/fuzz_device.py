@@ -19,6 +19,7 @@ float64 with -0.0 and NaN) and every CPU join algorithm.
 """
 
 import operator
+import resource
 import sys
 import time
 import traceback
@@ -374,9 +375,14 @@ def main() -> None:
     end = time.perf_counter() + seconds
     done = {"join": 0, "group-by": 0, "join_where": 0}
     failed = []
+    report = time.perf_counter() + 60
     while time.perf_counter() < end and (only is None or only):
         s = only.pop(0) if only is not None else seed
         seed += 1
+        if time.perf_counter() > report:  # the seed and the peak memory now and then: a kill names its case
+            report = time.perf_counter() + 60
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # (KiB on Linux)
+            print(f"progress: seed {s}, peak resident {peak:.2f} GB", flush=True)
         for what in ("join", "group-by", "join_where"):
             params = None
             try:
