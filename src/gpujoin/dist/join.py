@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from ..table import combined, decoded, to_arrow_table
+from ..table import combined, to_arrow_table
 from .comm import Communicator
 from .shuffle import SEED_FIRST, destinations, key_hashes, shuffle_many
 from .shuffle import shuffle as shuffle_rows  # the functions take a parameter named shuffle
@@ -339,7 +339,7 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     t = _host_table(table)
     check_columns(t, by, "input")
     _same_on_every_rank([t.schema.field(b).type for b in by], comm)
-    cols = [decoded(combined(t, b)) for b in by]  # (values hashed: each rank's dictionary codes its own way)
+    cols = [combined(t, b) for b in by]
     dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
     for c in cols:  # a null key is one group: its rows go to rank 0 together
         if c.null_count:

@@ -74,12 +74,11 @@ def key_hashes(columns: list[pa.Array], seed: int) -> np.ndarray:
     """uint64 hash of each row's key (``columns``, already cast to the types both sides share);
     null slots hash to unspecified values (the caller keeps those rows where they are)."""
     from ..plan.keys import is_binary_type, physical
-    from ..table import is_string_type
+    from ..table import decoded, is_string_type
 
     h = np.full(len(columns[0]) if columns else 0, np.uint64(seed), np.uint64)
     for c in columns:
-        if pa.types.is_dictionary(c.type):
-            c = c.dictionary_decode()
+        c = decoded(c)  # (values hashed: each rank's dictionary codes its own way)
         if is_string_type(c.type) or is_binary_type(c.type):
             words = [_string_hash(c)]
         else:
