@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|fuzz-dist|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|item3|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|fuzz-dist|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -380,6 +380,17 @@ if [[ $stage == join-planner ]]; then
   for t in $trees; do
     echo "== $t"
     PYTHONPATH=$t:${PYTHONPATH#src} timeout 120 python3 scripts/profile_join_auto.py 2>&1 | tee -a "$OUT/join_planner_$(echo $t | tr / _).txt"
+  done
+fi
+if [[ $stage == item3 ]]; then
+  # issue 17 item 3 as a user calls it (profile_item3.py: auto beside the algorithm it chooses,
+  # through gpujoin.join / gpujoin.group_by on CuPy arrays), the tree in ab_old/src (git archive of
+  # an older commit) and this one taking turns where ab_old/ was carried
+  trees="src"; [[ -d ab_old/src ]] && trees=${TREES:-"ab_old/src src ab_old/src src"}
+  for t in $trees; do
+    echo "== $t"
+    PYTHONPATH=$t:${PYTHONPATH#src} timeout ${PROFILE_TIMEOUT:-150} python3 scripts/profile_item3.py ${LOGS:-24 25} \
+      --reps ${REPS:-2} --rounds ${ROUNDS:-60} 2>&1 | tee -a "$OUT/item3_$(echo $t | tr / _).txt"
   done
 fi
 if [[ $stage == gb-skew ]]; then
