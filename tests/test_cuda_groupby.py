@@ -372,12 +372,19 @@ def test_n_unique_on_the_gpu_matches_cpu_engine(algorithm):
     assert sorted(zip(got["k"].to_pylist(), got["u"].to_pylist())) == [(1, 2), (2, 1)]
 
 
-def test_n_unique_out_of_core_is_refused_before_work():
-    t = pa.table({"k": np.arange(200_000) % 1000, "v": np.arange(200_000)})
-    with pytest.raises(gpujoin.InvalidOperationError, match="n_unique .*'v'.* out of core"):
-        gpujoin.group_by(t, "k", device="cuda", memory_limit="2MB").agg(u=("v", "n_unique"))
-    got = gpujoin.group_by(t, "k", device="cuda", memory_limit="2MB").agg(m=("v", "max"))  # the rest runs
-    assert got.num_rows == 1000
+def test_n_unique_out_of_core_matches_cpu_engine():
+    """n_unique of host tables grouped out of core (a partition at a time, under a 2 MB budget):
+    strings, floats and integers with nulls, beside the other aggregates (it was refused before)."""
+    rng = np.random.default_rng(8)
+    n = 200_000
+    t = pa.table({"k": np.arange(n) % 1000, "v": pa.array(rng.integers(0, 50, n), mask=rng.random(n) < 0.1),
+                  "f": rng.choice([0.0, -0.0, np.nan, 1.5, 2.5], n),
+                  "s": pa.array([f"w{x}" for x in rng.integers(0, 30, n)], mask=rng.random(n) < 0.1)})
+    aggs = dict(u=("v", "n_unique"), uf=("f", "n_unique"), us=("s", "n_unique"), m=("v", "max"))
+    g = gpujoin.group_by(t, "k", device="cuda", memory_limit="2MB")
+    got = g.agg(**aggs)
+    assert g.stats.params["placement"] == "out-of-core"
+    assert_tables_equal(got, gpujoin.group_by(t, "k", device="cpu").agg(**aggs))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -408,7 +408,7 @@ def test_group_by_on_two_workers_matches_cpu_engine(on_workers, case):
     t = pa.table({"k": key, "v": pa.array(rng.integers(-(2**40), 2**40, n), mask=rng.random(n) < 0.1),
                   "f": rng.integers(-4000, 4000, n) / 8.0})
     aggs = dict(s=("v", "sum"), c=("v", "count"), n=(None, "size"), lo=("v", "min"), hi=("f", "max"),
-                m=("f", "mean"))
+                m=("f", "mean"), uv=("v", "n_unique"), uf=("f", "n_unique"))
     want = gpujoin.group_by(t, "k", device="cpu").agg(**aggs)
     g = gpujoin.group_by(t, "k", device="cuda", memory_limit="2MiB")
     got = g.agg(**aggs)

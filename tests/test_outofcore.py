@@ -154,9 +154,12 @@ def test_out_of_core_group_by_matches_cpu_engine(case):
     v = rng.integers(-(2**40), 2**40, n)
     t = pa.table({"k": pa.array(k, mask=(rng.random(n) < 0.01) if case == "nulls" else None),
                   "v": pa.array(v, mask=rng.random(n) < 0.1),
-                  "f": rng.integers(-4000, 4000, n) / 8.0})  # exact sums: the mean does not depend on order
+                  "f": rng.integers(-4000, 4000, n) / 8.0,  # exact sums: the mean does not depend on order
+                  "d": pa.array(rng.integers(0, 7, n), mask=rng.random(n) < 0.2)})
+    # n_unique a partition at a time; the heavy key's partition in row ranges, their distinct
+    # pairs merged (v: packed pairs, f: float bits sorted by comparison, d: few values)
     aggs = dict(s=("v", "sum"), c=("v", "count"), n=(None, "size"), lo=("v", "min"), hi=("f", "max"),
-                m=("f", "mean"))
+                m=("f", "mean"), uv=("v", "n_unique"), uf=("f", "n_unique"), ud=("d", "n_unique"))
     want = gpujoin.group_by(t, "k", device="cpu").agg(**aggs)
     g = gpujoin.group_by(t, "k", device="cuda", memory_limit="2MiB")
     got = g.agg(**aggs)

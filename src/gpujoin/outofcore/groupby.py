@@ -5,7 +5,8 @@ the partitions' results are disjoint and their concatenation is the answer.
 
 A partition larger than its share of the budget (a key that holds a large part of the rows) is
 aggregated in row ranges, and the ranges' partial aggregates are merged on the host (counts and
-sums add, minima and maxima fold): never a crash.
+sums add, minima and maxima fold; for ``n_unique``, each range's distinct (key, value) pairs,
+deduplicated again): never a crash.
 
 Source: paper 003 §2 (the in-core group-by), paper 004 §5 (the partitioned, cached and spilled
 layout), adapted to aggregation.
@@ -27,13 +28,16 @@ from .stream import Streams, Uploader
 _MERGE = {"count": "sum", "sum": "sum", "sum_lo": "sum", "min": "min", "max": "max"}
 
 
-def _merge_partials(keys: list[np.ndarray], parts: list[list[dict]]):
-    """Group the partial results of several row ranges of one partition again (host)."""
+def _merge_partials(keys: list[np.ndarray], parts: list[list[dict]], pairs: list[dict] | None = None):
+    """Group the partial results of several row ranges of one partition again (host); ``pairs``:
+    per range, input -> its distinct (keys, values) pairs, whose union gives the n_unique."""
     allk = np.concatenate(keys)
     uniq, inv = np.unique(allk, return_inverse=True)
     merged = []
     for i in range(len(parts[0])):
         out = {}
+        if pairs and i in pairs[0]:
+            out["n_unique"] = _distinct_counts(uniq, [p[i] for p in pairs])
         # a range where a group's values are all null holds no minimum or maximum for it (a
         # float's came back NaN, and NaN won every fold after it): only ranges that counted a value
         seen = np.concatenate([p[i]["count"] for p in parts]) > 0 if "count" in parts[0][i] else None
@@ -55,6 +59,21 @@ def _merge_partials(keys: list[np.ndarray], parts: list[list[dict]]):
             out[name] = acc
         merged.append(out)
     return uniq, merged
+
+
+def _distinct_counts(uniq: np.ndarray, pairs: list[tuple]) -> np.ndarray:
+    """int64 (len(uniq),): the distinct values of each key of ``uniq`` (sorted) over every range's
+    distinct (keys, values) pairs."""
+    k = np.concatenate([p[0] for p in pairs])
+    v = np.concatenate([p[1] for p in pairs])
+    order = np.lexsort((v, k))
+    k, v = k[order], v[order]
+    first = np.ones(k.size, bool)
+    first[1:] = (k[1:] != k[:-1]) | (v[1:] != v[:-1])
+    kk, counts = np.unique(k[first], return_counts=True)
+    out = np.zeros(uniq.size, np.int64)
+    out[np.searchsorted(uniq.astype(np.int64), kk)] = counts
+    return out
 
 
 def agg_columns(keys: np.ndarray, inputs: list[tuple]) -> tuple[list[np.ndarray], list[tuple]]:
@@ -97,13 +116,17 @@ class PartitionAggregator:
         self.keys: list = []
         self.columns: list = []
 
-    def _aggregate(self, dcols):
+    def _aggregate(self, dcols, split: bool = False):
+        """(keys, per input: accumulator -> host array, per n_unique input: its distinct pairs when
+        ``split`` (a range of a partition), else counted as the accumulator "n_unique")."""
         import cupy as cp
 
         from ..cuda.groupby import AggInput, run
+        from ..cuda.groupby.distinct import count_distinct, distinct_pairs
 
         dk = dcols[0]
-        agg = [AggInput(None if vi is None else dcols[vi], None if mi is None else dcols[mi], ops)
+        agg = [AggInput(None if vi is None else dcols[vi], None if mi is None else dcols[mi],
+                        tuple(o for o in ops if o != "n_unique") or ("count",))
                for vi, mi, ops in self.where]
         algo, groups, table = self.algorithm, None, None
         ta = time.perf_counter()
@@ -123,7 +146,16 @@ class PartitionAggregator:
         res = run(algo, dk, agg, groups_estimate=groups, table=table)
         self.st.compute.synchronize()
         tc = time.perf_counter()
-        host = cp.asnumpy(res.keys), [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
+        cols = [{k: cp.asnumpy(v) for k, v in c.items()} for c in res.columns]
+        pairs = {}
+        for i, (vi, mi, ops) in enumerate(self.where):
+            if "n_unique" in ops:  # (a group's rows all lie in this partition, or in its ranges)
+                valid = None if mi is None else dcols[mi]
+                if split:
+                    pairs[i] = tuple(cp.asnumpy(a) for a in distinct_pairs(dk, dcols[vi], valid))
+                else:
+                    cols[i]["n_unique"] = cp.asnumpy(count_distinct(dk, dcols[vi], valid, res.keys))
+        host = cp.asnumpy(res.keys), cols, pairs
         self.spent["resolve"] += tb - ta
         self.spent["run"] += tc - tb
         self.spent["download"] += time.perf_counter() - tc
@@ -143,22 +175,23 @@ class PartitionAggregator:
             if rows == 0:
                 continue
             shown.advance(rows)
-            parts_k, parts_c = [], []
+            parts_k, parts_c, parts_d = [], [], []
             for lo in range(0, rows, step):  # one range unless the partition is over its share
                 with st.compute:
                     ta = time.perf_counter()
                     dcols, _ = rel.fetch(p, lo, min(rows, lo + step), st.compute, stats=self.transfer)
                     st.compute.synchronize()
                     tb = time.perf_counter()
-                    k, c = self._aggregate(dcols)
+                    k, c, d = self._aggregate(dcols, split=rows > step)
                     self.spent["fetch"] += tb - ta
                     self.spent["aggregate"] += time.perf_counter() - tb
                 parts_k.append(k)
                 parts_c.append(c)
+                parts_d.append(d)
                 del dcols
                 cp.get_default_memory_pool().free_all_blocks()  # no cached blocks left to fragment the cap
             if len(parts_k) > 1:
-                k, c = _merge_partials(parts_k, parts_c)
+                k, c = _merge_partials(parts_k, parts_c, parts_d)
             self.keys.append(k)
             self.columns.append(c)
         st.synchronize()
@@ -183,13 +216,14 @@ def group_by_out_of_core(algorithm: str, keys: np.ndarray, inputs: list[tuple], 
     algorithm : a GPU group-by ("hgb", "pgb-tr", ...; "auto" chooses per partition)
     keys : int32 or int64 (n,) host array, nulls already encoded as a value
     inputs : per aggregate input, (values (n,) int32/int64/float32/float64 host array or None to
-        count rows, validity uint8 (n,) or None, ops: subset of count, sum, min, max)
+        count rows, validity uint8 (n,) or None, ops: subset of count, sum, min, max, n_unique)
     placement : from ``plan.placement.plan_placement`` (pass-1 bits, chunk, cache)
 
     Returns
     -------
     (keys (g,), [per input: dict accumulator -> host array (g,)], stats dict), groups in
-    unspecified order; accumulators as ``cuda.groupby.GroupByOutput``'s.
+    unspecified order; accumulators as ``cuda.groupby.GroupByOutput``'s, and "n_unique" (int64:
+    distinct non-null values) where asked.
 
     Raises
     ------

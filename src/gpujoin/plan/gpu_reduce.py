@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidOperationError
-
 
 class GpuReducer:
     """One GPU group-by (``algorithm`` of ``gpujoin.cuda.groupby``) of ``keys`` over ``requests``.
@@ -65,11 +63,6 @@ class GpuReducer:
         placement, ids = place([n], [width], gpu_budget(memory_limit), algorithm, gpus)
         self.params = {"placement": placement.placement}
         self._keys = keys
-        distinct = [r.name for r in requests if r.distinct]
-        if distinct and placement.placement == "out-of-core" and n:
-            raise InvalidOperationError(f"n_unique (of column {distinct[0]!r}) on the GPU sorts the rows in GPU "
-                                        f"memory, and these {n:,} rows are grouped out of core (past memory_limit, or "
-                                        f"over several GPUs): raise memory_limit, or use device='cpu'")
         if placement.placement == "out-of-core" and n:
             self._out_of_core(algorithm, keys, host, placement, ids, memory_limit, first_rows, lead, requests)
             return
@@ -87,6 +80,9 @@ class GpuReducer:
     def _out_of_core(self, algorithm, keys, host, placement, ids, memory_limit, first_rows, lead, requests):
         from ..outofcore.groupby import group_by_out_of_core
 
+        # n_unique partition by partition (a group's rows all land in one), beside the others
+        host = host[:lead + 1] + [(v, m, ops + ("n_unique",) if r.distinct else ops)
+                                  for (v, m, ops), r in zip(host[lead + 1:], requests)]
         if ids is not None and len(ids) > 1:
             from ..dist.groupby import group_by_multi_gpu
 
@@ -144,6 +140,9 @@ class GpuReducer:
 
         if req.kind == "null" or not self.num_groups:
             return np.zeros(self.num_groups, np.int64)
+        counted = self._columns[req.name][1].get("n_unique")
+        if counted is not None:  # (out of core: counted partition by partition)
+            return counted.astype(np.int64, copy=False)
         valid = cp.asarray(req.valid) if req.has_valid else None
         return cp.asnumpy(count_distinct(cp.asarray(self._keys), cp.asarray(req.values), valid,
                                          cp.asarray(self.group_keys)))

@@ -255,7 +255,7 @@ class _Request:
         if self.kind == "other" and fn != "count":
             raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
         if fn == "n_unique":
-            self.distinct = True  # (the GPU's reducer: n_unique runs in core, checked before work)
+            self.distinct = True  # (the GPU's reducer counts it apart: in core over all rows, else a partition at a time)
         if temporal_storage(typ) is not None and fn in ("sum", "mean"):
             raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; dates, times, "
                                         f"timestamps and durations support count, n_unique, size, min and max")
