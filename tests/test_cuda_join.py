@@ -621,6 +621,30 @@ def test_device_errors_are_clear():
     assert sorted(out.to_arrow().column("v").to_pylist()) == [0, 1]  # (int32 against int64 keys)
 
 
+def test_from_arrow_decodes_other_dictionaries_and_views():
+    """pandas' categoricals of numbers and dates (dictionaries of non-strings) live in a DeviceTable
+    as their values, string_view columns and dictionaries of them as strings (both were refused);
+    joined on such a key as the host path joins them; binary columns still refused, by name."""
+    t = pa.table({
+        "k": pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 1, 0, 0], pa.int8()), pa.array([10, 20, 30])),
+        "d": pa.DictionaryArray.from_arrays(pa.array([1, 0, 0, 1, 1, None], pa.int32()), pa.array([5, 6], pa.date32())),
+        "s": pa.array(["a", "bb", None, "a", "c", "a string longer than twelve bytes"], pa.string_view()),
+        "sd": pa.DictionaryArray.from_arrays(pa.array([0, 1, 0, None, 1, 0], pa.int32()),
+                                             pa.array(["x", "y"], pa.string_view()))})
+    plain = pa.table({"k": pa.array([10, 20, 30, 20, 10, 10]), "d": pa.array([6, 5, 5, 6, 6, None], pa.date32()),
+                      "s": pa.array(["a", "bb", None, "a", "c", "a string longer than twelve bytes"], pa.large_string()),
+                      "sd": pa.array(["x", "y", "x", None, "y", "x"], pa.large_string())})
+    dt = DeviceTable.from_arrow(t)
+    assert_tables_equal(dt.to_arrow(), plain)
+    right = pa.table({"k": pa.DictionaryArray.from_arrays(pa.array([2, 0, 1], pa.int16()), pa.array([30, 10, 40])),
+                      "w": [1, 2, 3]})
+    for how in ("inner", "left", "anti"):
+        got = gpujoin.join(dt, DeviceTable.from_arrow(right), "k", how=how)
+        assert_tables_equal(got.to_arrow(), gpujoin.join(plain, right, "k", how=how, device="cpu"))
+    with pytest.raises(TypeError, match="column 'b'.*binary"):
+        DeviceTable.from_arrow(pa.table({"b": pa.array([b"x"], pa.binary())}))
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_join_larger_than_memory_raises_memory_error(algorithm, monkeypatch):
     import gpujoin.cuda.runtime as rt

@@ -201,7 +201,7 @@ def to_arrow_table(data: Any) -> pa.Table:
     """Normalize a supported host input into a :class:`pyarrow.Table` (zero-copy where possible;
     string_view and binary_view columns, which Arrow's take and hash kernels lack, as
     large_string and large_binary)."""
-    return _without_views(_to_table(data))
+    return without_views(_to_table(data))
 
 
 def _view_free(t: pa.DataType) -> pa.DataType | None:
@@ -213,7 +213,9 @@ def _view_free(t: pa.DataType) -> pa.DataType | None:
     return None
 
 
-def _without_views(table: pa.Table) -> pa.Table:
+def without_views(table: pa.Table) -> pa.Table:
+    """``table`` with its string_view and binary_view columns (and dictionaries of them) as
+    large_string and large_binary: Arrow's take and hash kernels lack the views."""
     for i, field in enumerate(table.schema):
         col, t = table.column(i), field.type
         if pa.types.is_dictionary(t) and _view_free(t.value_type) is not None:

@@ -6,7 +6,7 @@ import cupy as cp
 import numpy as np
 import pyarrow as pa
 
-from ..table import decimal_to_int64, int64_to_decimal
+from ..table import decimal_to_int64, decoded, int64_to_decimal, is_string_type, without_views
 
 
 class DeviceTable:
@@ -83,20 +83,24 @@ class DeviceTable:
     @classmethod
     def from_arrow(cls, table: pa.Table) -> DeviceTable:
         """Copy a pyarrow table to the GPU: integer, float, bool, temporal, decimal128 (precision
-        <= 18) and string columns; strings are dictionary-encoded on the host first.
+        <= 18) and string columns; strings are dictionary-encoded on the host first (string_view
+        as large_string).  Dictionary columns of strings keep their dictionary; dictionaries of
+        other values (pandas' categoricals of numbers or dates) are decoded to their values, as
+        the host path compares them (``table.decoded``).
 
         Raises TypeError for other column types (the message names the column).
         """
         cols, valid, types, dicts = {}, {}, {}, {}
+        table = without_views(table)
         for name, col in zip(table.column_names, table.columns):
             t = col.type
             arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            if pa.types.is_dictionary(t) and not is_string_type(t.value_type):
+                arr = decoded(arr)
+                t = arr.type
             if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
                 if not pa.types.is_dictionary(t):
                     arr = arr.dictionary_encode()
-                elif not (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
-                    raise TypeError(f"column {name!r}: dictionary of {t.value_type} cannot live in a DeviceTable; "
-                                    f"only dictionaries of strings can")
                 dicts[name] = arr.dictionary
                 t = arr.dictionary.type
                 values = arr.indices.to_numpy(zero_copy_only=False) if not arr.null_count else \
