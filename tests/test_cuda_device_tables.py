@@ -180,3 +180,19 @@ def test_device_query_year_and_top():
     assert cp.asnumpy(years).tolist() == [d.year for d in days] and typ == pa.int64()
     top = q.result(t, [("d", "descending")], 2)
     assert top.column("v").to_pylist() == [6, 3]
+
+
+def test_device_query_compares_string_columns_of_different_dictionaries():
+    """= of two string columns in GPU memory (each from its own dictionary): re-coded into one
+    first (it was refused); nulls compare false; a string column against another type refused."""
+    from gpujoin.tpch.ops import Col, DeviceQuery
+
+    a = ["x", "y", None, "z", "w", "y"]
+    b = ["y", "y", "x", "z", None, "q"]
+    t = DeviceTable.from_arrow(pa.table({"a": a, "b": b, "n": list(range(6))}))
+    assert t.dictionaries["a"] is not t.dictionaries["b"]
+    q = DeviceQuery()
+    got = cp.asnumpy(q.eq(t, "a", Col("b"))).astype(bool).tolist()
+    assert got == [x is not None and x == y for x, y in zip(a, b)]
+    with pytest.raises(TypeError, match="'a' is a string column and 'n' is not"):
+        q.eq(t, "a", Col("n"))

@@ -176,8 +176,15 @@ class DeviceQuery(Query):
 
     def eq(self, t, name, value):
         if isinstance(value, Col) and (name in t.dictionaries or value in t.dictionaries):
-            raise TypeError(f"comparing string columns {name!r} and {value!r} in GPU memory: their codes come "
-                            f"from different dictionaries; compare with a literal")
+            # two string columns: their codes re-coded into one dictionary first (each table's
+            # own, from its own source), unless they share one
+            from ..cuda.table import unify_dictionaries
+
+            if (name in t.dictionaries) != (value in t.dictionaries):
+                s, o = (name, value) if name in t.dictionaries else (value, name)
+                raise TypeError(f"comparing {name!r} with {value!r}: {s!r} is a string column and {o!r} is not; "
+                                f"cast one to the other's type")
+            (t,) = unify_dictionaries([t], [[(0, name), (0, value)]])
         return self._cmp(lambda a, b: a == b, t, name, value)
 
     def _ordered(self, t, *names):
