@@ -41,6 +41,7 @@ class GpuReducer:
         from ..dist.devices import resolve_gpus
         from ..outofcore.budget import gpu_memory_cap
 
+        self._memory_limit = memory_limit
         ids = resolve_gpus(gpus)
         one = ids[0] if ids is not None and len(ids) == 1 else cp.cuda.Device().id  # gpus=[k]: on GPU k
         with cp.cuda.Device(one), gpu_memory_cap(memory_limit):
@@ -62,7 +63,6 @@ class GpuReducer:
         width = keys.itemsize + sum((0 if v is None else v.itemsize) + (0 if m is None else 1) for v, m, _ in host)
         placement, ids = place([n], [width], gpu_budget(memory_limit), algorithm, gpus)
         self.params = {"placement": placement.placement}
-        self._keys = keys
         if placement.placement == "out-of-core" and n:
             self._out_of_core(algorithm, keys, host, placement, ids, memory_limit, first_rows, lead, requests)
             return
@@ -119,6 +119,8 @@ class GpuReducer:
             groups, table = choice.estimate.groups_for(algorithm), choice.table
         self.algorithm = algorithm
         out = run(algorithm, dkeys, inputs, groups_estimate=groups, table=table)
+        if any(r.distinct for r in requests):  # (n_unique's sorts read them: one copy for every column)
+            self._device_keys = dkeys, out.keys
         self.num_groups = out.num_groups
         self.group_keys = cp.asnumpy(out.keys)
         self.first_rows = cp.asnumpy(out.columns[0]["min"]).astype(np.int64) if first_rows else None
@@ -143,9 +145,12 @@ class GpuReducer:
         counted = self._columns[req.name][1].get("n_unique")
         if counted is not None:  # (out of core: counted partition by partition)
             return counted.astype(np.int64, copy=False)
-        valid = cp.asarray(req.valid) if req.has_valid else None
-        return cp.asnumpy(count_distinct(cp.asarray(self._keys), cp.asarray(req.values), valid,
-                                         cp.asarray(self.group_keys)))
+        from ..outofcore.budget import gpu_memory_cap
+
+        keys, group_keys = self._device_keys
+        with cp.cuda.Device(keys.device.id), gpu_memory_cap(self._memory_limit):  # (where the group-by ran)
+            valid = cp.asarray(req.valid) if req.has_valid else None
+            return cp.asnumpy(count_distinct(keys, cp.asarray(req.values), valid, group_keys))
 
     def reduce(self, req):
         r, host = self._columns[req.name]
