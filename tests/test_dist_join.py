@@ -194,6 +194,43 @@ def test_mpi_cli_job(tmp_path):
 
 
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
+def test_mpi_cli_group_by_job(tmp_path):
+    """`mpiexec -n 2 gpujoin dist group-by`: each rank its row groups, the rows shuffled by key (null
+    keys one group, on one rank), part-RANK.parquet each, their union the group-by; a job whose
+    column is missing, or whose aggregate fails on a rank after the shuffle, leaves no part file
+    and exits non-zero with the reason."""
+    pytest.importorskip("mpi4py")
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(4)
+    (tmp_path / "T").mkdir()
+    for i in range(3):
+        n = 2500
+        pq.write_table(pa.table({"k": pa.array(rng.integers(0, 300, n), mask=rng.random(n) < 0.05),
+                                 "v": rng.integers(-50, 50, n),
+                                 "w": pa.array([f"s{x}" for x in rng.integers(0, 9, n)], mask=rng.random(n) < 0.1)}),
+                       tmp_path / "T" / f"p{i}.parquet", row_group_size=600)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    base = [MPIEXEC, "-n", "2", sys.executable, "-m", "gpujoin.cli", "dist", "group-by", str(tmp_path / "T"),
+            "--device", "cpu", "--by", "k"]
+    aggs = ["--agg", "s=v:sum", "--agg", "u=w:n_unique", "--agg", "n=:size", "--agg", "hi=w:max"]
+    p = subprocess.run(base + aggs + ["-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "groups to" in p.stdout
+    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == ["part-0.parquet", "part-1.parquet"]
+    want = gpujoin.group_by(ds.dataset(tmp_path / "T").to_table(), "k", device="cpu").agg(
+        s=("v", "sum"), u=("w", "n_unique"), n=(None, "size"), hi=("w", "max"))
+    assert_tables_equal(ds.dataset(tmp_path / "out").to_table(), want)
+    for bad, reason in ((["--agg", "s=nope:sum"], "nope"), (["--agg", "s=w:sum"], "aggregating failed")):
+        p = subprocess.run(base + bad + ["-o", str(tmp_path / "bad")], capture_output=True, text=True, timeout=600,
+                           env=env)
+        assert p.returncode != 0 and reason in p.stderr, p.stderr[-3000:]
+        assert not any((tmp_path / "bad").glob("*part-*"))
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
 def test_mpi_bench_dist(tmp_path):
     import json
 

@@ -180,17 +180,18 @@ def cmd_group_by(a):
     console.print(f"wrote {out.num_rows} groups to {a.output}")
 
 
-def cmd_dist_join(a):
-    """One rank of ``mpirun -n P gpujoin dist join``: read this rank's row groups, join through the
-    shuffle, write OUT/part-RANK.parquet; the files appear only when every rank has succeeded."""
-    from .dist.join import check_inputs, default_communicator, join
-    from .io import BatchWriter, read_share
+class _DistJob:
+    """One rank of a ``gpujoin dist`` job: steps that every rank runs, a rank's failure reported
+    to every rank, and OUT/part-RANK.parquet files that appear only when every rank has written."""
 
-    comm = default_communicator()
-    out_dir = Path(a.output)
+    def __init__(self, name: str, output: str):
+        from .dist.join import default_communicator
 
-    def agreed(step, what: str):
+        self.name, self.comm, self.out_dir = name, default_communicator(), Path(output)
+
+    def agreed(self, step, what: str):
         """Run ``step`` on every rank; when any rank fails, every rank stops with its message."""
+        comm = self.comm
         try:
             value, err = step(), None
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 (reported to every rank below)
@@ -200,34 +201,61 @@ def cmd_dist_join(a):
             raise RuntimeError(f"{what} failed on {len(errors)} of {comm.size} rank(s): {errors[0]}")
         return value
 
-    def read():
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return read_share(a.left, comm.rank, comm.size, "left"), read_share(a.right, comm.rank, comm.size, "right")
+    def collective(self, step):
+        """Run ``step``, which holds collectives: a rank that fails inside cannot tell the others,
+        so the job ends (every rank non-zero, this rank's message printed)."""
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001
+            print(f"gpujoin dist {self.name}: rank {self.comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr,
+                  flush=True)
+            time.sleep(1)  # the launcher forwards the message before the abort ends the ranks
+            self.comm.abort(1)
+            os._exit(1)  # MPI_Abort may return before the launcher ends this process: nothing more runs here
 
-    left, right = agreed(read, "reading the inputs")
+    def read(self, paths: list[str], sides: list[str]) -> list:
+        """This rank's share of each Parquet dataset's row groups (the output folder made first)."""
+        from .io import read_share
+
+        def step():
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            return [read_share(p, self.comm.rank, self.comm.size, s) for p, s in zip(paths, sides)]
+        return self.agreed(step, "reading the inputs")
+
+    def write(self, result) -> None:
+        """OUT/part-RANK.parquet of ``result`` (a DeviceTable moved to host memory first)."""
+        import pyarrow as pa
+
+        from .io import BatchWriter
+
+        if not isinstance(result, pa.Table):
+            result = self.agreed(result.to_arrow, "moving the output to host memory")
+        writer = BatchWriter(self.out_dir / f"part-{self.comm.rank}.parquet")
+        with writer:
+            self.agreed(lambda: writer.write(result), "writing the output")
+            writer.commit(result.schema)  # renamed into place only once every rank has written
+
+
+def cmd_dist_join(a):
+    """One rank of ``mpirun -n P gpujoin dist join``: read this rank's row groups, join through the
+    shuffle, write OUT/part-RANK.parquet; the files appear only when every rank has succeeded."""
+    from .dist.join import check_inputs, join
+
+    job = _DistJob("join", a.output)
+    comm = job.comm
+    left, right = job.read([a.left, a.right], ["left", "right"])
     keys = dict(on=_csv_list(a.on) or None, left_on=_csv_list(a.left_on) or None,
                 right_on=_csv_list(a.right_on) or None, how=a.how)
-    agreed(lambda: check_inputs(left, right, **keys), "checking the join")
+    job.agreed(lambda: check_inputs(left, right, **keys), "checking the join")
     if a.placement == "gpu":  # the rows to each rank's GPU: hashed, partitioned and shuffled there (NCCL)
         from .cuda.table import DeviceTable
 
-        left, right = agreed(lambda: (DeviceTable.from_arrow(left), DeviceTable.from_arrow(right)),
-                             "moving the inputs to the GPUs")
+        left, right = job.agreed(lambda: (DeviceTable.from_arrow(left), DeviceTable.from_arrow(right)),
+                                 "moving the inputs to the GPUs")
     stats: dict = {}
-    try:  # collectives inside: a rank that fails here cannot tell the others, so the job ends
-        result = join(left, right, comm=comm, shuffle=a.shuffle, compression=a.compression, device=a.device,
-                      stats=stats, **keys)
-    except Exception as exc:  # noqa: BLE001
-        print(f"gpujoin dist join: rank {comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        time.sleep(1)  # the launcher forwards the message before the abort ends the ranks
-        comm.abort(1)
-        os._exit(1)  # MPI_Abort may return before the launcher ends this process: nothing more runs here
-    if a.placement == "gpu":
-        result = agreed(result.to_arrow, "moving the output to host memory")
-    writer = BatchWriter(out_dir / f"part-{comm.rank}.parquet")
-    with writer:
-        agreed(lambda: writer.write(result), "writing the output")
-        writer.commit(result.schema)  # renamed into place only once every rank has written
+    result = job.collective(lambda: join(left, right, comm=comm, shuffle=a.shuffle, compression=a.compression,
+                                         device=a.device, stats=stats, **keys))
+    job.write(result)
     rows = comm.allgather((comm.rank, comm.node, stats))
     if comm.rank == 0:
         t = RichTable(title=f"gpujoin dist join: {comm.size} ranks on {comm.nodes} host(s), {a.how} join")
@@ -239,7 +267,46 @@ def cmd_dist_join(a):
                       f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
                       f"{st['local_join'] * 1e3:,.1f}", st["local_algorithm"], _ratio(st.get("compression")))
         console.print(t)
-        console.print(f"wrote {sum(st['rows_out'] for _, _, st in rows):,} rows to {out_dir}/part-*.parquet")
+        console.print(f"wrote {sum(st['rows_out'] for _, _, st in rows):,} rows to {job.out_dir}/part-*.parquet")
+
+
+def cmd_dist_group_by(a):
+    """One rank of ``mpirun -n P gpujoin dist group-by``: read this rank's row groups, shuffle the
+    rows by key hash (a group's rows all on one rank), aggregate, write OUT/part-RANK.parquet; the
+    files appear only when every rank has succeeded."""
+    from .dist.join import group_by
+    from .table import check_columns
+
+    job = _DistJob("group-by", a.output)
+    comm = job.comm
+    aggs = dict(_parse_agg(s) for s in a.agg)
+    by = [b for s in a.by for b in _csv_list(s)]
+    (table,) = job.read([a.table], ["input"])
+    job.agreed(lambda: check_columns(table, by + [c for c, _ in aggs.values() if c is not None], "input"),
+               "checking the group-by")
+    if a.placement == "gpu":
+        from .cuda.table import DeviceTable
+
+        table = job.agreed(lambda: DeviceTable.from_arrow(table), "moving the input to the GPUs")
+    stats: dict = {}
+    grouped = job.collective(lambda: group_by(table, by, comm=comm, shuffle=a.shuffle, compression=a.compression,
+                                              device=a.device, algorithm=a.algorithm, stats=stats))
+    t1 = time.perf_counter()
+    result = job.agreed(lambda: grouped.agg(**aggs), "aggregating")  # (local: a group's rows are all here)
+    t2 = time.perf_counter()
+    job.write(result)
+    mine = {**stats, "groups": result.num_rows, "aggregate": t2 - t1, "algorithm": grouped.stats.algorithm}
+    rows = comm.allgather((comm.rank, comm.node, mine))
+    if comm.rank == 0:
+        t = RichTable(title=f"gpujoin dist group-by: {comm.size} ranks on {comm.nodes} host(s)")
+        for c in ("rank", "host", "in", "got", "groups", "part ms", "a2a ms", "agg ms", "algo", "comp"):
+            t.add_column(c, justify="right")
+        for r, node, st in rows:
+            t.add_row(str(r), str(node), f"{st['rows_in']:,}", f"{st['rows_received']:,}", f"{st['groups']:,}",
+                      f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
+                      f"{st['aggregate'] * 1e3:,.1f}", st["algorithm"], _ratio(st.get("compression")))
+        console.print(t)
+        console.print(f"wrote {sum(st['groups'] for _, _, st in rows):,} groups to {job.out_dir}/part-*.parquet")
 
 
 def _ratio(columns: dict | None) -> str:
@@ -756,6 +823,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dist", help="distributed joins (paper 001)")
     dsub = d.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    def dist_options(sp, what: str):  # (both jobs: the shuffle, where the rows live, the output)
+        sp.add_argument("--shuffle", default="auto", choices=["auto", "one-level", "two-level"])
+        sp.add_argument("--compression", default="auto", choices=["auto", "none", "cascaded"],
+                        help="cascaded compression of the shuffled integer columns: of messages to other hosts "
+                             "(auto), of every message, or none")
+        sp.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+        sp.add_argument("--placement", default="host", choices=["host", "gpu"],
+                        help=f"host: rows shuffled over MPI from host memory, {what} on --device; gpu: each rank's "
+                             f"rows moved to its GPU, hashed, partitioned and shuffled there over NCCL (compressed by "
+                             f"nvCOMP when installed), {what} on the GPU")
+        sp.add_argument("-o", "--output", required=True, help="output folder (part-RANK.parquet files)")
+
     dj = dsub.add_parser("join", help="one rank of `mpirun -n P gpujoin dist join`: the repartitioned join of two "
                          "Parquet datasets, each rank its share of the row groups, OUT/part-RANK.parquet")
     dj.add_argument("left")
@@ -764,17 +843,18 @@ def build_parser() -> argparse.ArgumentParser:
     dj.add_argument("--left-on")
     dj.add_argument("--right-on")
     dj.add_argument("--how", default="inner", choices=["inner", "left", "right", "full", "semi", "anti"])
-    dj.add_argument("--shuffle", default="auto", choices=["auto", "one-level", "two-level"])
-    dj.add_argument("--compression", default="auto", choices=["auto", "none", "cascaded"],
-                    help="cascaded compression of the shuffled integer columns: of messages to other hosts "
-                         "(auto), of every message, or none")
-    dj.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    dj.add_argument("--placement", default="host", choices=["host", "gpu"],
-                    help="host: rows shuffled over MPI from host memory, joined on --device; gpu: each rank's rows "
-                         "moved to its GPU, hashed, partitioned and shuffled there over NCCL (compressed by nvCOMP "
-                         "when installed), joined on the GPU")
-    dj.add_argument("-o", "--output", required=True, help="output folder (part-RANK.parquet files)")
+    dist_options(dj, "joined")
     dj.set_defaults(fn=cmd_dist_join)
+    dg = dsub.add_parser("group-by", help="one rank of `mpirun -n P gpujoin dist group-by`: a Parquet dataset's "
+                         "rows shuffled by key (each rank its share of the row groups), each rank's groups "
+                         "aggregated, OUT/part-RANK.parquet")
+    dg.add_argument("table")
+    dg.add_argument("--by", action="append", required=True, help="key column(s); repeat or comma-separate")
+    dg.add_argument("--agg", action="append", required=True,
+                    help="NAME=COLUMN:FUNCTION (sum, count, size, min, max, mean, n_unique)")
+    dg.add_argument("--algorithm", default="auto", help="each rank's group-by: 'auto' or a standard name")
+    dist_options(dg, "grouped")
+    dg.set_defaults(fn=cmd_dist_group_by)
     dm = dsub.add_parser("model", help="predict the one- and two-level joins' phases at any scale")
     dm.add_argument("--gpus", default="8,64,512,1024", help="comma-separated GPU counts")
     dm.add_argument("--gpus-per-node", type=int, default=8)

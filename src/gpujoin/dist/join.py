@@ -312,7 +312,8 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     table in GPU memory is shuffled over NCCL and grouped on the rank's GPU).
     Finish with ``.agg(...)`` as :func:`gpujoin.group_by` (every aggregate works: a group's rows
     are all on one rank).  ``shuffle`` and ``compression`` as :func:`join`'s; ``stats`` receives
-    the shuffle's (bytes, each compressed column's figures).
+    the shuffle's (bytes, each compressed column's figures), the phases' seconds ("partition":
+    the destinations, "shuffle") and the rows ("rows_in", "rows_received").
 
     Raises
     ------
@@ -328,20 +329,29 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
 
     comm = comm or default_communicator()
     by = [by] if isinstance(by, str) else list(by)
+    t0 = time.perf_counter()
     if _on_device(table, table, comm):  # in GPU memory: hashed there, shuffled over NCCL
         from . import device_shuffle
 
         (t,) = _device_tables([table], [by], comm)
         dest = device_shuffle.destinations([t[b] for b in by], SEED_FIRST, comm.size,
                                            device_shuffle.key_validity(t, by), 0)
-        return GroupBy(shuffle_rows(t, dest, comm, shuffle, compression, stats), by, algorithm=algorithm,
-                       device=device)
-    t = _host_table(table)
-    check_columns(t, by, "input")
-    _same_on_every_rank([t.schema.field(b).type for b in by], comm)
-    cols = [combined(t, b) for b in by]
-    dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
-    for c in cols:  # a null key is one group: its rows go to rank 0 together
-        if c.null_count:
-            dest[~np.asarray(c.is_valid())] = 0
-    return GroupBy(shuffle_rows(t, dest, comm, shuffle, compression, stats), by, algorithm=algorithm, device=device)
+        if stats is not None:  # (the phases timed: the destinations' kernels finished)
+            _sync()
+    else:
+        t = _host_table(table)
+        check_columns(t, by, "input")
+        _same_on_every_rank([t.schema.field(b).type for b in by], comm)
+        cols = [combined(t, b) for b in by]
+        dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
+        for c in cols:  # a null key is one group: its rows go to rank 0 together
+            if c.null_count:
+                dest[~np.asarray(c.is_valid())] = 0
+    t1 = time.perf_counter()
+    got = shuffle_rows(t, dest, comm, shuffle, compression, stats)
+    if stats is not None:
+        if not isinstance(got, pa.Table):
+            _sync()
+        stats.update({"partition": t1 - t0, "shuffle": time.perf_counter() - t1, "rows_in": t.num_rows,
+                      "rows_received": got.num_rows, "ranks": comm.size})
+    return GroupBy(got, by, algorithm=algorithm, device=device)
