@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|item3|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|fuzz-dist|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|item3|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|fuzz-dist|dist-cli|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -352,6 +352,19 @@ if [[ $stage == fuzz ]]; then
   wait
   grep -h -A2 FAIL "$OUT"/fuzz_*.txt | cut -c1-400 | head -60; grep -h "^fuzz" "$OUT"/fuzz_*.txt
   ! grep -q FAIL "$OUT"/fuzz_*.txt; exit $?
+fi
+if [[ $stage == dist-cli ]]; then
+  # the `gpujoin dist` jobs end to end under Open MPI (RANKS ranks, a GPU each): a Parquet dataset's
+  # rows moved to the GPUs, shuffled over NCCL, grouped and joined there; the part files against
+  # the CPU engine (scripts/dist_cli_check.py)
+  export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
+  d=$(mktemp -d) && python3 scripts/dist_cli_check.py make "$d"
+  timeout 200 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli dist group-by $d/T --by k \
+    --agg s=v:sum --agg u=w:n_unique --agg n=:size --agg hi=w:max --agg m=v:mean --placement gpu --device cuda \
+    -o $d/group_by" 2>&1 | tail -9
+  timeout 200 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli dist join $d/T $d/R.parquet \
+    --on k --placement gpu --device cuda -o $d/join" 2>&1 | tail -7
+  python3 scripts/dist_cli_check.py check "$d"; exit $?
 fi
 if [[ $stage == fuzz-dist ]]; then
   # randomized distributed joins and group-bys (scripts/fuzz_dist.py) under Open MPI, one rank a GPU,
