@@ -235,6 +235,21 @@ class _DistJob:
             self.agreed(lambda: writer.write(result), "writing the output")
             writer.commit(result.schema)  # renamed into place only once every rank has written
 
+    def summary(self, mine: dict, title: str, columns: tuple, cells, total) -> None:
+        """Every rank's ``mine`` gathered; rank 0 prints a table (rank, host, then ``cells(stats)``
+        under ``columns``) and the line ``total(every rank's stats)``."""
+        comm = self.comm
+        rows = comm.allgather((comm.rank, comm.node, mine))
+        if comm.rank:
+            return
+        t = RichTable(title=f"gpujoin dist {self.name}: {comm.size} ranks on {comm.nodes} host(s){title}")
+        for c in ("rank", "host") + columns:
+            t.add_column(c, justify="right")
+        for r, node, st in rows:
+            t.add_row(str(r), str(node), *cells(st))
+        console.print(t)
+        console.print(total([st for _, _, st in rows]))
+
 
 def cmd_dist_join(a):
     """One rank of ``mpirun -n P gpujoin dist join``: read this rank's row groups, join through the
@@ -256,18 +271,13 @@ def cmd_dist_join(a):
     result = job.collective(lambda: join(left, right, comm=comm, shuffle=a.shuffle, compression=a.compression,
                                          device=a.device, stats=stats, **keys))
     job.write(result)
-    rows = comm.allgather((comm.rank, comm.node, stats))
-    if comm.rank == 0:
-        t = RichTable(title=f"gpujoin dist join: {comm.size} ranks on {comm.nodes} host(s), {a.how} join")
-        for c in ("rank", "host", "in L, R", "got L, R", "out", "part ms", "a2a ms", "join ms", "algo", "comp"):
-            t.add_column(c, justify="right")
-        for r, node, st in rows:
-            t.add_row(str(r), str(node), f"{st['rows_in'][0]:,}, {st['rows_in'][1]:,}",
-                      f"{st['rows_received'][0]:,}, {st['rows_received'][1]:,}", f"{st['rows_out']:,}",
-                      f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
-                      f"{st['local_join'] * 1e3:,.1f}", st["local_algorithm"], _ratio(st.get("compression")))
-        console.print(t)
-        console.print(f"wrote {sum(st['rows_out'] for _, _, st in rows):,} rows to {job.out_dir}/part-*.parquet")
+    job.summary(stats, f", {a.how} join",
+                ("in L, R", "got L, R", "out", "part ms", "a2a ms", "join ms", "algo", "comp"),
+                lambda st: (f"{st['rows_in'][0]:,}, {st['rows_in'][1]:,}",
+                            f"{st['rows_received'][0]:,}, {st['rows_received'][1]:,}", f"{st['rows_out']:,}",
+                            f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
+                            f"{st['local_join'] * 1e3:,.1f}", st["local_algorithm"], _ratio(st.get("compression"))),
+                lambda every: f"wrote {sum(st['rows_out'] for st in every):,} rows to {job.out_dir}/part-*.parquet")
 
 
 def cmd_dist_group_by(a):
@@ -301,18 +311,12 @@ def cmd_dist_group_by(a):
     result = job.agreed(lambda: grouped.agg(**aggs), "aggregating")  # (local: a group's rows are all here)
     t2 = time.perf_counter()
     job.write(result)
-    mine = {**stats, "groups": result.num_rows, "aggregate": t2 - t1, "algorithm": grouped.stats.algorithm}
-    rows = comm.allgather((comm.rank, comm.node, mine))
-    if comm.rank == 0:
-        t = RichTable(title=f"gpujoin dist group-by: {comm.size} ranks on {comm.nodes} host(s)")
-        for c in ("rank", "host", "in", "got", "groups", "part ms", "a2a ms", "agg ms", "algo", "comp"):
-            t.add_column(c, justify="right")
-        for r, node, st in rows:
-            t.add_row(str(r), str(node), f"{st['rows_in']:,}", f"{st['rows_received']:,}", f"{st['groups']:,}",
-                      f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
-                      f"{st['aggregate'] * 1e3:,.1f}", st["algorithm"], _ratio(st.get("compression")))
-        console.print(t)
-        console.print(f"wrote {sum(st['groups'] for _, _, st in rows):,} groups to {job.out_dir}/part-*.parquet")
+    job.summary({**stats, "groups": result.num_rows, "aggregate": t2 - t1, "algorithm": grouped.stats.algorithm},
+                "", ("in", "got", "groups", "part ms", "a2a ms", "agg ms", "algo", "comp"),
+                lambda st: (f"{st['rows_in']:,}", f"{st['rows_received']:,}", f"{st['groups']:,}",
+                            f"{st['partition'] * 1e3:,.1f}", f"{st['shuffle'] * 1e3:,.1f}",
+                            f"{st['aggregate'] * 1e3:,.1f}", st["algorithm"], _ratio(st.get("compression"))),
+                lambda every: f"wrote {sum(st['groups'] for st in every):,} groups to {job.out_dir}/part-*.parquet")
 
 
 def _ratio(columns: dict | None) -> str:
