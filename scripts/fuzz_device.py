@@ -374,12 +374,17 @@ def main() -> None:
     done = {"join": 0, "group-by": 0, "join_where": 0}
     failed = []
     report = time.perf_counter() + 60
+    peak_seen, last = 0.0, None
     while time.perf_counter() < end and (only is None or only):
         s = only.pop(0) if only is not None else seed
         seed += 1
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # (KiB on Linux)
+        if peak > peak_seen + 1:  # the seed before took a new GiB: named (a kill's suspects)
+            print(f"peak resident {peak:.2f} GB after seed {last}", flush=True)
+            peak_seen = peak
+        last = s
         if time.perf_counter() > report:  # the seed and the peak memory now and then: a kill names its case
             report = time.perf_counter() + 60
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # (KiB on Linux)
             print(f"progress: seed {s}, peak resident {peak:.2f} GB", flush=True)
         for what in ("join", "group-by", "join_where"):
             params = None
