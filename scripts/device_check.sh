@@ -359,7 +359,7 @@ if [[ $stage == dist-cli ]]; then
   # the CPU engine (scripts/dist_cli_check.py)
   export GPUJOIN_HOST_MEMORY=${GPUJOIN_HOST_MEMORY:-200GB}
   d=$(mktemp -d) && python3 scripts/dist_cli_check.py make "$d"
-  timeout 200 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli dist group-by $d/T --by k \
+  timeout 200 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli dist group-by $d/T --by g \
     --agg s=v:sum --agg u=w:n_unique --agg n=:size --agg hi=w:max --agg m=v:mean --placement gpu --device cuda \
     -o $d/group_by" 2>&1 | tail -9
   timeout 200 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli dist join $d/T $d/R.parquet \

@@ -372,6 +372,24 @@ def test_n_unique_on_the_gpu_matches_cpu_engine(algorithm):
     assert sorted(zip(got["k"].to_pylist(), got["u"].to_pylist())) == [(1, 2), (2, 1)]
 
 
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS) + ["auto"])
+def test_device_keys_with_nulls_form_one_null_group(algorithm):
+    """DeviceTable keys with validity masks (one key, composite keys, a string key): the null rows
+    of a key form one group whose key is null, as the CPU engine (and SQL, Polars) group them;
+    device keys with nulls were refused before."""
+    rng = np.random.default_rng(12)
+    n = 30_000
+    t = pa.table({"k": pa.array(rng.integers(-5, 400, n), mask=rng.random(n) < 0.07),
+                  "k2": pa.array(rng.integers(0, 4, n).astype(np.int32), mask=rng.random(n) < 0.03),
+                  "s": pa.array([f"w{x}" for x in rng.integers(0, 30, n)], mask=rng.random(n) < 0.05),
+                  "v": pa.array(rng.integers(-9, 9, n), mask=rng.random(n) < 0.1)})
+    aggs = dict(n=(None, "size"), sv=("v", "sum"), mx=("v", "max"), u=("v", "n_unique"), c=("v", "count"))
+    dt = DeviceTable.from_arrow(t)
+    for by in ("k", ["k", "k2"], "s", ["s", "k2"]):
+        got = gpujoin.group_by(dt, by, algorithm=algorithm).agg(**aggs).to_arrow()
+        assert_tables_equal(got, gpujoin.group_by(t, by, device="cpu").agg(**aggs))
+
+
 def test_n_unique_out_of_core_matches_cpu_engine():
     """n_unique of host tables grouped out of core (a partition at a time, under a 2 MB budget):
     strings, floats and integers with nulls, beside the other aggregates (it was refused before)."""

@@ -293,13 +293,8 @@ def cmd_dist_group_by(a):
     by = [b for s in a.by for b in _csv_list(s)]
     (table,) = job.read([a.table], ["input"])
 
-    def check():
-        check_columns(table, by + [c for c, _ in aggs.values() if c is not None], "input")
-        nulls = [b for b in by if table.column(b).null_count]
-        if a.placement == "gpu" and nulls:
-            raise ValueError(f"key column {nulls[0]!r} has nulls, which keys in GPU memory cannot hold: use "
-                             f"--placement host (its rows still group on the GPU with --device cuda)")
-    job.agreed(check, "checking the group-by")
+    job.agreed(lambda: check_columns(table, by + [c for c, _ in aggs.values() if c is not None], "input"),
+               "checking the group-by")
     if a.placement == "gpu":
         from .cuda.table import DeviceTable
 

@@ -1,8 +1,9 @@
 """Group-bys of device-resident tables: input and output stay in GPU memory.
 
 The planner's part for DeviceTables (or dicts of CuPy arrays): integer (also date and
-dictionary-coded string) key columns without nulls, several packed into one int64 key
-(nullable keys and wider composite keys go through Arrow tables, which also run on the GPU),
+dictionary-coded string) key columns, several packed into one int64 key (wider composite keys
+go through Arrow tables, which also run on the GPU); a key with nulls is packed with a null
+flag, so that its null rows form one group whose key is null, as in SQL and Polars;
 value columns of any integer, bool or float type with validity masks; each aggregate becomes
 the accumulators it needs, and the results get SQL semantics: sums of integers are int64
 (an overflow is an error), of floats float64; mean float64; count and size int64; min and max
@@ -89,8 +90,9 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     Raises
     ------
     ValueError
-        A key column with nulls, or composite keys whose value ranges span more than 63 bits
-        (composite keys are packed into one int64 key: :mod:`gpujoin.plan.pack_keys`).
+        Composite keys (a key with nulls counts as two: its null flag and its values) whose
+        value ranges span more than 63 bits (they are packed into one int64 key:
+        :mod:`gpujoin.plan.pack_keys`).
     SchemaError
         A key column that is not an integer, date or string.
     InvalidOperationError, ComputeError
@@ -104,21 +106,28 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     from ..cuda.table import DeviceTable
 
     for kname in by:
-        if kname in table.validity:
-            raise ValueError(f"the key column {kname!r} has a validity mask; device-resident group-by keys cannot "
-                             f"be null: pass an Arrow table")
         if table[kname].dtype.kind not in "iub":
             raise SchemaError(f"group-by key {kname!r} has dtype {table[kname].dtype}; device-resident keys must be "
                               f"integers, dates or strings (pass an Arrow table for other key types)")
-    packing = None
-    if len(by) == 1:
+    packing, nullable = None, [k for k in by if k in table.validity]
+    if len(by) == 1 and not nullable:
         kcol = table[by[0]]
         _, kdt = _key_dtype(by[0], kcol.dtype, by[0], kcol.dtype)
         keys = to_key(kcol, kdt)
-    else:  # composite keys: one exact int64 key when their ranges fit 63 bits together
+    else:  # composite or nullable keys: one exact int64 key when their ranges fit 63 bits together
         from .pack_keys import pack_keys
 
-        (keys,), packing = pack_keys([[table[k] for k in by]], by)
+        parts, names = [], []
+        for k in by:
+            col = table[k]
+            if k in table.validity:  # its null flag above its values (a null slot's value: 0)
+                valid = table.validity[k].astype(cp.bool_)
+                parts.append((~valid).astype(cp.uint8))
+                names.append(f"{k} (null)")
+                col = cp.where(valid, col, col.dtype.type(0))
+            parts.append(col)
+            names.append(k)
+        (keys,), packing = pack_keys([parts], names)
     t0 = time.perf_counter()
     plan = None
     if algorithm == "auto":  # the planner's sample launched here, read once the inputs are made
@@ -171,8 +180,15 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     sizes = out.columns[0]["count"] if need_sizes else None
     res = {col: out.columns[i + need_sizes] for i, col in enumerate(cols)}
 
-    key_columns = packing.unpack(out.keys) if packing else [from_key(out.keys, kcol.dtype)]
-    columns, validity, types, dicts = dict(zip(by, key_columns)), {}, {}, {}
+    columns, validity, types, dicts = {}, {}, {}, {}
+    if packing is None:
+        columns[by[0]] = from_key(out.keys, kcol.dtype)
+    else:
+        unpacked = iter(packing.unpack(out.keys))
+        for k in by:
+            if k in table.validity:
+                validity[k] = (next(unpacked) == 0).astype(cp.uint8)  # (the null flag: the null key's group)
+            columns[k] = next(unpacked)
     for kname in by:
         t, d = table.meta(kname)
         types.update(t)
