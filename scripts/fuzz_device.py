@@ -109,8 +109,14 @@ OTHER_KEYS = {
 
 
 def _pairs(left, right) -> int:
-    """Pairs of equal non-null values of two key columns of one type."""
-    enc = pc.dictionary_encode(pa.chunked_array(left.chunks + right.chunks, left.type).combine_chunks())
+    """Pairs of equal non-null values of two key columns of one type, floats compared as the
+    engines compare keys (-0.0 equals 0.0, every NaN one value: dictionary_encode tells them
+    apart, and a left side of 0.0 against a right side of -0.0 had passed as no pairs, then
+    joined into 181 M rows, 18 GB of the fuzz's memory with DuckDB's answer beside it)."""
+    both = pa.chunked_array(left.chunks + right.chunks, left.type).combine_chunks()
+    if pa.types.is_floating(both.type):
+        both = pc.if_else(pc.is_nan(both), pa.scalar(float("nan"), both.type), pc.add(both, pa.scalar(0.0, both.type)))
+    enc = pc.dictionary_encode(both)
     m = len(enc.dictionary)
     idx = enc.indices.fill_null(m).to_numpy(zero_copy_only=False)
     cl, cr = (np.bincount(part, minlength=m + 1)[:m] for part in (idx[:len(left)], idx[len(left):]))
@@ -187,7 +193,10 @@ def run_join_duckdb(case, con, seed: int) -> None:
     (left, right), on, how, _, _, _ = case
     rng = np.random.default_rng(seed + 1)
     names = [on] if isinstance(on, str) else on
-    nulls_equal = bool(rng.random() < 0.3)
+    # null keys match each other under nulls_equal: only where their pairs keep the output bounded
+    # (4,792 x 11,953 null keys had made 57 M rows)
+    nulls_equal = bool(rng.random() < 0.3) and all(
+        left[k].null_count * right[k].null_count <= MAX_OUTPUT // 2 for k in names)
     algorithm = str(rng.choice(["auto", "phj", "merge"] + (["hash", "split", "bucket"] if how in ("semi", "anti")
                                                            and not nulls_equal else [])))
     con.register("l", left)
