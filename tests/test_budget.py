@@ -3,6 +3,7 @@
 import sys
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import gpujoin
@@ -205,6 +206,19 @@ def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
         gpujoin.join(t, t, on="k", device="cpu")
     monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "100GB")
     assert gpujoin.join(t.slice(0, 30), t.slice(0, 30), on="k", device="cpu").num_rows == 900
+
+
+@pytest.mark.parametrize("algorithm", ["phj", "merge"])
+def test_a_join_whose_columns_host_memory_cannot_hold_fails_before_its_maps(monkeypatch, algorithm):
+    """9M output rows whose gather maps fit a 300 MB host but whose 14 int64 columns do not: the
+    match's own check counts the columns, so the error comes before the maps are allocated and
+    filled (the maps alone had passed, and the output's check failed only after the match)."""
+    t = pa.table({"k": np.zeros(3000, np.int64), **{f"v{i}": np.arange(3000) for i in range(6)}})
+    monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "300MB")
+    with pytest.raises(MemoryError, match="9,000,000 output rows .their gather maps and columns"):
+        gpujoin.join(t, t, on="k", device="cpu", algorithm=algorithm)
+    # a semi join's output is the left rows only: no pairs, no columns of the right side
+    assert gpujoin.join(t, t, on="k", how="semi", device="cpu", algorithm=algorithm).num_rows == 3000
 
 
 class _FakePool:

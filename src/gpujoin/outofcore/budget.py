@@ -15,6 +15,7 @@ it is used report too little there at first).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
 import threading
@@ -102,6 +103,23 @@ def check_host(need: int, what: str, hint: str) -> None:
     if need > have:
         raise MemoryError(f"{what} needs about {gib(need)} of host memory but {gib(have)} is available; "
                           f"{hint} (or set {ENV_HOST} if this machine's memory grows as it is used)")
+
+
+#: Bytes an output row takes beyond its gather maps (its materialized columns), where the planner
+#: knows them: set around a join's match (plan.join), read by the match's own check before it
+#: allocates the maps (``check_pairs``), so that a result host memory cannot hold fails before the
+#: maps take what memory there is (they alone had passed, then the columns' check failed after).
+OUTPUT_ROW_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("gpujoin_output_row_bytes", default=0)
+
+
+def check_pairs(pairs: int, map_bytes: int) -> None:
+    """MemoryError before a join's ``pairs`` output rows are allocated where host memory cannot
+    hold their gather maps (``map_bytes`` a row) and, where the planner set them
+    (``OUTPUT_ROW_BYTES``), their columns."""
+    cols = OUTPUT_ROW_BYTES.get()
+    check_host(pairs * (map_bytes + cols),
+               f"the join's {pairs:,} output rows (their gather maps{' and columns' if cols else ''})",
+               "add a key column, filter the inputs, or ask for less (how='semi')")
 
 
 def gib(n: int) -> str:

@@ -175,7 +175,15 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
             algo = stats.algorithm = _auto_cpu_join(how, lkeys, rkeys)
         t1 = time.perf_counter()
         stats.phases["transform"] = t1 - t0
-        lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo, limit, gpus)
+        from ..outofcore.budget import OUTPUT_ROW_BYTES
+
+        # the match's check of its output rows counts the columns that will be built from them
+        token = OUTPUT_ROW_BYTES.set(int(_row_bytes(lt, rt, lt.column_names,
+                                                    [] if how in ("semi", "anti") else rt.column_names)))
+        try:
+            lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo, limit, gpus)
+        finally:
+            OUTPUT_ROW_BYTES.reset(token)
         stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     _check_output(lidx.size, lt, rt, lt.column_names, rt.column_names if ridx is not None else [], "the join")
@@ -206,14 +214,18 @@ def _auto_cpu_join(how: str, lkeys: np.ndarray, rkeys: np.ndarray) -> str:
 
 
 
+def _row_bytes(lt: pa.Table, rt: pa.Table, lcols: list[str], rcols: list[str]) -> float:
+    """Bytes an output row of these columns takes (each column's average)."""
+    return sum(lt.column(c).nbytes / max(1, lt.num_rows) for c in lcols) + \
+        sum(rt.column(c).nbytes / max(1, rt.num_rows) for c in rcols)
+
+
 def _check_output(rows: int, lt: pa.Table, rt: pa.Table, lcols: list[str], rcols: list[str], what: str) -> None:
     """MemoryError before ``rows`` output rows of these columns are built when host memory cannot
     hold them (bytes a row: each column's average; rather a clear error than the kernel's OOM killer)."""
     from ..outofcore.budget import check_host
 
-    per_row = sum(lt.column(c).nbytes / max(1, lt.num_rows) for c in lcols) + \
-        sum(rt.column(c).nbytes / max(1, rt.num_rows) for c in rcols)
-    check_host(int(rows * per_row), f"{what}'s output of {rows:,} rows",
+    check_host(int(rows * _row_bytes(lt, rt, lcols, rcols)), f"{what}'s output of {rows:,} rows",
                "filter the inputs, select fewer columns, ask for less (how='semi'), or write it with sink=")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ...outofcore.budget import check_pairs
 from ..kernels import num_chunks, radix_partition
 from .phj import ANTI, FULL, INNER, MODES, PROBE_OUTER, SEMI
 from .threads import num_threads
@@ -131,6 +132,7 @@ def merge_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nd
         offsets = np.zeros(sizes.size + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         total = int(offsets[-1])
+        check_pairs(total, spr.itemsize + sbr.itemsize)
         out_p = np.empty(total, spr.dtype)
         out_b = np.empty(total, sbr.dtype)
         _emit(lower, counts, offsets, sbr, spr, chunks, outer, out_p, out_b)

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..kernels import fmix64, num_chunks, partition_bits, radix_partition_keys, table_offsets
-from ...outofcore.budget import check_host
+from ...outofcore.budget import check_pairs
 
 #: Probe modes: which probe rows and pairs are emitted.
 INNER, PROBE_OUTER, FULL, SEMI, ANTI = 0, 1, 2, 3, 4
@@ -201,9 +201,7 @@ def hash_join(build_keys: np.ndarray, build_rows: np.ndarray, probe_keys: np.nda
         out_off = np.zeros(counts.size + 1, np.int64)
         np.cumsum(counts, out=out_off[1:])
         pairs = int(out_off[-1])
-        check_host(pairs * (pr.itemsize + (br.itemsize if has_b else 0)),
-                   f"the join's {pairs:,} output rows (their gather maps alone)",
-                   "add a key column, filter the inputs, or ask for less (how='semi')")
+        check_pairs(pairs, pr.itemsize + (br.itemsize if has_b else 0))
         out_p = np.empty(int(out_off[-1]), pr.dtype)
         out_b = np.empty(int(out_off[-1]) if has_b else 0, br.dtype)
         _probe(bk, br, boff, pk, pr, poff, toff, heads, nxt, m, True, out_off, out_p, out_b, bmatched)
