@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 
 import gpujoin
@@ -212,13 +213,24 @@ def test_joins_whose_output_host_memory_cannot_hold_raise_first(monkeypatch):
 def test_a_join_whose_columns_host_memory_cannot_hold_fails_before_its_maps(monkeypatch, algorithm):
     """9M output rows whose gather maps fit a 300 MB host but whose 14 int64 columns do not: the
     match's own check counts the columns, so the error comes before the maps are allocated and
-    filled (the maps alone had passed, and the output's check failed only after the match)."""
+    filled (the maps alone had passed, and the output's check failed only after the match); with
+    a sink the output is built and handed over a batch at a time, and the join runs."""
     t = pa.table({"k": np.zeros(3000, np.int64), **{f"v{i}": np.arange(3000) for i in range(6)}})
     monkeypatch.setenv("GPUJOIN_HOST_MEMORY", "300MB")
     with pytest.raises(MemoryError, match="9,000,000 output rows .their gather maps and columns"):
         gpujoin.join(t, t, on="k", device="cpu", algorithm=algorithm)
     # a semi join's output is the left rows only: no pairs, no columns of the right side
     assert gpujoin.join(t, t, on="k", how="semi", device="cpu", algorithm=algorithm).num_rows == 3000
+    # with a sink, the output is built a batch at a time: the maps and one batch fit, so it runs
+    seen = {"rows": 0, "v0": 0, "batches": 0}
+
+    def sink(b):
+        seen["rows"] += b.num_rows
+        seen["v0"] += int(pa.compute.sum(b.column("v0")).as_py())
+        seen["batches"] += 1
+    out = gpujoin.join(t, t, on="k", device="cpu", algorithm=algorithm, sink=sink)
+    assert out.num_rows == 0 and out.column_names[:2] == ["k", "v0"]
+    assert seen["rows"] == 9_000_000 and seen["v0"] == 3000 * (2999 * 3000 // 2) and seen["batches"] >= 9
 
 
 class _FakePool:

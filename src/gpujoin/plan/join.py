@@ -90,7 +90,8 @@ def join(left, right, on: str | Sequence[str] | None = None, *, left_on=None, ri
     the join returns an empty table of the output's schema.  On the GPU with integer keys and
     fixed-width columns (the streaming path) each batch is handed over as it leaves the GPU, so
     the output never needs host memory as a whole (``gpujoin join -o`` writes it this way);
-    elsewhere the output is computed whole and then handed over in batches.
+    elsewhere the gather maps are computed whole and the output is built and handed over a
+    batch of ``SINK_BATCH_ROWS`` rows at a time (host memory holds the maps and one batch).
 
     ``gpus`` (a number of GPUs, or a list of device ids; host inputs, ``device="cuda"``) spreads
     the join over several GPUs of this host with paper 000's hybrid join (``dist/hybrid.py``),
@@ -102,7 +103,7 @@ def join(left, right, on: str | Sequence[str] | None = None, *, left_on=None, ri
                         algorithm=algorithm, device=device, memory_limit=memory_limit, sink=sink, gpus=gpus)[0]
 
 
-#: Rows a batch of the output handed to a ``sink`` when the whole output is computed first.
+#: Rows of a batch of the output that the host path builds and hands to a ``sink`` at a time.
 SINK_BATCH_ROWS = 1 << 20
 
 
@@ -178,22 +179,29 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         from ..outofcore.budget import OUTPUT_ROW_BYTES
 
         # the match's check of its output rows counts the columns that will be built from them
-        token = OUTPUT_ROW_BYTES.set(int(_row_bytes(lt, rt, lt.column_names,
-                                                    [] if how in ("semi", "anti") else rt.column_names)))
+        # (with a sink, a batch at a time: the maps alone must fit)
+        token = OUTPUT_ROW_BYTES.set(0 if sink is not None else int(_row_bytes(
+            lt, rt, lt.column_names, [] if how in ("semi", "anti") else rt.column_names)))
         try:
             lidx, ridx = _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, dev, algo, limit, gpus)
         finally:
             OUTPUT_ROW_BYTES.reset(token)
         stats.phases["match"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    _check_output(lidx.size, lt, rt, lt.column_names, rt.column_names if ridx is not None else [], "the join")
-    out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
+    rcols = rt.column_names if ridx is not None else []
+    if sink is None:
+        _check_output(lidx.size, lt, rt, lt.column_names, rcols, "the join")
+        out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
+    else:  # built and handed over a batch of the gather maps at a time: host memory holds one batch
+        _check_output(min(lidx.size, SINK_BATCH_ROWS), lt, rt, lt.column_names, rcols, "a batch of the join")
+        for lo in range(0, max(lidx.size, 1), SINK_BATCH_ROWS):
+            part = _materialize(lt, rt, lk, rk, types, lidx[lo:lo + SINK_BATCH_ROWS],
+                                None if ridx is None else ridx[lo:lo + SINK_BATCH_ROWS], how, suffix, coalesce)
+            for b in part.to_batches():
+                sink(b)
+        out = part.schema.empty_table()
     stats.phases["materialize"] = time.perf_counter() - t2
-    stats.output_rows = out.num_rows
-    if sink is not None:
-        for b in out.to_batches(max_chunksize=SINK_BATCH_ROWS):
-            sink(b)
-        out = out.schema.empty_table()
+    stats.output_rows = int(lidx.size)
     return out, stats
 
 
