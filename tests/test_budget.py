@@ -231,6 +231,11 @@ def test_a_join_whose_columns_host_memory_cannot_hold_fails_before_its_maps(monk
     out = gpujoin.join(t, t, on="k", device="cpu", algorithm=algorithm, sink=sink)
     assert out.num_rows == 0 and out.column_names[:2] == ["k", "v0"]
     assert seen["rows"] == 9_000_000 and seen["v0"] == 3000 * (2999 * 3000 // 2) and seen["batches"] >= 9
+    with pytest.raises(MemoryError, match="pass sink="):  # (the remedy named)
+        gpujoin.join(t, t, how="cross", device="cpu")
+    seen.update(rows=0, v0=0)
+    gpujoin.join(t, t, how="cross", device="cpu", sink=sink)
+    assert seen["rows"] == 9_000_000 and seen["v0"] == 3000 * (2999 * 3000 // 2)
 
 
 class _FakePool:

@@ -119,7 +119,8 @@ def check_pairs(pairs: int, map_bytes: int) -> None:
     cols = OUTPUT_ROW_BYTES.get()
     check_host(pairs * (map_bytes + cols),
                f"the join's {pairs:,} output rows (their gather maps{' and columns' if cols else ''})",
-               "add a key column, filter the inputs, or ask for less (how='semi')")
+               "add a key column, filter the inputs, ask for less (how='semi')"
+               + (", or pass sink= to have the output built and handed over a batch at a time" if cols else ""))
 
 
 def gib(n: int) -> str:

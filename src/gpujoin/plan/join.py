@@ -156,7 +156,12 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
 
     if how == "cross":
         nl, nr = lt.num_rows, rt.num_rows
-        _check_output(nl * nr, lt, rt, lt.column_names, rt.column_names, "the cross join")
+        if sink is None:
+            _check_output(nl * nr, lt, rt, lt.column_names, rt.column_names, "the cross join")
+        else:  # (built a batch at a time below: its gather maps must fit)
+            from ..outofcore.budget import check_host
+
+            check_host(16 * nl * nr, f"the cross join's gather maps of {nl * nr:,} rows", "filter the inputs")
         lidx = np.repeat(np.arange(nl, dtype=np.int64), nr)
         ridx = np.tile(np.arange(nr, dtype=np.int64), nl)
         stats.phases["transform"] = stats.phases["match"] = 0.0
@@ -234,7 +239,8 @@ def _check_output(rows: int, lt: pa.Table, rt: pa.Table, lcols: list[str], rcols
     from ..outofcore.budget import check_host
 
     check_host(int(rows * _row_bytes(lt, rt, lcols, rcols)), f"{what}'s output of {rows:,} rows",
-               "filter the inputs, select fewer columns, ask for less (how='semi'), or write it with sink=")
+               "filter the inputs, select fewer columns, ask for less (how='semi'), or pass sink= to have it built "
+               "and handed over a batch at a time")
 
 
 def _check_gpus(gpus, device: str) -> None:
