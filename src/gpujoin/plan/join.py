@@ -198,7 +198,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
         _check_output(lidx.size, lt, rt, lt.column_names, rcols, "the join")
         out = _materialize(lt, rt, lk, rk, types, lidx, ridx, how, suffix, coalesce)
     else:  # built and handed over a batch of the gather maps at a time: host memory holds one batch
-        _check_output(min(lidx.size, SINK_BATCH_ROWS), lt, rt, lt.column_names, rcols, "a batch of the join")
+        _check_output(min(lidx.size, SINK_BATCH_ROWS), lt, rt, lt.column_names, rcols, "a batch of the join", True)
         for lo in range(0, max(lidx.size, 1), SINK_BATCH_ROWS):
             part = _materialize(lt, rt, lk, rk, types, lidx[lo:lo + SINK_BATCH_ROWS],
                                 None if ridx is None else ridx[lo:lo + SINK_BATCH_ROWS], how, suffix, coalesce)
@@ -233,14 +233,16 @@ def _row_bytes(lt: pa.Table, rt: pa.Table, lcols: list[str], rcols: list[str]) -
         sum(rt.column(c).nbytes / max(1, rt.num_rows) for c in rcols)
 
 
-def _check_output(rows: int, lt: pa.Table, rt: pa.Table, lcols: list[str], rcols: list[str], what: str) -> None:
+def _check_output(rows: int, lt: pa.Table, rt: pa.Table, lcols: list[str], rcols: list[str], what: str,
+                  sink: bool = False) -> None:
     """MemoryError before ``rows`` output rows of these columns are built when host memory cannot
     hold them (bytes a row: each column's average; rather a clear error than the kernel's OOM killer)."""
     from ..outofcore.budget import check_host
 
     check_host(int(rows * _row_bytes(lt, rt, lcols, rcols)), f"{what}'s output of {rows:,} rows",
-               "filter the inputs, select fewer columns, ask for less (how='semi'), or pass sink= to have it built "
-               "and handed over a batch at a time")
+               "filter the inputs, select fewer columns" + (" (a sink's batch)" if sink else
+                                                            ", ask for less (how='semi'), or pass sink= to have it "
+                                                            "built and handed over a batch at a time"))
 
 
 def _check_gpus(gpus, device: str) -> None:
