@@ -218,16 +218,16 @@ def without_views(table: pa.Table) -> pa.Table:
     large_string and large_binary: Arrow's take and hash kernels lack the views."""
     for i, field in enumerate(table.schema):
         col, t = table.column(i), field.type
-        if pa.types.is_dictionary(t) and _view_free(t.value_type) is not None:
-            # (a dictionary of views: its dictionaries cast, the codes kept; Arrow's cast of the
-            # whole column takes from the views, which it cannot)
-            to = _view_free(t.value_type)
+        dictionary = pa.types.is_dictionary(t)
+        to = _view_free(t.value_type if dictionary else t)
+        if to is None:
+            continue
+        if dictionary:  # (its dictionaries cast, the codes kept: Arrow's cast of the whole column
+            # takes from the views, which it cannot)
             col = pa.chunked_array([pa.DictionaryArray.from_arrays(c.indices, c.dictionary.cast(to))
                                     for c in col.chunks], pa.dictionary(t.index_type, to, t.ordered))
-        elif _view_free(t) is not None:
-            col = col.cast(_view_free(t))
         else:
-            continue
+            col = col.cast(to)
         table = table.set_column(i, field.name, col)
     return table
 
