@@ -187,6 +187,30 @@ def device_tables(comm, extra, left, right):
                 if comm.rank == 0:
                     print(f"device buckets={b} {how} {on}", flush=True)
                     assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu"))
+    # the shuffle's partition doing the local PHJ's first radix pass (dist.radix_shuffle): one
+    # int64 key, the other columns of one width, no validity masks; radix bits asked so that
+    # these small slices take it (12: one pass left; 17: 9 bits; 18: no pass saved, not taken);
+    # a rank without left rows; SMJ named: the plain shuffle
+    from gpujoin.dist import radix_shuffle
+
+    lnum, rnum = left.select(["k", "a"]), right.select(["k", "b"])
+    fused = comm.size > 1 and comm.nccl() is not None
+    for rb, algorithm, empty in ((12, "auto", False), (17, "phj-tr", True), (17, "phj-ur", False),
+                                 (18, "auto", False), (12, "smj-tr", False)):
+        for how in ("inner", "left", "right", "full", "semi", "anti"):
+            stats = {}
+            mine_l = extra(lnum).slice(0, 0) if empty and comm.rank == comm.size - 1 else extra(lnum)
+            out = join(DeviceTable.from_arrow(mine_l), dev(rnum), "k", how=how, comm=comm, shuffle="one-level",
+                       stats=stats, radix_bits=rb, algorithm=algorithm)
+            takes = fused and algorithm != "smj-tr" and radix_shuffle.saves_a_pass(comm.size, rb)
+            assert stats["shuffle_radix_bits"] == (rb if takes else None), stats
+            if takes and stats["local_algorithm"].startswith("phj"):
+                assert stats["local_partitioned_bits"] == radix_shuffle.top_bits(comm.size, rb), stats
+            whole_l = pa.concat_tables(comm.allgather(mine_l))
+            got = gathered(comm, out.to_arrow())
+            if comm.rank == 0:
+                print(f"device radix shuffle {rb} {algorithm} {how}: {stats['shuffle_radix_bits']}", flush=True)
+                assert_tables_equal(got, gpujoin.join(whole_l, rnum, "k", how=how, device="cpu"))
     # shuffle="auto" of tables in GPU memory: the crossover model with the links measured over
     # the device transport (NCCL; host memory and MPI where ranks share a GPU)
     got = gathered(comm, join(dev(left), dev(right), "k", how="full", comm=comm).to_arrow())

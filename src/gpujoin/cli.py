@@ -559,7 +559,8 @@ def cmd_bench_dist(a):
     buckets = [b if b == "auto" else _whole(b, "--buckets") for b in _csv_list(a.buckets)]
     bench_dist([int(float(x)) for x in _csv_list(a.rows)], shuffles, a.device, a.runs, log=_stderr,
                workload=a.workload, sf=a.sf, compressions=compressions, placement=a.placement,
-               ranks_per_node=a.ranks_per_node, emit=lambda r: _write_records([r], a.output), buckets=buckets)
+               ranks_per_node=a.ranks_per_node, emit=lambda r: _write_records([r], a.output), buckets=buckets,
+               radix=_choices(a.shuffle_radix, ("auto", "off"), "--shuffle-radix"))
 
 
 def cmd_bench_compression(a):
@@ -807,6 +808,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "so that one machine runs the two-level shuffle as several hosts")
     bd.add_argument("--buckets", default="auto",
                     help="comma-separated: the local join's hash buckets (tables in GPU memory), 'auto' or a number")
+    bd.add_argument("--shuffle-radix", default="auto",
+                    help="comma-separated: 'auto' (tables in GPU memory: the shuffle's partition does the local "
+                         "join's first radix pass where that saves one, dist.radix_shuffle) or 'off' "
+                         "(GPUJOIN_SHUFFLE_RADIX=0), each timed in turn")
     bd.add_argument("--runs", type=int, default=3, help="runs; the minimum is reported (as paper 001)")
     bd.add_argument("-o", "--output", help="append JSON lines to this file (default: stdout)")
     bd.set_defaults(fn=cmd_bench_dist)

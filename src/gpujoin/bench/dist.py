@@ -10,6 +10,7 @@ all-to-all bandwidth of the same ranks is measured first as the shuffle's ceilin
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -130,7 +131,7 @@ def tpch_slice(sf: float, rank: int, size: int):
 def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int, log=print,
                workload: str = "random", sf: float = 1.0, compressions: list[str] = ("none",),
                placement: str = "host", ranks_per_node: int | None = None, emit=None,
-               buckets: list = ("auto",)) -> list[dict]:
+               buckets: list = ("auto",), radix: list = ("auto",)) -> list[dict]:
     """Records (on rank 0) of the distributed join of the random workload (``rows_list`` rows a
     rank) or of TPC-H lineitem x orders at scale factor ``sf`` (paper 001's two workloads),
     with each shuffle and compression setting.
@@ -189,8 +190,9 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 probe, build, hits = _on_gpu(probe, build, hits)
         want = sum(comm.allgather(hits))
         total_rows = sum(comm.allgather(build.num_rows + probe.num_rows))
-        for method, compression, nb in [(m, c, b) for m in shuffles for c in compressions
-                                        for b in (buckets if gpu else ["auto"])]:
+        for method, compression, nb, rx in [(m, c, b, x) for m in shuffles for c in compressions
+                                            for b in (buckets if gpu else ["auto"]) for x in (radix if gpu else ["auto"])]:
+            os.environ["GPUJOIN_SHUFFLE_RADIX"] = "0" if rx == "off" else "1"  # (dist.join reads it on every rank)
             best, phases, squeeze = None, None, None
             for _ in range(runs):
                 comm.barrier()
@@ -210,6 +212,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     wire = max(s.get("wire_bytes_sent", s.get("bytes_sent", 0)) for s in every)
                     local = sorted({s["local_algorithm"] for s in every})
                     ran_buckets = max(s.get("buckets", 1) for s in every)
+                    radix_bits = [s.get("shuffle_radix_bits") for s in every][0]
                 del out
             if comm.rank == 0:
                 work = ({"rows_per_rank": rows, "match_rate": MATCH_RATE} if workload == "random"
@@ -220,7 +223,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                                 "workload": {"name": workload, **work}, "min_s": best,
                                 "tuples_per_s": total_rows / best, "output_rows": want, "phases_s": phases,
                                 "columns": squeeze, "correct": True, "placement": placement,
-                                "local_algorithms": local, "buckets": ran_buckets,
+                                "local_algorithms": local, "buckets": ran_buckets, "shuffle_radix": rx,
+                                "shuffle_radix_bits": radix_bits,
                                 ("nccl_alltoall_GBps" if gpu else "mpi_alltoall_GBps"): ceiling})
                 if gpu:  # (with buckets the shuffle phase is only the first bucket's wait: no rate)
                     rate = sent / phases["shuffle"] / 1e9 if phases["shuffle"] and ran_buckets == 1 else None
@@ -236,7 +240,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 what = f"{rows:,} rows a rank" if workload == "random" else f"TPC-H SF {sf:g}"
                 if emit is not None:
                     emit(records[-1])
-                log(f"{what}, {method}, compression {compression}: {best * 1e3:,.1f} ms, "
+                log(f"{what}, {method}, compression {compression}, radix pass in the shuffle "
+                    f"{radix_bits or 'no'}: {best * 1e3:,.1f} ms, "
                     f"{total_rows / best / 1e9:.3f} G tuples/s (partition {phases['partition'] * 1e3:.1f}, "
                     f"shuffle {phases['shuffle'] * 1e3:.1f}, local join {phases['local_join'] * 1e3:.1f} ms)")
     return records

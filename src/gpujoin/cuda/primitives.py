@@ -19,7 +19,7 @@ import cupy as cp
 import numpy as np
 
 from . import onesweep
-from .kernels import SAMPLE_ARGS, SAMPLE_PACK, pass_widths, radix_of, scatter_name
+from .kernels import SAMPLE_ARGS, SAMPLE_PACK, UNSTABLE_PASS_BITS, pass_widths, radix_of, scatter_name
 from .runtime import device_properties, kernel, ptr
 
 #: Register budget of the stable radix scatter for 4-byte keys and values (kernels.SCATTER_MINB:
@@ -117,10 +117,10 @@ def _order(digits: Digits, unstable: bool) -> list[tuple[int, int]]:
 
 @functools.lru_cache(maxsize=None)
 def _tiles_kernel():
-    """(offsets: int64 (P + 1,) raw, tile) -> each partition's tiles (int32 (P,)): one kernel,
-    as a segmented pass runs once a pair of pass 2."""
-    return cp.ElementwiseKernel("raw int64 off, int64 tile", "int32 tiles",
-                                "tiles = (int)((off[i + 1] - off[i] + tile - 1) / tile);", "gpujoin_segment_tiles")
+    """(starts, ends: int64 (P,), tile) -> each piece's tiles (int32 (P,)): one kernel, as a
+    segmented pass runs once a pair of pass 2."""
+    return cp.ElementwiseKernel("int64 lo, int64 hi, int64 tile", "int32 tiles",
+                                "tiles = (int)((hi - lo + tile - 1) / tile);", "gpujoin_segment_pieces")
 
 
 #: Elements a block of scan.cu scans (SCAN_BLOCK threads of SCAN_ITEMS).
@@ -188,27 +188,62 @@ def device_words(words: list[int]) -> cp.ndarray:
 
 
 @dataclass
-class _Segments:
-    """The partitions that a segmented (MSD) pass partitions further: offsets (int64 (P + 1,))
-    and the exclusive sum of their tile counts (int32 (P + 1,)); ``blocks`` is an upper bound of
-    the tiles (a launch's grid; blocks past the last tile return at once)."""
+class Runs:
+    """Rows already grouped by the top ``bits`` bits of their digits, in pieces: partition p
+    (those bits' value) is the rows [starts[p * runs + j], ends[p * runs + j]) for j < runs,
+    wherever they lie (e.g. one piece a source rank, as a shuffle's messages arrive:
+    dist/device_shuffle.py), and its rows come out at ``part_off[p]`` (int64 (2**bits + 1,): the
+    exclusive sum of the partitions' rows).  ``starts``, ``ends``: int64 (2**bits * runs,) on the
+    device.  ``radix_partition(..., runs=...)`` partitions the rest of the digit's bits from
+    there: the first pass's histogram and scatter skipped (paper 001's shuffle doing the local
+    join's first radix pass)."""
 
-    offsets: cp.ndarray
+    bits: int
+    runs: int
+    starts: cp.ndarray
+    ends: cp.ndarray
+    part_off: cp.ndarray
+
+
+@dataclass
+class _Segments:
+    """The partitions that a segmented (MSD) pass partitions further: where each of their pieces
+    starts (int64; ``ends`` None: piece p ends where p + 1 starts, one piece a partition), the
+    exclusive sum of the pieces' tile counts (int32, one entry more), ``runs`` pieces a partition,
+    where each partition's rows come out (``part_off``, int64 (partitions + 1,)); ``blocks`` is an
+    upper bound of the tiles (a launch's grid; blocks past the last tile return at once)."""
+
+    starts: cp.ndarray
     tile_start: cp.ndarray
     blocks: int
+    part_off: cp.ndarray
+    ends: cp.ndarray | None = None
+    runs: int = 1
 
     @classmethod
     def of(cls, offsets: cp.ndarray, n: int, tile: int) -> "_Segments":
         tiles = cp.empty(offsets.size - 1, cp.int32)
-        _tiles_kernel()(offsets, tile, tiles)
+        _tiles_kernel()(offsets[:-1], offsets[1:], tile, tiles)
         tile_start = exclusive_scan(tiles, cp.int32)
-        return cls(offsets, tile_start, -(-n // tile) + offsets.size - 1)
+        return cls(offsets, tile_start, -(-n // tile) + offsets.size - 1, offsets)
+
+    @classmethod
+    def of_runs(cls, runs: Runs, n: int, tile: int) -> "_Segments":
+        tiles = cp.empty(runs.starts.size, cp.int32)
+        _tiles_kernel()(runs.starts, runs.ends, tile, tiles)
+        return cls(runs.starts, exclusive_scan(tiles, cp.int32), -(-n // tile) + runs.starts.size, runs.part_off,
+                   runs.ends, runs.runs)
+
+    @property
+    def parts(self) -> int:
+        return (self.tile_start.size - 1) // self.runs
 
     def args(self) -> tuple:
-        return self.offsets, self.tile_start, np.int32(self.offsets.size - 1)
+        return (self.starts, self.tile_start, np.int32(self.tile_start.size - 1),
+                0 if self.ends is None else self.ends, np.int32(self.runs))
 
 
-_GLOBAL = (0, 0, np.int32(0))  # no segments: tiles from row 0
+_GLOBAL = (0, 0, np.int32(0), 0, np.int32(1))  # no segments: tiles from row 0
 
 
 def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: int, counts: cp.ndarray,
@@ -242,9 +277,52 @@ def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     return counts
 
 
+def _scatter(src_k: cp.ndarray, src_v: list, dst_k: cp.ndarray, dst_v: list, digits: Digits, shift: int, bits: int,
+             offs: cp.ndarray, nblocks: int, unstable: bool, segments: _Segments | None) -> None:
+    """One pass's scatter of ``src_k`` and ``src_v`` to the positions ``offs`` gives (the exclusive
+    scan of the pass's counts): a launch a width of the value columns."""
+    kt, kb, n = key_type(src_k), src_k.dtype.itemsize, src_k.size
+    tile = UNSTABLE_TILE if unstable else PART_TILE
+    for g, (width, idx) in enumerate(list(_width_groups(src_v).items()) or [(4, [])]):
+        # both tables of column addresses in one array, written by a kernel
+        ptrs = device_words([src_v[i].data.ptr for i in idx] + [dst_v[i].data.ptr for i in idx] or [0, 0])
+        vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
+        # a register cap pays for 4-byte keys; 8-byte keys would spill under it
+        scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
+                                                      SCATTER_MINB if kt == "i32" and width <= 4 else 1, bits))
+        args = (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
+                np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0))
+        if unstable:
+            smem = tile * (kb + width + (2 if bits > 8 else 1))  # radix_scatter's is static
+            if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
+                scatter.max_dynamic_shared_size_bytes = smem
+            scatter((nblocks,), (UNSTABLE_BLOCK,), args + (segments.args() if segments else _GLOBAL),
+                    shared_mem=smem)
+        else:
+            scatter((nblocks,), (PART_BLOCK,), args)
+
+
+def scatter_placed(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, offsets: cp.ndarray,
+                   out_keys: cp.ndarray, out_values: list[cp.ndarray]) -> None:
+    """One unstable radix pass over ``digits`` (at most 9 bits; every value column of one width)
+    that writes row i to ``out_keys`` / ``out_values`` at the position ``offsets`` gives it:
+    ``offsets`` (int64 (radix * tiles + 1,)) is the exclusive scan of
+    ``radix_histogram(keys, values, digits, stable=False)``, each digit's entries possibly moved
+    by the caller (a shuffle's send buffer without this rank's digits, which go straight to its
+    receive buffer: ``dist.device_shuffle.exchange_partitioned``); the outputs may be longer than
+    the keys.  Raises ValueError where one pass cannot do it."""
+    if digits.bits > UNSTABLE_PASS_BITS or not _unstable(values, False):
+        raise ValueError(f"scatter_placed: one unstable pass of at most {UNSTABLE_PASS_BITS} bits over value "
+                         f"columns of one width, got {digits.bits} bits and widths "
+                         f"{sorted(_width_groups(values))}")
+    if keys.size:
+        _scatter(keys, list(values), out_keys, list(out_values), digits, digits.shift, digits.bits, offsets,
+                 -(-keys.size // UNSTABLE_TILE), True, None)
+
+
 def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, bounds: bool = True,
-                    counts: cp.ndarray | None = None, stable: bool = True,
-                    out: tuple | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
+                    counts: cp.ndarray | None = None, stable: bool = True, out: tuple | None = None,
+                    runs: Runs | None = None) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
     """Radix partition of ``keys`` and every column of ``values`` on ``digits``.
 
     Passes of at most 8 bits, 9 unstable where that saves a pass (histogram, scan, shared-memory
@@ -267,6 +345,9 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     stable : keep input order within each partition
     out : (keys, [values]) arrays of the same dtypes and sizes that the last pass writes (the
         out-of-core pass 1 carves its cache from one allocation: no allocation a chunk)
+    runs : the rows are already grouped by the digits' top ``runs.bits`` bits, in pieces
+        (:class:`Runs`): only the bits below are partitioned, the first pass reading the pieces
+        (``counts`` not taken); ignored where the passes are stable
 
     Returns
     -------
@@ -279,6 +360,23 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     """
     n = keys.size
     unstable = _unstable(values, stable)
+    if runs is not None and not unstable:
+        runs = None  # (stable passes run least significant digit first: the pieces are of no use)
+    if runs is not None:
+        if counts is not None or not 0 < runs.bits <= digits.bits:
+            raise ValueError("radix_partition: runs take no counts, and at most the digits' bits")
+        whole = digits.bits
+        digits = Digits(digits.bits - runs.bits, digits.shift, digits.use_hash, digits.base)
+        if n == 0 or digits.bits == 0:  # nothing left to partition: the pieces in partition order
+            idx = run_positions(runs.starts, runs.ends)
+            offsets = (runs.part_off.copy() if digits.bits == 0 else cp.zeros((1 << whole) + 1, cp.int64)) \
+                if bounds else None
+            if out is not None:
+                cp.take(keys, idx, out=out[0])
+                for o, v in zip(out[1], values):
+                    cp.take(v, idx, out=o)
+                return out[0], list(out[1]), offsets
+            return keys[idx], [v[idx] for v in values], offsets
     passes = _passes(digits, unstable)
     src_k, src_v = keys, list(values)
     if out is not None and (out[0].shape != keys.shape or out[0].dtype != keys.dtype or len(out[1]) != len(values)
@@ -294,12 +392,12 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
                 o[...] = v
             return out[0], list(out[1]), offsets
         return keys.copy(), [v.copy() for v in values], offsets
-    kt, kb = key_type(keys), keys.dtype.itemsize
-    launches = list(_width_groups(values).items()) or [(4, [])]
     tile = UNSTABLE_TILE if unstable else PART_TILE
     segments, seg_offsets = None, None
     for p, (shift, bits) in enumerate(_order(digits, unstable)):
-        if p > 0 and unstable:  # partition the partitions of the passes before
+        if p == 0 and runs is not None:  # the pieces of the partitions made before
+            segments = _Segments.of_runs(runs, n, tile)
+        elif p > 0 and unstable:  # partition the partitions of the passes before
             segments = _Segments.of(seg_offsets, n, tile)
         nblocks = segments.blocks if segments else -(-n // tile)
         radix = radix_of(bits)
@@ -315,23 +413,7 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         else:
             dst_k = cp.empty_like(src_k)
             dst_v = [cp.empty_like(v) for v in src_v]
-        for g, (width, idx) in enumerate(launches):
-            # both tables of column addresses in one array, written by a kernel
-            ptrs = device_words([src_v[i].data.ptr for i in idx] + [dst_v[i].data.ptr for i in idx] or [0, 0])
-            vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
-            # a register cap pays for 4-byte keys; 8-byte keys would spill under it
-            scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
-                                                          SCATTER_MINB if kt == "i32" and width <= 4 else 1, bits))
-            args = (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
-                    np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0))
-            if unstable:
-                smem = tile * (kb + width + (2 if bits > 8 else 1))  # radix_scatter's is static
-                if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
-                    scatter.max_dynamic_shared_size_bytes = smem
-                scatter((nblocks,), (UNSTABLE_BLOCK,), args + (segments.args() if segments else _GLOBAL),
-                        shared_mem=smem)
-            else:
-                scatter((nblocks,), (PART_BLOCK,), args)
+        _scatter(src_k, src_v, dst_k, dst_v, digits, shift, bits, offs, nblocks, unstable, segments)
         src_k, src_v = dst_k, dst_v
         if unstable and p + 1 < len(passes):
             seg_offsets = _scan_bounds(offs, nblocks, bits, n, segments)
@@ -344,6 +426,17 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     else:
         offsets = partition_offsets(src_k, digits)
     return src_k, src_v, offsets
+
+
+def run_positions(starts: cp.ndarray, ends: cp.ndarray) -> cp.ndarray:
+    """Positions (int64, ascending within each piece) of the rows [starts[i], ends[i]) of the
+    pieces (int64 (k,)), piece after piece: the gather that lays them out contiguously."""
+    lens = ends - starts
+    ends = cp.cumsum(lens)
+    total = int(ends[-1]) if ends.size else 0
+    idx = cp.arange(total, dtype=cp.int64)
+    seg = cp.searchsorted(ends, idx, side="right")
+    return starts[seg] + idx - (ends[seg] - lens[seg])
 
 
 @functools.lru_cache(maxsize=None)
@@ -361,11 +454,12 @@ def _scan_bounds(offs: cp.ndarray, nblocks: int, bits: int, n: int, segments: _S
         offsets = cp.empty((1 << bits) + 1, cp.int64)
         _bounds_kernel()(offs, nblocks, n, offsets)
         return offsets
-    nseg = segments.offsets.size - 1
-    offsets = cp.empty((nseg << bits) + 1, cp.int64)
+    nparts = segments.parts
+    offsets = cp.empty((nparts << bits) + 1, cp.int64)
     kernel("partition.cu", "segment_bounds")((_grid(offsets.size, 256),), (256,),
-                                             (offs, segments.offsets, segments.tile_start, np.int32(nseg),
-                                              np.int32(bits), np.int32(radix_of(bits)), np.int64(n), offsets))
+                                             (offs, segments.part_off, segments.tile_start, np.int32(nparts),
+                                              np.int32(segments.runs), np.int32(bits), np.int32(radix_of(bits)),
+                                              np.int64(n), offsets))
     return offsets
 
 

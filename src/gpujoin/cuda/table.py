@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cupy as cp
 import numpy as np
 import pyarrow as pa
 
 from ..table import decimal_to_int64, decoded, int64_to_decimal, is_string_type, without_views
+
+
+@dataclass(frozen=True)
+class HashPartitioning:
+    """A DeviceTable's rows grouped by the top ``runs.bits`` bits of the ``radix_bits``-bit
+    digit that PHJ partitions ``column`` on (the low bits of the murmur3 hash of the int32/int64
+    key: cuda.join.phj), in the pieces ``runs`` (cuda.primitives.Runs) lists: what paper 001's
+    shuffle leaves when its partition does the local join's first radix pass
+    (dist.device_shuffle.exchange_partitioned), so that the join partitions only the bits below."""
+
+    column: str
+    radix_bits: int
+    runs: object
 
 
 class DeviceTable:
@@ -22,10 +37,12 @@ class DeviceTable:
         <= 18 as int64 unscaled values, strings as int32 codes into ``dictionaries``.
     dictionaries : dict of name -> pyarrow string array, the values of a string column's codes
         (a code of i stands for ``dictionaries[name][i]``)
+    partitioning : HashPartitioning, or None: how the rows are already grouped (set by a
+        shuffle that did a join's first radix pass; a table made from this one does not keep it)
     """
 
     def __init__(self, columns: dict, validity: dict | None = None, types: dict | None = None,
-                 dictionaries: dict | None = None):
+                 dictionaries: dict | None = None, partitioning: HashPartitioning | None = None):
         self.columns = {name: cp.asarray(a) for name, a in columns.items()}
         lengths = {a.shape[0] for a in self.columns.values()} if self.columns else {0}
         if len(lengths) > 1 or any(a.ndim != 1 for a in self.columns.values()):
@@ -33,6 +50,7 @@ class DeviceTable:
         self.validity = {k: v for k, v in (validity or {}).items() if v is not None}
         self.types = {k: v for k, v in (types or {}).items() if v is not None}
         self.dictionaries = {k: v for k, v in (dictionaries or {}).items() if v is not None}
+        self.partitioning = partitioning
 
     @property
     def num_rows(self) -> int:

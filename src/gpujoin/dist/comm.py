@@ -456,6 +456,17 @@ class DeviceLayout:
             recvs += [(j, st, n) for st, n in ((body, b), (rest, h), (rest + h, t)) if n]
         return sends, recvs, (int(sd[self.rank]), int(self._own[u]), int(sc[self.rank]))
 
+    def received(self, u: int) -> dict[int, list[tuple[int, int, int]]]:
+        """Where unit ``u``'s message from each peer lands: per peer, its pieces as (row in the
+        receive buffer, row in the message, rows): the head, the aligned body and the tail."""
+        k = len(self.peers)
+        out = {}
+        for i, j in enumerate(self.peers):
+            h, b, t = (int(x) for x in self._theirs[u][i])
+            body, rest = int(self._bodies[u * k + i]), int(self._rests[u * k + i])
+            out[j] = [(rest, 0, h), (body, h, b), (rest + h, h + b, t)]
+        return out
+
 
 class _SelfNode(_Self):
     """A rail's ranks are on different hosts: to the rail, each is a host of one rank."""

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..table import combined, to_arrow_table
+from . import radix_shuffle
 from .comm import Communicator
 from .shuffle import SEED_FIRST, destinations, key_hashes, shuffle_many
 from .shuffle import shuffle as shuffle_rows  # the functions take a parameter named shuffle
@@ -248,6 +249,32 @@ def _bucket_count(buckets, method: str, compression: str, comm: Communicator, ro
     return int(buckets)
 
 
+def _shuffle_radix_bits(lt, rt, lk: list[str], rk: list[str], how: str, comm: Communicator, kwargs: dict):
+    """The local PHJ's radix bits where the shuffle's partition can do its first pass and that
+    saves one (dist.radix_shuffle: one int32/int64 key column of one dtype, no validity masks,
+    each table's other columns of one width, PHJ chosen by the planner or named, ranks on GPUs
+    of their own), else None; GPUJOIN_SHUFFLE_RADIX=0 turns it off.  A collective: every rank
+    gets the same answer.  The bits are PHJ's own for a rank's expected share of the build side
+    (``radix_bits`` when given)."""
+    import os
+
+    from ..cuda.join.phj import CAP_BUILD
+    from ..cuda.primitives import hash_partition_bits
+    from ..plan.join import build_on_left
+
+    gpus = comm.size > 1 and comm.nccl() is not None  # (every rank calls: NCCL's setup is a collective)
+    ok = (os.environ.get("GPUJOIN_SHUFFLE_RADIX", "1") != "0" and len(lk) == 1 and gpus
+          and kwargs.get("algorithm", "auto") in ("auto", "phj-tr", "phj-ur") and lt[lk[0]].dtype == rt[rk[0]].dtype
+          and radix_shuffle.eligible(lt, lk[0]) and radix_shuffle.eligible(rt, rk[0]))
+    every = comm.allgather_array(np.array([int(ok), lt.num_rows, rt.num_rows], np.int64))
+    if not every[:, 0].all():
+        return None
+    nl, nr = (int(x) for x in every[:, 1:].sum(axis=0))
+    build = nl if build_on_left(how, nl, nr) else nr
+    bits = kwargs.get("radix_bits") or max(1, hash_partition_bits(-(-build // comm.size), CAP_BUILD // 2))
+    return bits if radix_shuffle.saves_a_pass(comm.size, bits) else None
+
+
 def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device, buckets,
                  stats, kwargs):
     """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
@@ -269,17 +296,22 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         uniform = comm.nodes < 2 or len(set(comm.allgather(comm.local_size))) == 1
         shuffle = auto_method(comm, rows, uniform, device=True)
     B = _bucket_count(buckets, shuffle, compression, comm, rows)
-    ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B, comm.rank,
-                                                 device_shuffle.key_validity(t, k))
-              for t, k in ((lt, lk), (rt, rk))]
+    bits = _shuffle_radix_bits(lt, rt, lk, rk, how, comm, kwargs) if (
+        B == 1 and shuffle == "one-level" and compression == "none") else None
+    if bits is None:
+        ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B, comm.rank,
+                                                     device_shuffle.key_validity(t, k))
+                  for t, k in ((lt, lk), (rt, rk))]
     _sync()
     t1 = time.perf_counter()
     moved: dict = {}
-    if B > 1:
+    if bits is not None:  # the shuffle's partition is the local join's first radix pass
+        parts = iter([radix_shuffle.exchange_partitioned([lt, rt], [lk[0], rk[0]], comm, bits, moved)])
+    elif B > 1:
         parts = device_shuffle.exchange_buckets([lt, rt], [ld, rd], comm, B, moved)
     else:
         parts = iter([shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)])
-    del ld, rd
+    ld = rd = None
     outs, received, t2 = [], [0, 0], None
     for lt2, rt2 in parts:  # each bucket joined as it arrives (one bucket: the whole tables)
         if t2 is None:
@@ -296,7 +328,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     if stats is not None:
         stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": tuple(received),
-                      "buckets": moved.get("buckets", 1),
+                      "buckets": moved.get("buckets", 1), "shuffle_radix_bits": bits,
+                      "local_partitioned_bits": jstats.params.get("partitioned_bits"),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
                       "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
                       # (compressed messages count their compressed bytes)

@@ -11,8 +11,9 @@ ALGORITHMS = ("phj-tr", "phj-ur", "smj-tr", "smj-ur", "nphj", "bitmap")
 
 
 def run(algorithm: str, build_keys, probe_keys, build_payloads, probe_payloads, mode: str = "inner", *,
-        emit_keys: bool = False, radix_bits: int | None = None) -> JoinOutput:
-    """Run GPU join ``algorithm`` (one of ALGORITHMS) on device arrays; see ``phj.phj``."""
+        emit_keys: bool = False, radix_bits: int | None = None, runs=None) -> JoinOutput:
+    """Run GPU join ``algorithm`` (one of ALGORITHMS) on device arrays; see ``phj.phj``
+    (``runs``: PHJ's only, ignored by the others: any row order joins alike)."""
     if mode not in MODES:
         raise ValueError(f"unknown join mode {mode!r}; valid: {list(MODES)}")
     if build_keys.dtype != probe_keys.dtype:
@@ -21,7 +22,7 @@ def run(algorithm: str, build_keys, probe_keys, build_payloads, probe_payloads, 
         from .phj import phj
 
         return phj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method=algorithm[-2:],
-                   emit_keys=emit_keys, radix_bits=radix_bits)
+                   emit_keys=emit_keys, radix_bits=radix_bits, runs=runs)
     if algorithm in ("smj-tr", "smj-ur"):
         from .smj import smj
 

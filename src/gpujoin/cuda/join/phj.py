@@ -28,8 +28,8 @@ import cupy as cp
 import numpy as np
 
 from ..kernels import pass_count
-from ..primitives import (Digits, exclusive_scan, hash_partition_bits, key_type, radix_partition,
-                          word_type)
+from ..primitives import (Digits, Runs, exclusive_scan, hash_partition_bits, key_type, radix_partition,
+                          run_positions, word_type)
 from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
                      needs_build_flags, needs_probe_flags, position_dtype, unmatched)
@@ -46,7 +46,8 @@ OVERSIZED_BUILD = CAP_BUILD
 
 def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.ndarray],
         probe_payloads: list[cp.ndarray], mode: str = "inner", *, method: str = "tr",
-        emit_keys: bool = False, radix_bits: int | None = None) -> JoinOutput:
+        emit_keys: bool = False, radix_bits: int | None = None,
+        runs: tuple[Runs, Runs] | None = None) -> JoinOutput:
     """Partitioned hash join of ``build_keys`` (R) and ``probe_keys`` (S).
 
     Parameters
@@ -57,6 +58,10 @@ def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.
     method : "tr" (GFTR) or "ur" (GFUR)
     emit_keys : write each pair's key (JoinOutput.key_column)
     radix_bits : partitioning fanout 2**radix_bits (default: about 2048 build rows a partition)
+    runs : (build, probe) :class:`~gpujoin.cuda.primitives.Runs`: each side already grouped by
+        the top bits of its ``radix_bits``-bit digit (paper 001's shuffle did the first radix
+        pass: ``dist.device_shuffle.exchange_partitioned``), so only the bits below are
+        partitioned here; ``radix_bits`` required
 
     Returns
     -------
@@ -68,11 +73,14 @@ def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.
         The partitions and output guess do not fit in free GPU memory (nothing is allocated).
     """
     nb, np_ = build_keys.size, probe_keys.size
+    if runs is not None and radix_bits is None:
+        raise ValueError("phj: runs need the radix_bits they were made for")
     bits = max(1, radix_bits if radix_bits is not None else hash_partition_bits(nb, CAP_BUILD // 2))
     check_memory(working_bytes(build_keys, probe_keys, build_payloads, probe_payloads, mode, method, emit_keys,
                                bits), f"PHJ-{method.upper()} of {nb:,} x {np_:,} rows")
     try:
-        return _phj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method, emit_keys, bits)
+        return _phj(build_keys, probe_keys, build_payloads, probe_payloads, mode, method, emit_keys, bits,
+                    runs or (None, None))
     except cp.cuda.memory.OutOfMemoryError as e:
         raise out_of_memory(e, f"PHJ-{method.upper()}") from None
 
@@ -120,29 +128,23 @@ def range_positions(offsets: cp.ndarray, chosen: cp.ndarray) -> cp.ndarray:
     """Positions (int64, ascending) of the rows of the ``chosen`` partitions (bool (P,)) of a
     partitioned array with partition ``offsets`` (int64 (P + 1,))."""
     parts = cp.flatnonzero(chosen)
-    starts = offsets[parts]
-    lens = offsets[parts + 1] - starts
-    ends = cp.cumsum(lens)
-    total = int(ends[-1]) if ends.size else 0
-    idx = cp.arange(total, dtype=cp.int64)
-    seg = cp.searchsorted(ends, idx, side="right")
-    return starts[seg] + idx - (ends[seg] - lens[seg])
+    return run_positions(offsets[parts], offsets[parts + 1])
 
 
-def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits):
+def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits, runs):
     nb, np_ = bk.size, pk.size
     timer = PhaseTimer()
     digits = Digits(bits=bits)
     if method == "ur":
         brow = cp.arange(nb, dtype=position_dtype(nb))
         prow = cp.arange(np_, dtype=position_dtype(np_))
-        tbk, (tbrow,), boff = radix_partition(bk, [brow], digits, stable=False)
-        tpk, (tprow,), poff = radix_partition(pk, [prow], digits, stable=False)
+        tbk, (tbrow,), boff = radix_partition(bk, [brow], digits, stable=False, runs=runs[0])
+        tpk, (tprow,), poff = radix_partition(pk, [prow], digits, stable=False, runs=runs[1])
         space_b, space_p = list(bpay), list(ppay)
         bsrc, psrc = tbrow, tprow
     elif method == "tr":
-        tbk, space_b, boff = radix_partition(bk, list(bpay), digits, stable=False)
-        tpk, space_p, poff = radix_partition(pk, list(ppay), digits, stable=False)
+        tbk, space_b, boff = radix_partition(bk, list(bpay), digits, stable=False, runs=runs[0])
+        tpk, space_p, poff = radix_partition(pk, list(ppay), digits, stable=False, runs=runs[1])
         bsrc = direct_column(space_b)
         psrc = direct_column(space_p)
     else:

@@ -26,9 +26,21 @@
 // in-core joins, group-bys and HyperLogLog sketches use, so that the out-of-core pass 1 leaves
 // their bits uniform inside each of its partitions (paper 001 seeds each level apart too).
 #define PASS1_SEED 0x2545F4914F6CDD1DLL
+// use_hash 3: paper 001's partition by destination rank fused with the local join's first
+// (most significant) radix digit: rank << b1 | bits [shift, shift + b1) of the unseeded hash,
+// base = parts | b1 << 32.  The rank is the device shuffle's (dist/device_shuffle.destinations
+// of one key column: murmur3's 64-bit finalizer of SHUFFLE_SEED * 31 ^ key, multiply-shifted
+// into parts), SHUFFLE_SEED being dist.shuffle.SEED_FIRST.
+#define SHUFFLE_SEED 0x9747B28CULL
 template <typename K>
 __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, u32 mask) {
     if (use_hash == 2) return (hash_key((K)(k ^ (K)PASS1_SEED)) >> shift) & mask;
+    if (use_hash == 3) {
+        const int b1 = (int)(base >> 32);
+        const u64 h = mix64((SHUFFLE_SEED * 31ull) ^ (u64)(i64)k);
+        const u32 rank = (u32)(((h >> 32) * (u64)(u32)base) >> 32);
+        return rank << b1 | ((hash_key(k) >> shift) & ((1u << b1) - 1u));
+    }
     if (use_hash) return (hash_key(k) >> shift) & mask;
     return (u32)(((u64)((i64)k - base)) >> shift) & mask;
 }
@@ -41,6 +53,11 @@ __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, 
 // entries), and partition p's counts are digit-major inside its own block of 256 * T_p, so one
 // exclusive scan of the whole array gives every (partition, digit, tile) its global offset, in
 // the order of the combined digits.  `radix` counts a tile has: 256, or 512 for a 9-bit pass.
+// A partition may also lie in `runs` pieces (rows grouped by their top digits per source: a
+// shuffle's received messages, dist/device_shuffle.py): then seg_off holds the start of each of
+// the nseg = partitions x runs pieces (partition-major), run_end their ends, tile_start each
+// piece's first tile, and the counts stay per partition (the tiles of its pieces in turn), so
+// one scan still orders the output by (partition, digit) across the sources.
 // False past the last tile.
 struct TileMap {
     i64 row0;
@@ -49,7 +66,8 @@ struct TileMap {
     int stride;
 };
 __device__ __forceinline__ bool tile_of(int b, int tile, i64 n, int nblocks, const i64* __restrict__ seg_off,
-                                        const i32* __restrict__ tile_start, int nseg, int radix, TileMap& t) {
+                                        const i32* __restrict__ tile_start, int nseg, int radix,
+                                        const i64* __restrict__ run_end, int runs, TileMap& t) {
     if (!tile_start) {
         t.row0 = (i64)b * tile;
         t.n = (int)min((i64)tile, n - t.row0);
@@ -63,11 +81,11 @@ __device__ __forceinline__ bool tile_of(int b, int tile, i64 n, int nblocks, con
         const int mid = (lo + hi) >> 1;
         if (tile_start[mid] <= b) lo = mid; else hi = mid;
     }
-    const int local = b - tile_start[lo];
-    t.row0 = seg_off[lo] + (i64)local * tile;
-    t.n = (int)min((i64)tile, seg_off[lo + 1] - t.row0);
-    t.stride = tile_start[lo + 1] - tile_start[lo];
-    t.count0 = (i64)tile_start[lo] * radix + local;
+    t.row0 = seg_off[lo] + (i64)(b - tile_start[lo]) * tile;
+    t.n = (int)min((i64)tile, (run_end ? run_end[lo] : seg_off[lo + 1]) - t.row0);
+    const int p0 = lo - lo % runs;  // the partition's first piece
+    t.stride = tile_start[p0 + runs] - tile_start[p0];
+    t.count0 = (i64)tile_start[p0] * radix + (b - tile_start[p0]);
     return true;
 }
 
@@ -80,7 +98,8 @@ template <typename K, int ITEMS>
 __global__ void __launch_bounds__(PART_BLOCK)
 radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits, int radix,
                 i32* __restrict__ counts, int nblocks, u32* __restrict__ sketch,
-                const i64* __restrict__ seg_off, const i32* __restrict__ tile_start, int nseg) {
+                const i64* __restrict__ seg_off, const i32* __restrict__ tile_start, int nseg,
+                const i64* __restrict__ run_end, int runs) {
     __shared__ u32 hist[PART_WARPS * RADIX_MAX];
     extern __shared__ u32 regs[];  // 2^HLL_BITS with a sketch, else none
     const u32 mask = (1u << bits) - 1u;
@@ -88,7 +107,7 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
         for (int j = threadIdx.x; j < (1 << HLL_BITS); j += PART_BLOCK) regs[j] = 0;
     u32* my = hist + (threadIdx.x >> 5) * radix;
     TileMap t;
-    for (int b = blockIdx.x; tile_of(b, PART_BLOCK * ITEMS, n, nblocks, seg_off, tile_start, nseg, radix, t);
+    for (int b = blockIdx.x; tile_of(b, PART_BLOCK * ITEMS, n, nblocks, seg_off, tile_start, nseg, radix, run_end, runs, t);
          b += gridDim.x) {
         for (int j = threadIdx.x; j < PART_WARPS * radix; j += PART_BLOCK) hist[j] = 0;
         __syncthreads();
@@ -280,12 +299,12 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
                        int shift, int bits, const i64* __restrict__ offsets, int nblocks,
                        const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
                        int write_keys, const i64* __restrict__ seg_off, const i32* __restrict__ tile_start,
-                       int nseg) {
+                       int nseg, const i64* __restrict__ run_end, int runs) {
     constexpr int BLOCK = UNSTABLE_BLOCK, ITEMS = UNSTABLE_ITEMS, TILE = UNSTABLE_TILE, NDIG = 1 << DBITS;
     static_assert(NDIG <= BLOCK && NDIG <= RADIX_MAX, "a thread a digit");
     using D = typename DigitWord<(DBITS > 8)>::type;
     TileMap t;
-    if (!tile_of(blockIdx.x, TILE, n, nblocks, seg_off, tile_start, nseg, NDIG, t)) return;  // the whole block
+    if (!tile_of(blockIdx.x, TILE, n, nblocks, seg_off, tile_start, nseg, NDIG, run_end, runs, t)) return;  // the whole block
     __shared__ u32 hist[NDIG];
     __shared__ u32 local_start[NDIG];
     __shared__ i64 gbase[NDIG];
@@ -378,18 +397,20 @@ __global__ void partition_bounds(const K* __restrict__ keys, i64 n, int use_hash
     }
 }
 
-// Partition offsets after a segmented (MSD) pass of `bits` bits over nseg partitions: partition
+// Partition offsets after a segmented (MSD) pass of `bits` bits over nparts partitions: partition
 // q = p << bits | d starts where the scan put tile 0 of digit d of partition p (offs: the exclusive
-// scan of radix_histogram's segmented counts, `radix` a tile), or at seg_off[p] when p has no
-// tiles (empty); offsets[nseg << bits] = n.  One thread an entry, so the bounds cost no read of the keys.
-__global__ void segment_bounds(const i64* __restrict__ offs, const i64* __restrict__ seg_off,
-                               const i32* __restrict__ tile_start, int nseg, int bits, int radix, i64 n,
-                               i64* __restrict__ offsets) {
-    const i64 total = (i64)nseg << bits;
+// scan of radix_histogram's segmented counts, `radix` a tile), or at part_off[p] when p has no
+// tiles (empty); offsets[nparts << bits] = n.  One thread an entry, so the bounds cost no read of
+// the keys.  A partition in `runs` pieces (tile_of) has tiles tile_start[p * runs] .. [(p + 1) * runs].
+__global__ void segment_bounds(const i64* __restrict__ offs, const i64* __restrict__ part_off,
+                               const i32* __restrict__ tile_start, int nparts, int runs, int bits, int radix,
+                               i64 n, i64* __restrict__ offsets) {
+    const i64 total = (i64)nparts << bits;
     for (i64 q = (i64)blockIdx.x * blockDim.x + threadIdx.x; q <= total; q += (i64)gridDim.x * blockDim.x) {
         if (q == total) { offsets[q] = n; continue; }
         const int p = (int)(q >> bits), d = (int)(q & ((1 << bits) - 1));
-        const int tiles = tile_start[p + 1] - tile_start[p];
-        offsets[q] = tiles ? offs[(i64)tile_start[p] * radix + (i64)d * tiles] : seg_off[p];
+        const i32 t0 = tile_start[(i64)p * runs], tiles = tile_start[(i64)(p + 1) * runs] - t0;
+        offsets[q] = tiles ? offs[(i64)t0 * radix + (i64)d * tiles] : part_off[p];
     }
 }
+

@@ -1,0 +1,179 @@
+"""Paper 001's device shuffle with its partition doing the local join's first radix pass.
+
+The one-level shuffle (``device_shuffle.exchange_many``) partitions each table by destination
+rank, and the local join (PHJ, ``cuda.join.phj``) then partitions the received rows again, most
+significant digit first, a read and write of every column a pass.  Here one pass does both: a
+row's digit is its rank (the device shuffle's hash, so equal keys meet on one rank) followed by
+the top bits of the digit PHJ partitions on (``partition.cu``'s ``use_hash`` 3), 9 bits in all,
+so that every message leaves grouped by those bits.  A rank receives each source's rows in
+that order, and PHJ's remaining passes read the pieces (``cuda.primitives.Runs``) as if one pass
+had grouped them: at 2^28 rows a rank and 17 radix bits on two ranks, 8 of the bits travel with
+the shuffle and one 9-bit pass is left, where a partition by rank and two passes (9 + 8) ran.
+
+Also as in ``exchange_many``: this rank's own rows go straight from the pass to their place in
+the receive buffer (no self-copy), messages are cut into 16-byte-aligned bodies and short
+heads and tails (``comm.DeviceLayout``), and the second table is partitioned while the first
+one's NCCL group is on the links.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .comm import Communicator, DeviceLayout
+
+
+def top_bits(parts: int, radix_bits: int) -> int:
+    """Bits of a ``radix_bits``-bit PHJ digit that the shuffle's one pass takes beside the rank
+    of ``parts`` ranks: what a 9-bit pass leaves after the rank's bits, at most ``radix_bits``."""
+    from ..cuda.kernels import UNSTABLE_PASS_BITS
+
+    return max(0, min(radix_bits, UNSTABLE_PASS_BITS - (parts - 1).bit_length()))
+
+
+def saves_a_pass(parts: int, radix_bits: int) -> bool:
+    """Whether the local join of ``radix_bits`` bits runs fewer passes after this shuffle (with
+    at least one left: the pieces are read by a pass, not copied)."""
+    from ..cuda.kernels import pass_count
+
+    top = top_bits(parts, radix_bits)
+    return 0 < top < radix_bits and pass_count(radix_bits - top, True) < pass_count(radix_bits, True)
+
+
+def eligible(table, key: str) -> bool:
+    """Whether ``table`` (DeviceTable) can take this shuffle on key column ``key``: an int32 or
+    int64 key, no validity masks, every other column of one width (one unstable pass moves them
+    all), as PHJ-TR's own passes need."""
+    from ..cuda.primitives import _unstable
+
+    return (str(table[key].dtype) in ("int32", "int64") and not table.validity and not table.dictionaries.get(key)
+            and _unstable([table[n] for n in table.column_names if n != key], False))
+
+
+def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radix_bits: int,
+                         stats: dict | None = None) -> list:
+    """Shuffle ``tables`` (DeviceTables, :func:`eligible` on ``keys``: one key column each) so
+    that equal keys meet on one rank, each message grouped by the top :func:`top_bits` bits of
+    the ``radix_bits``-bit digit of PHJ (a collective: every rank passes the same columns and
+    ``radix_bits``).  Returns the DeviceTables of the rows every rank sent here, each with
+    ``partitioning`` (``cuda.table.HashPartitioning``) saying where those pieces lie; a join of
+    two of them (``gpujoin.join``, PHJ chosen or named) partitions only the bits below.
+
+    ``stats`` gains bytes_sent, wire_bytes_sent and bytes_received (rows of other ranks only).
+    GPU memory: each table's send buffer (the rows for other ranks) and its received rows.
+
+    Raises
+    ------
+    ValueError
+        A table is not :func:`eligible`, or ``radix_bits`` leaves no bits to this shuffle.
+    MemoryError
+        On every rank, before data moves, when some rank's buffers would not fit its free memory.
+    """
+    import cupy as cp
+
+    from ..cuda.primitives import Digits, exclusive_scan, radix_histogram, radix_of, scatter_placed
+    from ..cuda.runtime import free_bytes
+    from .device_shuffle import _net_stream
+
+    P, me, T = comm.size, comm.rank, len(tables)
+    top = top_bits(P, radix_bits)
+    for t, k in zip(tables, keys):
+        if not eligible(t, k):
+            raise ValueError(f"exchange_partitioned: key {k!r} must be int32 or int64, with no validity masks in "
+                             f"the table and its other columns of one width")
+    if P < 2 or not top or comm.nccl() is None:
+        raise ValueError(f"exchange_partitioned needs two or more ranks on GPUs of their own and radix bits to take "
+                         f"(ranks {P}, radix_bits {radix_bits})")
+    G = 1 << top
+    rank_bits = (P - 1).bit_length()
+    digits = Digits(bits=rank_bits + top, shift=radix_bits - top, use_hash=3, base=P | top << 32)
+    radix = radix_of(digits.bits)
+    parts = []  # per table: key, values, counts a tile (or None: no rows)
+    for t, k in zip(tables, keys):
+        vals = [t[n] for n in t.column_names if n != k]
+        counts = radix_histogram(t[k], vals, digits, stable=False) if t.num_rows else None
+        parts.append((t[k], vals, counts))
+    # rows a digit, every rank's: (rank, table, destination, top digit)
+    mine = [c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:P * G] if c is not None else cp.zeros(P * G, cp.int64)
+            for _, _, c in parts]
+    everyone = comm.allgather_array(np.append(cp.asnumpy(cp.concatenate(mine)), free_bytes()))
+    cnt = everyone[:, :-1].reshape(P, T, P, G)
+    rows = cnt.sum(axis=3)  # (rank, table, destination)
+    width = [t[k].dtype.itemsize + sum(v.dtype.itemsize for v in vals) for t, k, (_, vals, _) in
+             zip(tables, keys, parts)]
+    for r in range(P):  # every rank checks every rank's room alike
+        need = sum(w * int(rows[r, i].sum() - rows[r, i, r] + rows[:, i, r].sum()) for i, w in enumerate(width))
+        if need > int(everyone[r, -1]):
+            raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its send "
+                              f"buffers and the rows it receives, {int(everyone[r, -1]) / 2**30:.2f} GiB is free: "
+                              f"use more ranks")
+    main, net = cp.cuda.get_current_stream(), _net_stream()
+    out = []
+    for i, (t, k) in enumerate(zip(tables, keys)):
+        key, vals, counts = parts[i]
+        layout, others = _layout(rows[:, i], me)
+        sends, recvs, (_, own_at, own_rows) = layout.unit(0)
+        bufs = [cp.empty(others + layout.rows, a.dtype) for a in [key] + vals]
+        got = [b[others:] for b in bufs]
+        if counts is not None:
+            # each digit's tiles' places: the scan of the counts, this rank's digits moved into
+            # the receive buffer and the later ranks' moved down over the gap they leave
+            offs = exclusive_scan(counts)
+            tiles = counts.size // radix
+            lo, hi = me * G * tiles, (me + 1) * G * tiles
+            offs[lo:hi] += others + own_at - int(rows[me, i, :me].sum())
+            offs[hi:] -= own_rows
+            scatter_placed(key, vals, digits, offs, bufs[0], bufs[1:])
+        net.wait_event(main.record())
+        with net:
+            comm.post_device(bufs, got, sends, recvs)
+        out.append(_received(t, k, got, radix_bits, top, cnt[:, i, me], layout, own_at))
+        if stats is not None:
+            sent = others * width[i]
+            for name in ("bytes_sent", "wire_bytes_sent"):
+                stats[name] = stats.get(name, 0) + sent
+            stats["bytes_received"] = stats.get("bytes_received", 0) + (layout.rows - own_rows) * width[i]
+    main.wait_event(net.record())  # (the send buffers are freed once the groups have read them)
+    return out
+
+
+def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, int]:
+    """(the DeviceLayout of one table's all-to-all on rank ``me``, its rows for other ranks);
+    ``rows``: int64 (P ranks, P destinations), every rank's rows to each.  A rank's send buffer
+    holds its rows for the other ranks in rank order (its own go straight to its receive
+    buffer)."""
+    P = rows.shape[0]
+    others = rows * (1 - np.eye(P, dtype=np.int64))
+    starts = np.cumsum(others, axis=1) - others  # every rank's send start of its rows to each
+    layout = DeviceLayout(me, [(starts[me], rows[me], starts[:, me].copy(), rows[:, me].copy())])
+    return layout, int(others[me].sum())
+
+
+def _received(t, key: str, got: list, radix_bits: int, top: int, cnt: np.ndarray, layout: DeviceLayout,
+              own_at: int):
+    """The DeviceTable of the received columns ``got`` (``t``'s key, then its other columns),
+    with the pieces each top digit's rows lie in: this rank's own (one run, at ``own_at``) and
+    each peer's head, body and tail (``layout.received``) cut at the digits' bounds (``cnt``:
+    int64 (P sources, 2**top), each source's rows here a digit)."""
+    import cupy as cp
+
+    from ..cuda.primitives import Runs
+    from ..cuda.table import DeviceTable, HashPartitioning
+
+    me = layout.rank
+    begin = np.cumsum(cnt, axis=1) - cnt  # (source, digit): first row of the digit in its message
+    pieces = [(me, own_at, 0, int(cnt[me].sum()))]
+    pieces += [(j, at, first, n) for j, ps in layout.received(0).items() for at, first, n in ps]
+    src = np.array([p[0] for p in pieces])
+    at, first, n = (np.array([p[k] for p in pieces], np.int64)[None, :] for k in (1, 2, 3))
+    lo = np.maximum(first, begin[src].T)  # (digit, piece), message rows
+    hi = np.minimum(first + n, (begin + cnt)[src].T)
+    starts = at + lo - first
+    ends = np.maximum(starts, at + hi - first)
+    totals = cnt.sum(axis=0)
+    runs = Runs(top, len(pieces), cp.asarray(starts.ravel()), cp.asarray(ends.ravel()),
+                cp.asarray(np.append(0, np.cumsum(totals))))
+    names = [key] + [n for n in t.column_names if n != key]
+    cols = dict(zip(names, got))
+    return DeviceTable({n: cols[n] for n in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
+                       partitioning=HashPartitioning(key, radix_bits, runs))

@@ -1,0 +1,206 @@
+"""The shuffle whose partition does the local join's first radix pass (dist/radix_shuffle.py):
+its planning on the CPU; on one GPU, the pass's digits and places, a partition that starts from
+a shuffle's received pieces, and PHJ from them.  Two ranks over NCCL: tests/mpi_dist_check.py."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpujoin
+from gpujoin.dist import radix_shuffle
+from gpujoin.dist.shuffle import SEED_FIRST
+
+SRC = Path(gpujoin.__file__).parent
+
+
+def test_the_fused_rank_hash_is_the_device_shuffles():
+    # partition.cu computes the rank itself: its seed must be the one the device shuffle's
+    # destinations use, or equal keys of the two paths would part
+    seed = re.search(r"#define SHUFFLE_SEED (0x[0-9A-Fa-f]+)ULL", (SRC / "cuda/kernels/partition.cu").read_text())
+    assert int(seed.group(1), 16) == SEED_FIRST
+
+
+@pytest.mark.parametrize("parts,bits,top,saves", [(2, 17, 8, True), (2, 16, 8, True), (2, 18, 8, False),
+                                                  (2, 12, 8, True), (2, 9, 8, False), (2, 8, 8, False),
+                                                  (3, 17, 7, False), (4, 16, 7, True), (256, 17, 1, False),
+                                                  (512, 17, 0, False)])
+def test_top_bits_and_when_they_save_a_pass(parts, bits, top, saves):
+    assert radix_shuffle.top_bits(parts, bits) == top
+    assert radix_shuffle.saves_a_pass(parts, bits) == saves
+
+
+@pytest.mark.parametrize("P,me", [(2, 0), (2, 1), (3, 1), (4, 3)])
+def test_layouts_agree_between_senders_and_receivers(P, me):
+    # every rank's sends to ``me`` land where ``me``'s receives expect them: message j from
+    # rank s starts at s's send start for me, and the pieces cover each message once
+    rng = np.random.default_rng(P * 10 + me)
+    rows = rng.integers(0, 100, (P, P))
+    rows[0, -1] = 0  # an empty message
+    layouts = [radix_shuffle._layout(rows, r) for r in range(P)]
+    layout, others = layouts[me]
+    assert others == rows[me].sum() - rows[me, me]
+    assert layout.rows == rows[:, me].sum()
+    for s, pieces in layout.received(0).items():
+        sends, _, _ = layouts[s][0].unit(0)
+        assert sum(n for j, _, n in sends if j == me) == rows[s, me]
+        spans = sorted((first, n) for _, first, n in pieces if n)  # the message's rows, each once
+        assert [f for f, _ in spans] == np.cumsum([0] + [n for _, n in spans])[:-1].tolist()
+        assert sum(n for _, n in spans) == rows[s, me]
+    covered = np.zeros(layout.rows, int)
+    for pieces in layout.received(0).values():
+        for at, _, n in pieces:
+            covered[at:at + n] += 1
+    _, _, (_, own_at, own) = layout.unit(0)
+    covered[own_at:own_at + own] += 1
+    assert (covered == 1).all()
+
+
+# ---------------------------------------------------------------- one GPU
+
+def _gpu():
+    cp = pytest.importorskip("cupy")
+    if not gpujoin.backend.cuda_available():
+        pytest.skip("no usable GPU")
+    return cp
+
+
+def _hash(k):
+    """common.cuh's hash_key: murmur3's finalizer, 32 bits of int32 keys, the low 32 of int64's."""
+    if k.dtype == np.int32:
+        h = k.astype(np.uint32)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        return h ^ (h >> np.uint32(16))
+    return (_fmix64(k.astype(np.uint64)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def _fmix64(h):
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xFF51AFD7ED558CCD)
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
+
+
+def _rank(k, P):
+    """The device shuffle's destination of one key column (device_shuffle.destinations)."""
+    with np.errstate(over="ignore"):
+        h = _fmix64((np.uint64(SEED_FIRST) * np.uint64(31)) ^ k.astype(np.int64).view(np.uint64))
+        return (((h >> np.uint64(32)) * np.uint64(P)) >> np.uint64(32)).astype(np.int64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("P,n", [(2, 100_003), (3, 50_001), (2, 1)])
+def test_the_fused_pass_groups_rows_by_rank_then_top_digit(dtype, P, n):
+    # scatter_placed with use_hash 3: row i lands in digit rank << top | top bits of its PHJ digit,
+    # rank by rank, the places moved as the caller asks (here: every row shifted by 5 into a
+    # longer buffer)
+    cp = _gpu()
+    from gpujoin.cuda.primitives import Digits, exclusive_scan, radix_histogram, scatter_placed
+
+    rng = np.random.default_rng(n)
+    keys = np.where(rng.random(n) < 0.2, 3, rng.integers(-2**31, 2**31 - 1, n)).astype(dtype)
+    ids = np.arange(n, dtype=np.int64)
+    bits = 17
+    top = radix_shuffle.top_bits(P, bits)
+    digits = Digits(bits=(P - 1).bit_length() + top, shift=bits - top, use_hash=3, base=P | top << 32)
+    k, v = cp.asarray(keys), [cp.asarray(ids)]
+    offs = exclusive_scan(radix_histogram(k, v, digits, stable=False)) + 5
+    ko, vo = cp.full(n + 9, -1, dtype), cp.full(n + 9, -1, np.int64)
+    scatter_placed(k, v, digits, offs, ko, [vo])
+    got = cp.asnumpy(vo)[5:5 + n]
+    np.testing.assert_array_equal(np.sort(got), ids)
+    np.testing.assert_array_equal(cp.asnumpy(ko)[5:5 + n], keys[got])
+    d = (_rank(keys, P) << top) | ((_hash(keys) >> np.uint32(bits - top)) & np.uint32((1 << top) - 1))
+    assert (np.diff(d[got]) >= 0).all()
+
+
+def _pieces(rng, P, me, bits, top, keys, ids):
+    """What rank ``me`` of ``P`` holds after the shuffle, built on one GPU: ``keys`` cut among P
+    sources, each source's rows for ``me`` ordered by their top digit, laid out as
+    DeviceLayout puts them (heads, bodies and tails apart); returns the received DeviceTable."""
+    cp = _gpu()
+    src = rng.integers(0, P, keys.size)
+    top_digit = (_hash(keys) >> np.uint32(bits - top)) & np.uint32((1 << top) - 1)
+    rows = rng.integers(0, 50, (P, P))  # other ranks' traffic (not here): any sizes
+    rows[:, me] = np.bincount(src, minlength=P)
+    layout, _ = radix_shuffle._layout(rows, me)
+    _, _, (_, own_at, _) = layout.unit(0)
+    msgs = {s: np.flatnonzero(src == s)[np.argsort(top_digit[src == s], kind="stable")] for s in range(P)}
+    cnt = np.stack([np.bincount(top_digit[src == s], minlength=1 << top) for s in range(P)]).astype(np.int64)
+    order = np.full(layout.rows, -1, np.int64)
+    order[own_at:own_at + msgs[me].size] = msgs[me]
+    for s, ps in layout.received(0).items():
+        for at, first, n in ps:
+            order[at:at + n] = msgs[s][first:first + n]
+    assert (order >= 0).all()
+    from gpujoin.cuda.table import DeviceTable
+
+    t = DeviceTable({"k": cp.asarray(keys[order]), "id": cp.asarray(ids[order])})
+    return radix_shuffle._received(t, "k", [t["k"], t["id"]], bits, top, cnt, layout, own_at)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("P,me,bits,n", [(2, 0, 17, 200_003), (2, 1, 12, 70_001), (3, 2, 17, 100_000),
+                                         (4, 1, 16, 3), (2, 0, 26, 90_001), (2, 1, 17, 0)])
+def test_a_partition_from_received_pieces_equals_a_whole_one(dtype, P, me, bits, n):
+    # radix_partition(runs=...): only the bits under the top ones partitioned, the first pass
+    # reading the pieces (own rows, peers' heads, bodies and tails): the partitions and their
+    # rows of a partition of the same rows laid out in one piece
+    cp = _gpu()
+    from gpujoin.cuda import primitives as prim
+
+    rng = np.random.default_rng(bits + n)
+    keys = np.where(rng.random(n) < 0.1, -7, rng.integers(-2**31, 2**31 - 1, n)).astype(dtype)
+    ids = np.arange(n, dtype=np.int64)
+    top = radix_shuffle.top_bits(P, bits)
+    t = _pieces(rng, P, me, bits, top, keys, ids)
+    runs = t.partitioning.runs
+    assert runs.bits == top and runs.runs == 1 + 3 * (P - 1)
+    k, (v,), off = prim.radix_partition(t["k"], [t["id"]], prim.Digits(bits=bits), stable=False, runs=runs)
+    k2, (v2,), off2 = prim.radix_partition(cp.asarray(keys), [cp.asarray(ids)], prim.Digits(bits=bits),
+                                           stable=False)
+    np.testing.assert_array_equal(cp.asnumpy(off), cp.asnumpy(off2))
+    got = cp.asnumpy(v)
+    np.testing.assert_array_equal(np.sort(got), ids)
+    np.testing.assert_array_equal(cp.asnumpy(k), keys[got])
+    digit = _hash(keys[got]) & np.uint32((1 << bits) - 1)
+    assert (np.diff(digit.astype(np.int64)) >= 0).all()
+    del k2, v2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full", "semi", "anti"])
+def test_a_join_of_received_pieces_equals_the_join(how):
+    # gpujoin.join of two DeviceTables that carry a shuffle's pieces: PHJ (named, and auto's
+    # choice) starts from them (partitioned_bits in its stats) and gives the rows of the join
+    cp = _gpu()
+    from gpujoin.plan.device_join import execute_device_join
+    from gpujoin.testing import assert_tables_equal
+
+    rng = np.random.default_rng(11)
+    P, me, bits = 2, 1, 17
+    top = radix_shuffle.top_bits(P, bits)
+    lk = rng.permutation(300_000).astype(np.int64)
+    rk = rng.integers(0, 400_000, 350_000).astype(np.int64)
+    lt = _pieces(rng, P, me, bits, top, lk, np.arange(lk.size) * 2)
+    rt = _pieces(rng, P, me, bits, top, rk, np.arange(rk.size) * 3)
+    lt.columns["a"], rt.columns["b"] = lt.columns.pop("id"), rt.columns.pop("id")
+    want = gpujoin.join(lt.to_arrow(), rt.to_arrow(), "k", how=how, device="cpu")
+    for algorithm in ("phj-tr", "phj-ur", "auto"):
+        out, stats = execute_device_join(lt, rt, "k", how=how, algorithm=algorithm)
+        if stats.algorithm.startswith("phj"):
+            assert stats.params.get("partitioned_bits") == top, stats.params
+        assert_tables_equal(out.to_arrow(), want)
+    # another radix_bits asked: the pieces are not used, the rows are the same
+    out, stats = execute_device_join(lt, rt, "k", how=how, algorithm="phj-tr", radix_bits=15)
+    assert "partitioned_bits" not in stats.params
+    assert_tables_equal(out.to_arrow(), want)
+    # a table made from a partitioned one keeps no pieces
+    assert lt.select(["k", "a"]).partitioning is None and cp is not None
