@@ -3,7 +3,7 @@
 #   scripts/device_check.sh [quick|gb-quick|tests|tests-files|phj-passes|tests-join|tests-groupby|profile|bench|sweeps|groupby|
 #                            groupby-sweeps|tpch-gb|tpch-gpu|tpch-profile|fig6|gb-profile|gb-ncu|part-profile|part-msd|cpu-joins|
 #                            tests-ooc|bench-ooc|bench-mem|bench-ooc-gb|bench-ooc-sweep|bench-host|
-#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|item3|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|fuzz-dist|dist-cli|all]
+#                            tests-multi|bench-multi|two-gpu|ring-gsm|pass2-locks|tests-dist|bench-dist|tpch-dist|shuffle-timeline|scale|nvcomp|skew|skew-nsys|item3|radix-shuffle|gb-skew|gb-planner|join-planner|auto-sweep|fuzz|fuzz-dist|dist-cli|all]
 #   (default: all)
 # Runs `pytest -m gpu`, then `gpujoin bench` on the GPU; JSON lines and logs go under $OUT
 # (default ./device_out), and a short table is printed last.  Pure-Python test dependencies
@@ -173,6 +173,20 @@ if [[ $stage == bench-multi ]]; then
     --inner ${INNER:-phj-tr} --zipf ${ZIPF:-0} --output-ratio ${OUTRATIO:-1} --band-log2-n "${BAND-24}" --runs ${RUNS:-2} \
     --r-share ${RSHARE:-0.5} ${TRANSFER:+--transfer-only} --peers "${PEERS:-}" --input ${INPUT:-pageable} \
     --pools ${POOLS:-cold} -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
+fi
+if [[ $stage == radix-shuffle ]]; then
+  # issue 16 (two GPUs): the shuffle whose partition does the local PHJ's first radix pass
+  # (dist.radix_shuffle): its one-GPU tests and the partition's, the 2-rank checks (SKIP_MPI=1:
+  # none), then paper 001's random workload at ROWS a rank with the pass in the shuffle and without
+  timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
+    tests/test_radix_shuffle.py 2>&1 | tail -6
+  timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
+    tests/test_cuda_join.py -k "radix or phj or nine_bit" 2>&1 | tail -4
+  [[ -z ${SKIP_MPI:-} ]] && timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" \
+    2>&1 | grep -v "^device \(one\|two\)-level\|^device buckets" | tail -8
+  timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli bench dist \
+    --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle one-level --shuffle-radix ${RADIX:-auto,off} \
+    --runs ${RUNS:-3} -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | grep -v "^\s*$" | tail -12
 fi
 if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline || $stage == tpch-dist ]]; then
   # paper 001 (issue 16) under Open MPI, one rank a GPU: every rank its GPU (local rank), the
