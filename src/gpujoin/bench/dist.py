@@ -213,6 +213,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     local = sorted({s["local_algorithm"] for s in every})
                     ran_buckets = max(s.get("buckets", 1) for s in every)
                     radix_bits = [s.get("shuffle_radix_bits") for s in every][0]
+                    timeline = [s.get("shuffle_timeline_ms") for s in every]
                 del out
             if comm.rank == 0:
                 work = ({"rows_per_rank": rows, "match_rate": MATCH_RATE} if workload == "random"
@@ -224,7 +225,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                                 "tuples_per_s": total_rows / best, "output_rows": want, "phases_s": phases,
                                 "columns": squeeze, "correct": True, "placement": placement,
                                 "local_algorithms": local, "buckets": ran_buckets, "shuffle_radix": rx,
-                                "shuffle_radix_bits": radix_bits,
+                                "shuffle_radix_bits": radix_bits, "shuffle_timeline_ms": timeline,
                                 ("nccl_alltoall_GBps" if gpu else "mpi_alltoall_GBps"): ceiling})
                 if gpu:  # (with buckets the shuffle phase is only the first bucket's wait: no rate)
                     rate = sent / phases["shuffle"] / 1e9 if phases["shuffle"] and ran_buckets == 1 else None
@@ -240,6 +241,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 what = f"{rows:,} rows a rank" if workload == "random" else f"TPC-H SF {sf:g}"
                 if emit is not None:
                     emit(records[-1])
+                if timeline[0]:
+                    log(f"  shuffle timeline, ms after the counts (rank by rank): {timeline}")
                 log(f"{what}, {method}, compression {compression}, radix pass in the shuffle "
                     f"{radix_bits or 'no'}: {best * 1e3:,.1f} ms, "
                     f"{total_rows / best / 1e9:.3f} G tuples/s (partition {phases['partition'] * 1e3:.1f}, "

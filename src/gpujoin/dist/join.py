@@ -330,6 +330,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": tuple(received),
                       "buckets": moved.get("buckets", 1), "shuffle_radix_bits": bits,
                       "local_partitioned_bits": jstats.params.get("partitioned_bits"),
+                      "shuffle_timeline_ms": (radix_shuffle.timeline_ms(moved["shuffle_marks"])
+                                              if "shuffle_marks" in moved else None),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
                       "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
                       # (compressed messages count their compressed bytes)

@@ -88,6 +88,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     rank_bits = (P - 1).bit_length()
     digits = Digits(bits=rank_bits + top, shift=radix_bits - top, use_hash=3, base=P | top << 32)
     radix = radix_of(digits.bits)
+    start = cp.cuda.get_current_stream().record() if stats is not None else None
     parts = []  # per table: key, values, counts a tile (or None: no rows)
     for t, k in zip(tables, keys):
         vals = [t[n] for n in t.column_names if n != k]
@@ -108,13 +109,17 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
                               f"buffers and the rows it receives, {int(everyone[r, -1]) / 2**30:.2f} GiB is free: "
                               f"use more ranks")
     main, net = cp.cuda.get_current_stream(), _net_stream()
-    out = []
+    marks = [("start", start), ("counted", main.record())] if stats is not None else None
+    # every buffer made and every place laid out before the first pass: an allocation that the
+    # pool must take from the driver (cudaMalloc) waits for the GPU, which would hold the second
+    # table's pass back until the first table's NCCL group had ended
+    plans = []
     for i, (t, k) in enumerate(zip(tables, keys)):
         key, vals, counts = parts[i]
         layout, others = _layout(rows[:, i], me)
         sends, recvs, (_, own_at, own_rows) = layout.unit(0)
         bufs = [cp.empty(others + layout.rows, a.dtype) for a in [key] + vals]
-        got = [b[others:] for b in bufs]
+        offs = None
         if counts is not None:
             # each digit's tiles' places: the scan of the counts, this rank's digits moved into
             # the receive buffer and the later ranks' moved down over the gap they leave
@@ -123,18 +128,44 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
             lo, hi = me * G * tiles, (me + 1) * G * tiles
             offs[lo:hi] += others + own_at - int(rows[me, i, :me].sum())
             offs[hi:] -= own_rows
+        plans.append((layout, others, sends, recvs, own_at, own_rows, bufs, offs))
+    out = []
+    for i, (t, k) in enumerate(zip(tables, keys)):
+        key, vals, _ = parts[i]
+        layout, others, sends, recvs, own_at, own_rows, bufs, offs = plans[i]
+        got = [b[others:] for b in bufs]
+        if offs is not None:
             scatter_placed(key, vals, digits, offs, bufs[0], bufs[1:])
-        net.wait_event(main.record())
+        partitioned = main.record()
+        net.wait_event(partitioned)
         with net:
             comm.post_device(bufs, got, sends, recvs)
         out.append(_received(t, k, got, radix_bits, top, cnt[:, i, me], layout, own_at))
         if stats is not None:
+            marks += [(f"partitioned {i}", partitioned), (f"sent {i}", net.record())]
             sent = others * width[i]
             for name in ("bytes_sent", "wire_bytes_sent"):
                 stats[name] = stats.get(name, 0) + sent
             stats["bytes_received"] = stats.get("bytes_received", 0) + (layout.rows - own_rows) * width[i]
     main.wait_event(net.record())  # (the send buffers are freed once the groups have read them)
+    if stats is not None:
+        stats["shuffle_marks"] = marks
     return out
+
+
+def timeline_ms(marks: list) -> dict:
+    """{name: milliseconds after the first mark (the shuffle's start)} of :func:`exchange_partitioned`'s
+    ``stats["shuffle_marks"]`` (CUDA events), once the GPU has passed them all."""
+    first = marks[0][1]
+    first.synchronize()
+    return {name: round(_elapsed_ms(first, e), 3) for name, e in marks[1:]}
+
+
+def _elapsed_ms(a, b) -> float:
+    import cupy as cp
+
+    b.synchronize()
+    return cp.cuda.get_elapsed_time(a, b)
 
 
 def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, int]:
