@@ -193,11 +193,21 @@ def test_a_join_of_received_pieces_equals_the_join(how):
     rt = _pieces(rng, P, me, bits, top, rk, np.arange(rk.size) * 3)
     lt.columns["a"], rt.columns["b"] = lt.columns.pop("id"), rt.columns.pop("id")
     want = gpujoin.join(lt.to_arrow(), rt.to_arrow(), "k", how=how, device="cpu")
-    for algorithm in ("phj-tr", "phj-ur", "auto"):
-        out, stats = execute_device_join(lt, rt, "k", how=how, algorithm=algorithm)
-        if stats.algorithm.startswith("phj"):
-            assert stats.params.get("partitioned_bits") == top, stats.params
-        assert_tables_equal(out.to_arrow(), want)
+    # the first table finished in the shuffle (every bit: its rows handed to PHJ as they are)
+    done = radix_shuffle.finished(lt)
+    assert done.partitioning.runs.bits == bits and done.partitioning.runs.in_place
+    assert_tables_equal(done.to_arrow().sort_by("a"), lt.to_arrow().sort_by("a"))
+    from gpujoin.cuda.primitives import Digits, radix_partition
+
+    k, (a,), off = radix_partition(done["k"], [done["a"]], Digits(bits=bits), stable=False,
+                                   runs=done.partitioning.runs)
+    assert k is done["k"] and a is done["a"] and off is done.partitioning.runs.part_off
+    for left in (lt, done):
+        for algorithm in ("phj-tr", "phj-ur", "auto"):
+            out, stats = execute_device_join(left, rt, "k", how=how, algorithm=algorithm)
+            if stats.algorithm.startswith("phj"):
+                assert stats.params.get("partitioned_bits") == top, stats.params
+            assert_tables_equal(out.to_arrow(), want)
     # another radix_bits asked: the pieces are not used, the rows are the same
     out, stats = execute_device_join(lt, rt, "k", how=how, algorithm="phj-tr", radix_bits=15)
     assert "partitioned_bits" not in stats.params

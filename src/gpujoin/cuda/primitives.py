@@ -203,6 +203,9 @@ class Runs:
     starts: cp.ndarray
     ends: cp.ndarray
     part_off: cp.ndarray
+    #: the pieces are the partitions themselves, contiguous and in order (one a partition): with
+    #: every bit done, radix_partition hands the rows back as they are
+    in_place: bool = False
 
 
 @dataclass
@@ -347,7 +350,8 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         out-of-core pass 1 carves its cache from one allocation: no allocation a chunk)
     runs : the rows are already grouped by the digits' top ``runs.bits`` bits, in pieces
         (:class:`Runs`): only the bits below are partitioned, the first pass reading the pieces
-        (``counts`` not taken); ignored where the passes are stable
+        (``counts`` not taken); ignored where the passes are stable.  With every bit done and
+        ``runs.in_place``, the keys and values come back as they are (not copied)
 
     Returns
     -------
@@ -367,6 +371,14 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
             raise ValueError("radix_partition: runs take no counts, and at most the digits' bits")
         whole = digits.bits
         digits = Digits(digits.bits - runs.bits, digits.shift, digits.use_hash, digits.base)
+        if digits.bits == 0 and runs.in_place:  # partitioned already (dist.radix_shuffle's first table)
+            offsets = runs.part_off if bounds else None
+            if out is None:
+                return keys, list(values), offsets
+            out[0][...] = keys
+            for o, v in zip(out[1], values):
+                o[...] = v
+            return out[0], list(out[1]), offsets
         if n == 0 or digits.bits == 0:  # nothing left to partition: the pieces in partition order
             idx = run_positions(runs.starts, runs.ends)
             offsets = (runs.part_off.copy() if digits.bits == 0 else cp.zeros((1 << whole) + 1, cp.int64)) \

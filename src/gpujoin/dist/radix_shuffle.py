@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .comm import Communicator, DeviceLayout
+from .comm import ALIGN_ROWS, Communicator, DeviceLayout
 
 
 def top_bits(parts: int, radix_bits: int) -> int:
@@ -51,13 +51,15 @@ def eligible(table, key: str) -> bool:
 
 
 def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radix_bits: int,
-                         stats: dict | None = None) -> list:
+                         stats: dict | None = None, finish_first: bool = True) -> list:
     """Shuffle ``tables`` (DeviceTables, :func:`eligible` on ``keys``: one key column each) so
     that equal keys meet on one rank, each message grouped by the top :func:`top_bits` bits of
     the ``radix_bits``-bit digit of PHJ (a collective: every rank passes the same columns and
     ``radix_bits``).  Returns the DeviceTables of the rows every rank sent here, each with
     ``partitioning`` (``cuda.table.HashPartitioning``) saying where those pieces lie; a join of
-    two of them (``gpujoin.join``, PHJ chosen or named) partitions only the bits below.
+    two of them (``gpujoin.join``, PHJ chosen or named) partitions only the bits below.  With
+    ``finish_first``, the first table's remaining passes run while the last table's messages are
+    on the links (:func:`finished`): that table arrives wholly partitioned.
 
     ``stats`` gains bytes_sent, wire_bytes_sent and bytes_received (rows of other ranks only).
     GPU memory: each table's send buffer (the rows for other ranks) and its received rows.
@@ -102,8 +104,9 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     rows = cnt.sum(axis=3)  # (rank, table, destination)
     width = [t[k].dtype.itemsize + sum(v.dtype.itemsize for v in vals) for t, k, (_, vals, _) in
              zip(tables, keys, parts)]
-    for r in range(P):  # every rank checks every rank's room alike
-        need = sum(w * int(rows[r, i].sum() - rows[r, i, r] + rows[:, i, r].sum()) for i, w in enumerate(width))
+    for r in range(P):  # every rank checks every rank's room alike (and the first table's copy, finished)
+        need = sum(w * int(rows[r, i].sum() - rows[r, i, r] + rows[:, i, r].sum() * (1 + (finish_first and i == 0)))
+                   for i, w in enumerate(width))
         if need > int(everyone[r, -1]):
             raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its send "
                               f"buffers and the rows it receives, {int(everyone[r, -1]) / 2**30:.2f} GiB is free: "
@@ -118,7 +121,10 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         key, vals, counts = parts[i]
         layout, others = _layout(rows[:, i], me)
         sends, recvs, (_, own_at, own_rows) = layout.unit(0)
-        bufs = [cp.empty(others + layout.rows, a.dtype) for a in [key] + vals]
+        # the receive buffer after the send buffer, from a row that keeps NCCL's aligned bodies
+        # aligned (unaligned, NCCL copies at about two thirds of its rate: comm.cut)
+        base = -(-others // ALIGN_ROWS) * ALIGN_ROWS
+        bufs = [cp.empty(base + layout.rows, a.dtype) for a in [key] + vals]
         offs = None
         if counts is not None:
             # each digit's tiles' places: the scan of the counts, this rank's digits moved into
@@ -126,14 +132,14 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
             offs = exclusive_scan(counts)
             tiles = counts.size // radix
             lo, hi = me * G * tiles, (me + 1) * G * tiles
-            offs[lo:hi] += others + own_at - int(rows[me, i, :me].sum())
+            offs[lo:hi] += base + own_at - int(rows[me, i, :me].sum())
             offs[hi:] -= own_rows
-        plans.append((layout, others, sends, recvs, own_at, own_rows, bufs, offs))
-    out = []
+        plans.append((layout, others, base, sends, recvs, own_at, own_rows, bufs, offs))
+    out, arrived = [], []
     for i, (t, k) in enumerate(zip(tables, keys)):
         key, vals, _ = parts[i]
-        layout, others, sends, recvs, own_at, own_rows, bufs, offs = plans[i]
-        got = [b[others:] for b in bufs]
+        layout, others, base, sends, recvs, own_at, own_rows, bufs, offs = plans[i]
+        got = [b[base:] for b in bufs]
         if offs is not None:
             scatter_placed(key, vals, digits, offs, bufs[0], bufs[1:])
         partitioned = main.record()
@@ -141,16 +147,42 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         with net:
             comm.post_device(bufs, got, sends, recvs)
         out.append(_received(t, k, got, radix_bits, top, cnt[:, i, me], layout, own_at))
+        arrived.append(net.record())
         if stats is not None:
-            marks += [(f"partitioned {i}", partitioned), (f"sent {i}", net.record())]
+            marks += [(f"partitioned {i}", partitioned), (f"sent {i}", arrived[-1])]
             sent = others * width[i]
             for name in ("bytes_sent", "wire_bytes_sent"):
                 stats[name] = stats.get(name, 0) + sent
             stats["bytes_received"] = stats.get("bytes_received", 0) + (layout.rows - own_rows) * width[i]
+    if finish_first and T > 1:
+        # the first table's remaining radix passes while the last one is on the links
+        main.wait_event(arrived[0])
+        out[0] = finished(out[0])
+        if stats is not None:
+            marks.append(("finished 0", main.record()))
     main.wait_event(net.record())  # (the send buffers are freed once the groups have read them)
     if stats is not None:
         stats["shuffle_marks"] = marks
     return out
+
+
+def finished(t):
+    """The DeviceTable ``t`` (:func:`exchange_partitioned`'s) partitioned on every bit of its
+    ``partitioning``'s digit (PHJ's passes, from its pieces), its pieces then the partitions
+    themselves, in place: a join starts from them with nothing left to move."""
+    from ..cuda.primitives import Digits, Runs, radix_partition
+    from ..cuda.table import DeviceTable, HashPartitioning
+
+    p = t.partitioning
+    if p.runs.bits == p.radix_bits:
+        return t
+    names = [n for n in t.column_names if n != p.column]
+    key, vals, offs = radix_partition(t[p.column], [t[n] for n in names], Digits(bits=p.radix_bits), stable=False,
+                                      runs=p.runs)
+    cols = dict(zip([p.column] + names, [key] + vals))
+    runs = Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs, in_place=True)
+    return DeviceTable({n: cols[n] for n in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
+                       partitioning=HashPartitioning(p.column, p.radix_bits, runs))
 
 
 def timeline_ms(marks: list) -> dict:

@@ -188,7 +188,7 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     if algo in ("phj-tr", "phj-ur"):
         radix_bits, runs = _partitioned(lt, rt, lk, rk, lkey, rkey, radix_bits, build_left)
         if runs is not None:
-            stats.params["partitioned_bits"] = runs[0].bits
+            stats.params["partitioned_bits"] = min(r.bits for r in runs)  # (the bits neither side partitions)
     res = run(algo, lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1], sides[pside][1],
               mode, emit_keys=emit_keys, radix_bits=radix_bits, runs=runs)
     stats.phases.update(res.phases)
@@ -228,8 +228,7 @@ def _partitioned(lt, rt, lk, rk, lkey, rkey, radix_bits, build_left):
     shuffle's: dist.radix_shuffle), the keys joined as they are and no other radix_bits asked."""
     lp, rp = lt.partitioning, rt.partitioning
     if (lp is None or rp is None or len(lk) != 1 or lp.column != lk[0] or rp.column != rk[0]
-            or lp.radix_bits != rp.radix_bits or lp.runs.bits != rp.runs.bits
-            or radix_bits not in (None, lp.radix_bits)
+            or lp.radix_bits != rp.radix_bits or radix_bits not in (None, lp.radix_bits)
             or lkey is not lt[lk[0]] or rkey is not rt[rk[0]]):  # (a key widened: another hash)
         return radix_bits, None
     return lp.radix_bits, ((lp.runs, rp.runs) if build_left else (rp.runs, lp.runs))
