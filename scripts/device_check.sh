@@ -181,7 +181,7 @@ if [[ $stage == radix-shuffle ]]; then
   timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
     tests/test_radix_shuffle.py 2>&1 | tail -6
   [[ -z ${SKIP_JOIN_TESTS:-} ]] && timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf \
-    -W ignore::Warning tests/test_cuda_join.py -k "radix or phj or nine_bit" 2>&1 | tail -4
+    -W ignore::Warning ${PART_TESTS:-tests/test_cuda_join.py -k "radix or phj or nine_bit"} 2>&1 | tail -4
   [[ -z ${SKIP_MPI:-} ]] && timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" \
     2>&1 | grep -v "^device \(one\|two\)-level\|^device buckets" | tail -8
   timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli bench dist \

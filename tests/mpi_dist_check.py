@@ -195,8 +195,11 @@ def device_tables(comm, extra, left, right):
 
     lnum, rnum = left.select(["k", "a"]), right.select(["k", "b"])
     fused = comm.size > 1 and comm.nccl() is not None
-    for rb, algorithm, empty in ((12, "auto", False), (17, "phj-tr", True), (17, "phj-ur", False),
-                                 (18, "auto", False), (12, "smj-tr", False)):
+    import os
+
+    for rb, algorithm, empty, chunk in ((12, "auto", False, ""), (17, "phj-tr", True, "300"), (17, "phj-ur", False, ""),
+                                        (18, "auto", False, ""), (12, "smj-tr", False, "")):
+        os.environ["GPUJOIN_SHUFFLE_CHUNK_ROWS"] = chunk  # ("300": each table in several chunks, some empty)
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             stats = {}
             mine_l = extra(lnum).slice(0, 0) if empty and comm.rank == comm.size - 1 else extra(lnum)
@@ -211,6 +214,7 @@ def device_tables(comm, extra, left, right):
             if comm.rank == 0:
                 print(f"device radix shuffle {rb} {algorithm} {how}: {stats['shuffle_radix_bits']}", flush=True)
                 assert_tables_equal(got, gpujoin.join(whole_l, rnum, "k", how=how, device="cpu"))
+    os.environ.pop("GPUJOIN_SHUFFLE_CHUNK_ROWS")
     # shuffle="auto" of tables in GPU memory: the crossover model with the links measured over
     # the device transport (NCCL; host memory and MPI where ranks share a GPU)
     got = gathered(comm, join(dev(left), dev(right), "k", how="full", comm=comm).to_arrow())

@@ -31,29 +31,37 @@ def test_top_bits_and_when_they_save_a_pass(parts, bits, top, saves):
     assert radix_shuffle.saves_a_pass(parts, bits) == saves
 
 
-@pytest.mark.parametrize("P,me", [(2, 0), (2, 1), (3, 1), (4, 3)])
-def test_layouts_agree_between_senders_and_receivers(P, me):
-    # every rank's sends to ``me`` land where ``me``'s receives expect them: message j from
-    # rank s starts at s's send start for me, and the pieces cover each message once
+@pytest.mark.parametrize("P,me,C", [(2, 0, 1), (2, 1, 2), (3, 1, 3), (4, 3, 2)])
+def test_layouts_agree_between_senders_and_receivers(P, me, C):
+    # every rank's sends to ``me`` land where ``me``'s receives expect them: chunk c's message
+    # from rank s starts at s's send start for me, its pieces cover it once, and the receive
+    # buffer (after the send buffer, from an aligned row) is covered once
     rng = np.random.default_rng(P * 10 + me)
-    rows = rng.integers(0, 100, (P, P))
-    rows[0, -1] = 0  # an empty message
+    rows = rng.integers(0, 100, (P, C, P))
+    rows[0, 0, -1] = 0  # an empty message
     layouts = [radix_shuffle._layout(rows, r) for r in range(P)]
-    layout, others = layouts[me]
-    assert others == rows[me].sum() - rows[me, me]
-    assert layout.rows == rows[:, me].sum()
-    for s, pieces in layout.received(0).items():
-        sends, _, _ = layouts[s][0].unit(0)
-        assert sum(n for j, _, n in sends if j == me) == rows[s, me]
-        spans = sorted((first, n) for _, first, n in pieces if n)  # the message's rows, each once
-        assert [f for f, _ in spans] == np.cumsum([0] + [n for _, n in spans])[:-1].tolist()
-        assert sum(n for _, n in spans) == rows[s, me]
+    layout, send_at, base = layouts[me]
+    others = rows[me].sum() - rows[me, :, me].sum()
+    assert base % 16 == 0 and others <= base < others + 16
+    assert send_at.tolist() == (np.cumsum(rows[me].sum(axis=1) - rows[me, :, me]) - (rows[me].sum(axis=1)
+                                                                                     - rows[me, :, me])).tolist()
+    assert layout.rows == rows[:, :, me].sum()
     covered = np.zeros(layout.rows, int)
-    for pieces in layout.received(0).values():
-        for at, _, n in pieces:
-            covered[at:at + n] += 1
-    _, _, (_, own_at, own) = layout.unit(0)
-    covered[own_at:own_at + own] += 1
+    for c in range(C):
+        for s, pieces in layout.received(c).items():
+            sends, _, _ = layouts[s][0].unit(c)
+            mine = [(st, n) for j, st, n in sends if j == me]
+            assert sum(n for _, n in mine) == rows[s, c, me]
+            # s's rows for me lie in its chunk c's part of its send buffer
+            lo = layouts[s][1][c]
+            assert all(lo <= st and st + n <= lo + rows[s, c].sum() - rows[s, c, s] for st, n in mine)
+            spans = sorted((first, n) for _, first, n in pieces if n)  # the message's rows, each once
+            assert [f for f, _ in spans] == np.cumsum([0] + [n for _, n in spans])[:-1].tolist()
+            assert sum(n for _, n in spans) == rows[s, c, me]
+            for at, _, n in pieces:
+                covered[at:at + n] += 1
+        _, _, (_, own_at, own) = layout.unit(c)
+        covered[own_at:own_at + own] += 1
     assert (covered == 1).all()
 
 
@@ -120,36 +128,41 @@ def test_the_fused_pass_groups_rows_by_rank_then_top_digit(dtype, P, n):
     assert (np.diff(d[got]) >= 0).all()
 
 
-def _pieces(rng, P, me, bits, top, keys, ids):
+def _pieces(rng, P, me, bits, top, keys, ids, C=1):
     """What rank ``me`` of ``P`` holds after the shuffle, built on one GPU: ``keys`` cut among P
-    sources, each source's rows for ``me`` ordered by their top digit, laid out as
-    DeviceLayout puts them (heads, bodies and tails apart); returns the received DeviceTable."""
+    sources and C chunks, each (source, chunk)'s rows for ``me`` ordered by their top digit, laid
+    out as DeviceLayout puts them (heads, bodies and tails apart); returns the received
+    DeviceTable."""
     cp = _gpu()
-    src = rng.integers(0, P, keys.size)
-    top_digit = (_hash(keys) >> np.uint32(bits - top)) & np.uint32((1 << top) - 1)
-    rows = rng.integers(0, 50, (P, P))  # other ranks' traffic (not here): any sizes
-    rows[:, me] = np.bincount(src, minlength=P)
-    layout, _ = radix_shuffle._layout(rows, me)
-    _, _, (_, own_at, _) = layout.unit(0)
-    msgs = {s: np.flatnonzero(src == s)[np.argsort(top_digit[src == s], kind="stable")] for s in range(P)}
-    cnt = np.stack([np.bincount(top_digit[src == s], minlength=1 << top) for s in range(P)]).astype(np.int64)
-    order = np.full(layout.rows, -1, np.int64)
-    order[own_at:own_at + msgs[me].size] = msgs[me]
-    for s, ps in layout.received(0).items():
-        for at, first, n in ps:
-            order[at:at + n] = msgs[s][first:first + n]
-    assert (order >= 0).all()
     from gpujoin.cuda.table import DeviceTable
 
+    src, chunk = rng.integers(0, P, keys.size), rng.integers(0, C, keys.size)
+    top_digit = (_hash(keys) >> np.uint32(bits - top)) & np.uint32((1 << top) - 1)
+    rows = rng.integers(0, 50, (P, C, P))  # other ranks' traffic (not here): any sizes
+    for c in range(C):
+        rows[:, c, me] = np.bincount(src[chunk == c], minlength=P)
+    layout, _, _ = radix_shuffle._layout(rows, me)
+    order = np.full(layout.rows, -1, np.int64)
+    counts = []
+    for c in range(C):
+        sel = [(src == s) & (chunk == c) for s in range(P)]
+        msgs = {s: np.flatnonzero(sel[s])[np.argsort(top_digit[sel[s]], kind="stable")] for s in range(P)}
+        counts.append(np.stack([np.bincount(top_digit[sel[s]], minlength=1 << top) for s in range(P)]).astype(np.int64))
+        _, _, (_, own_at, _) = layout.unit(c)
+        order[own_at:own_at + msgs[me].size] = msgs[me]
+        for s, ps in layout.received(c).items():
+            for at, first, n in ps:
+                order[at:at + n] = msgs[s][first:first + n]
+    assert (order >= 0).all()
     t = DeviceTable({"k": cp.asarray(keys[order]), "id": cp.asarray(ids[order])})
-    return radix_shuffle._received(t, "k", [t["k"], t["id"]], bits, top, cnt, layout, own_at)
+    return radix_shuffle.received_table(t, "k", [t["k"], t["id"]], bits, top, layout, counts)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("P,me,bits,n", [(2, 0, 17, 200_003), (2, 1, 12, 70_001), (3, 2, 17, 100_000),
-                                         (4, 1, 16, 3), (2, 0, 26, 90_001), (2, 1, 17, 0)])
-def test_a_partition_from_received_pieces_equals_a_whole_one(dtype, P, me, bits, n):
+@pytest.mark.parametrize("P,me,bits,n,C", [(2, 0, 17, 200_003, 1), (2, 1, 12, 70_001, 2), (3, 2, 17, 100_000, 3),
+                                           (4, 1, 16, 3, 2), (2, 0, 26, 90_001, 1), (2, 1, 17, 0, 2)])
+def test_a_partition_from_received_pieces_equals_a_whole_one(dtype, P, me, bits, n, C):
     # radix_partition(runs=...): only the bits under the top ones partitioned, the first pass
     # reading the pieces (own rows, peers' heads, bodies and tails): the partitions and their
     # rows of a partition of the same rows laid out in one piece
@@ -160,9 +173,9 @@ def test_a_partition_from_received_pieces_equals_a_whole_one(dtype, P, me, bits,
     keys = np.where(rng.random(n) < 0.1, -7, rng.integers(-2**31, 2**31 - 1, n)).astype(dtype)
     ids = np.arange(n, dtype=np.int64)
     top = radix_shuffle.top_bits(P, bits)
-    t = _pieces(rng, P, me, bits, top, keys, ids)
+    t = _pieces(rng, P, me, bits, top, keys, ids, C)
     runs = t.partitioning.runs
-    assert runs.bits == top and runs.runs == 1 + 3 * (P - 1)
+    assert runs.bits == top and runs.runs == C * (1 + 3 * (P - 1))
     k, (v,), off = prim.radix_partition(t["k"], [t["id"]], prim.Digits(bits=bits), stable=False, runs=runs)
     k2, (v2,), off2 = prim.radix_partition(cp.asarray(keys), [cp.asarray(ids)], prim.Digits(bits=bits),
                                            stable=False)
@@ -190,7 +203,7 @@ def test_a_join_of_received_pieces_equals_the_join(how):
     lk = rng.permutation(300_000).astype(np.int64)
     rk = rng.integers(0, 400_000, 350_000).astype(np.int64)
     lt = _pieces(rng, P, me, bits, top, lk, np.arange(lk.size) * 2)
-    rt = _pieces(rng, P, me, bits, top, rk, np.arange(rk.size) * 3)
+    rt = _pieces(rng, P, me, bits, top, rk, np.arange(rk.size) * 3, C=2)
     lt.columns["a"], rt.columns["b"] = lt.columns.pop("id"), rt.columns.pop("id")
     want = gpujoin.join(lt.to_arrow(), rt.to_arrow(), "k", how=how, device="cpu")
     # the first table finished in the shuffle (every bit: its rows handed to PHJ as they are)

@@ -23,6 +23,10 @@ import numpy as np
 from .comm import ALIGN_ROWS, Communicator, DeviceLayout
 
 
+#: Rows a chunk starts on a multiple of (the passes read any row range; this keeps loads aligned).
+CHUNK_ALIGN = 32
+
+
 def top_bits(parts: int, radix_bits: int) -> int:
     """Bits of a ``radix_bits``-bit PHJ digit that the shuffle's one pass takes beside the rank
     of ``parts`` ranks: what a 9-bit pass leaves after the rank's bits, at most ``radix_bits``."""
@@ -51,7 +55,7 @@ def eligible(table, key: str) -> bool:
 
 
 def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radix_bits: int,
-                         stats: dict | None = None, finish_first: bool = True) -> list:
+                         stats: dict | None = None, finish_first: bool = True, chunk_rows: int | None = None) -> list:
     """Shuffle ``tables`` (DeviceTables, :func:`eligible` on ``keys``: one key column each) so
     that equal keys meet on one rank, each message grouped by the top :func:`top_bits` bits of
     the ``radix_bits``-bit digit of PHJ (a collective: every rank passes the same columns and
@@ -59,7 +63,9 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     ``partitioning`` (``cuda.table.HashPartitioning``) saying where those pieces lie; a join of
     two of them (``gpujoin.join``, PHJ chosen or named) partitions only the bits below.  With
     ``finish_first``, the first table's remaining passes run while the last table's messages are
-    on the links (:func:`finished`): that table arrives wholly partitioned.
+    on the links (:func:`finished`): that table arrives wholly partitioned.  Each table goes in
+    chunks of ``chunk_rows`` (default ``device_shuffle.chunk_rows_default()``), a chunk's pass
+    beside the chunk before's NCCL group.
 
     ``stats`` gains bytes_sent, wire_bytes_sent and bytes_received (rows of other ranks only).
     GPU memory: each table's send buffer (the rows for other ranks) and its received rows.
@@ -75,7 +81,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
 
     from ..cuda.primitives import Digits, exclusive_scan, radix_histogram, radix_of, scatter_placed
     from ..cuda.runtime import free_bytes
-    from .device_shuffle import _net_stream
+    from .device_shuffle import _net_stream, chunk_bounds, chunk_rows_default
 
     P, me, T = comm.size, comm.rank, len(tables)
     top = top_bits(P, radix_bits)
@@ -87,73 +93,81 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         raise ValueError(f"exchange_partitioned needs two or more ranks on GPUs of their own and radix bits to take "
                          f"(ranks {P}, radix_bits {radix_bits})")
     G = 1 << top
-    rank_bits = (P - 1).bit_length()
-    digits = Digits(bits=rank_bits + top, shift=radix_bits - top, use_hash=3, base=P | top << 32)
+    digits = Digits(bits=(P - 1).bit_length() + top, shift=radix_bits - top, use_hash=3, base=P | top << 32)
     radix = radix_of(digits.bits)
-    start = cp.cuda.get_current_stream().record() if stats is not None else None
-    parts = []  # per table: key, values, counts a tile (or None: no rows)
+    main, net = cp.cuda.get_current_stream(), _net_stream()
+    start = main.record() if stats is not None else None
+    # every rank cuts each table into as many chunks (its largest slice's), each partitioned and
+    # sent apart, so that the links start after a chunk's pass rather than a table's
+    C = max(1, -(-int(comm.allgather_array(np.array([max(t.num_rows for t in tables)], np.int64)).max())
+                 // (chunk_rows or chunk_rows_default())))
+    parts = []  # per table: key, values, per chunk (lo, hi, counts a tile or None)
     for t, k in zip(tables, keys):
         vals = [t[n] for n in t.column_names if n != k]
-        counts = radix_histogram(t[k], vals, digits, stable=False) if t.num_rows else None
-        parts.append((t[k], vals, counts))
-    # rows a digit, every rank's: (rank, table, destination, top digit)
+        parts.append((t[k], vals, [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits,
+                                                            stable=False) if hi > lo else None)
+                                   for lo, hi in chunk_bounds(t.num_rows, C, CHUNK_ALIGN)]))
+    # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
     mine = [c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:P * G] if c is not None else cp.zeros(P * G, cp.int64)
-            for _, _, c in parts]
+            for _, _, chunks in parts for _, _, c in chunks]
     everyone = comm.allgather_array(np.append(cp.asnumpy(cp.concatenate(mine)), free_bytes()))
-    cnt = everyone[:, :-1].reshape(P, T, P, G)
-    rows = cnt.sum(axis=3)  # (rank, table, destination)
+    cnt = everyone[:, :-1].reshape(P, T, C, P, G)
+    rows = cnt.sum(axis=4)  # (rank, table, chunk, destination)
     width = [t[k].dtype.itemsize + sum(v.dtype.itemsize for v in vals) for t, k, (_, vals, _) in
              zip(tables, keys, parts)]
     for r in range(P):  # every rank checks every rank's room alike (and the first table's copy, finished)
-        need = sum(w * int(rows[r, i].sum() - rows[r, i, r] + rows[:, i, r].sum() * (1 + (finish_first and i == 0)))
-                   for i, w in enumerate(width))
+        need = sum(w * int(rows[r, i].sum() - rows[r, i, :, r].sum()
+                           + rows[:, i, :, r].sum() * (1 + (finish_first and i == 0))) for i, w in enumerate(width))
         if need > int(everyone[r, -1]):
             raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its send "
                               f"buffers and the rows it receives, {int(everyone[r, -1]) / 2**30:.2f} GiB is free: "
                               f"use more ranks")
-    main, net = cp.cuda.get_current_stream(), _net_stream()
     marks = [("start", start), ("counted", main.record())] if stats is not None else None
     # every buffer made and every place laid out before the first pass: an allocation that the
-    # pool must take from the driver (cudaMalloc) waits for the GPU, which would hold the second
-    # table's pass back until the first table's NCCL group had ended
+    # pool must take from the driver (cudaMalloc) waits for the GPU, which would hold the later
+    # passes back until the NCCL groups before them had ended
     plans = []
-    for i, (t, k) in enumerate(zip(tables, keys)):
-        key, vals, counts = parts[i]
-        layout, others = _layout(rows[:, i], me)
-        sends, recvs, (_, own_at, own_rows) = layout.unit(0)
-        # the receive buffer after the send buffer, from a row that keeps NCCL's aligned bodies
-        # aligned (unaligned, NCCL copies at about two thirds of its rate: comm.cut)
-        base = -(-others // ALIGN_ROWS) * ALIGN_ROWS
-        bufs = [cp.empty(base + layout.rows, a.dtype) for a in [key] + vals]
-        offs = None
-        if counts is not None:
-            # each digit's tiles' places: the scan of the counts, this rank's digits moved into
-            # the receive buffer and the later ranks' moved down over the gap they leave
-            offs = exclusive_scan(counts)
-            tiles = counts.size // radix
-            lo, hi = me * G * tiles, (me + 1) * G * tiles
-            offs[lo:hi] += base + own_at - int(rows[me, i, :me].sum())
-            offs[hi:] -= own_rows
-        plans.append((layout, others, base, sends, recvs, own_at, own_rows, bufs, offs))
+    for i in range(T):
+        layout, send_at, base = _layout(rows[:, i], me)
+        bufs = [cp.empty(base + layout.rows, a.dtype) for a in [parts[i][0]] + parts[i][1]]
+        units = []
+        for c, (lo, hi, counts) in enumerate(parts[i][2]):
+            sends, recvs, (_, own_at, own_rows) = layout.unit(c)
+            offs = None
+            if counts is not None:
+                # each digit's tiles' places: the scan of the chunk's counts moved to the chunk's
+                # part of the send buffer, this rank's digits to their place in the receive buffer
+                # and the later ranks' down over the gap they leave
+                offs = exclusive_scan(counts)
+                tiles = counts.size // radix
+                a, b = me * G * tiles, (me + 1) * G * tiles
+                offs[:a] += send_at[c]
+                offs[a:b] += base + own_at - int(rows[me, i, c, :me].sum())
+                offs[b:] += send_at[c] - own_rows
+            units.append((lo, hi, offs, sends, recvs))
+        plans.append((layout, base, bufs, units))
     out, arrived = [], []
     for i, (t, k) in enumerate(zip(tables, keys)):
         key, vals, _ = parts[i]
-        layout, others, base, sends, recvs, own_at, own_rows, bufs, offs = plans[i]
+        layout, base, bufs, units = plans[i]
         got = [b[base:] for b in bufs]
-        if offs is not None:
-            scatter_placed(key, vals, digits, offs, bufs[0], bufs[1:])
-        partitioned = main.record()
-        net.wait_event(partitioned)
-        with net:
-            comm.post_device(bufs, got, sends, recvs)
-        out.append(_received(t, k, got, radix_bits, top, cnt[:, i, me], layout, own_at))
+        for c, (lo, hi, offs, sends, recvs) in enumerate(units):
+            if offs is not None:
+                scatter_placed(key[lo:hi], [v[lo:hi] for v in vals], digits, offs, bufs[0], bufs[1:])
+            partitioned = main.record()
+            net.wait_event(partitioned)
+            with net:
+                comm.post_device(bufs, got, sends, recvs)
+            if stats is not None:
+                marks += [(f"partitioned {i}.{c}", partitioned), (f"sent {i}.{c}", net.record())]
         arrived.append(net.record())
+        out.append(received_table(t, k, got, radix_bits, top, layout, [cnt[:, i, c, me] for c in range(C)]))
         if stats is not None:
-            marks += [(f"partitioned {i}", partitioned), (f"sent {i}", arrived[-1])]
-            sent = others * width[i]
+            sent = int(rows[me, i].sum() - rows[me, i, :, me].sum()) * width[i]
             for name in ("bytes_sent", "wire_bytes_sent"):
                 stats[name] = stats.get(name, 0) + sent
-            stats["bytes_received"] = stats.get("bytes_received", 0) + (layout.rows - own_rows) * width[i]
+            stats["bytes_received"] = stats.get("bytes_received", 0) + int(
+                rows[:, i, :, me].sum() - rows[me, i, :, me].sum()) * width[i]
     if finish_first and T > 1:
         # the first table's remaining radix passes while the last one is on the links
         main.wait_event(arrived[0])
@@ -163,7 +177,58 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     main.wait_event(net.record())  # (the send buffers are freed once the groups have read them)
     if stats is not None:
         stats["shuffle_marks"] = marks
+        stats["shuffle_chunks"] = C
     return out
+
+
+def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, np.ndarray, int]:
+    """(the DeviceLayout of one table's all-to-all on rank ``me``, a unit a chunk; where each
+    chunk's rows for other ranks start in its send buffer (int64 (C,)); the first row of its
+    receive buffer in the same allocation); ``rows``: int64 (P ranks, C chunks, P destinations),
+    every rank's rows of each chunk to each rank.  A rank's send buffer holds its rows for the
+    other ranks chunk after chunk, each chunk's in rank order (its own rows go straight to the
+    receive buffer), and the receive buffer follows from a row that keeps NCCL's aligned bodies
+    aligned (unaligned, NCCL copies at about two thirds of its rate: comm.cut)."""
+    P, C, _ = rows.shape
+    others = rows * (1 - np.eye(P, dtype=np.int64))[:, None, :]
+    chunk_at = np.cumsum(others.sum(axis=2), axis=1) - others.sum(axis=2)  # (rank, chunk)
+    starts = chunk_at[:, :, None] + np.cumsum(others, axis=2) - others  # every rank's send starts
+    layout = DeviceLayout(me, [(starts[me, c], rows[me, c], starts[:, c, me].copy(), rows[:, c, me].copy())
+                               for c in range(C)])
+    return layout, chunk_at[me], -(-int(others[me].sum()) // ALIGN_ROWS) * ALIGN_ROWS
+
+
+def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: DeviceLayout, counts: list):
+    """The DeviceTable of the received columns ``got`` (``t``'s key, then its other columns),
+    with the pieces each top digit's rows lie in: per unit (chunk) of ``layout``, this rank's own
+    rows (one run) and each peer's head, body and tail (``layout.received``), cut at the
+    digits' bounds; ``counts``: per unit, int64 (P sources, 2**top), each source's rows here a
+    digit."""
+    import cupy as cp
+
+    from ..cuda.primitives import Runs
+    from ..cuda.table import DeviceTable, HashPartitioning
+
+    me, P = layout.rank, counts[0].shape[0]
+    pieces = []  # (message: unit * P + source, row here, row in the message, rows)
+    for u in range(len(counts)):
+        _, _, (_, own_at, own_rows) = layout.unit(u)
+        pieces.append((u * P + me, own_at, 0, own_rows))
+        pieces += [(u * P + j, at, first, n) for j, ps in layout.received(u).items() for at, first, n in ps]
+    msgs = np.concatenate(counts)  # (message, digit)
+    begin = np.cumsum(msgs, axis=1) - msgs  # first row of each digit in its message
+    m = np.array([p[0] for p in pieces])
+    at, first, n = (np.array([p[k] for p in pieces], np.int64)[None, :] for k in (1, 2, 3))
+    lo = np.maximum(first, begin[m].T)  # (digit, piece), message rows
+    hi = np.minimum(first + n, (begin + msgs)[m].T)
+    starts = at + lo - first
+    ends = np.maximum(starts, at + hi - first)
+    runs = Runs(top, len(pieces), cp.asarray(starts.ravel()), cp.asarray(ends.ravel()),
+                cp.asarray(np.append(0, np.cumsum(msgs.sum(axis=0)))))
+    names = [key] + [c for c in t.column_names if c != key]
+    cols = dict(zip(names, got))
+    return DeviceTable({c: cols[c] for c in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
+                       partitioning=HashPartitioning(key, radix_bits, runs))
 
 
 def finished(t):
@@ -198,45 +263,3 @@ def _elapsed_ms(a, b) -> float:
 
     b.synchronize()
     return cp.cuda.get_elapsed_time(a, b)
-
-
-def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, int]:
-    """(the DeviceLayout of one table's all-to-all on rank ``me``, its rows for other ranks);
-    ``rows``: int64 (P ranks, P destinations), every rank's rows to each.  A rank's send buffer
-    holds its rows for the other ranks in rank order (its own go straight to its receive
-    buffer)."""
-    P = rows.shape[0]
-    others = rows * (1 - np.eye(P, dtype=np.int64))
-    starts = np.cumsum(others, axis=1) - others  # every rank's send start of its rows to each
-    layout = DeviceLayout(me, [(starts[me], rows[me], starts[:, me].copy(), rows[:, me].copy())])
-    return layout, int(others[me].sum())
-
-
-def _received(t, key: str, got: list, radix_bits: int, top: int, cnt: np.ndarray, layout: DeviceLayout,
-              own_at: int):
-    """The DeviceTable of the received columns ``got`` (``t``'s key, then its other columns),
-    with the pieces each top digit's rows lie in: this rank's own (one run, at ``own_at``) and
-    each peer's head, body and tail (``layout.received``) cut at the digits' bounds (``cnt``:
-    int64 (P sources, 2**top), each source's rows here a digit)."""
-    import cupy as cp
-
-    from ..cuda.primitives import Runs
-    from ..cuda.table import DeviceTable, HashPartitioning
-
-    me = layout.rank
-    begin = np.cumsum(cnt, axis=1) - cnt  # (source, digit): first row of the digit in its message
-    pieces = [(me, own_at, 0, int(cnt[me].sum()))]
-    pieces += [(j, at, first, n) for j, ps in layout.received(0).items() for at, first, n in ps]
-    src = np.array([p[0] for p in pieces])
-    at, first, n = (np.array([p[k] for p in pieces], np.int64)[None, :] for k in (1, 2, 3))
-    lo = np.maximum(first, begin[src].T)  # (digit, piece), message rows
-    hi = np.minimum(first + n, (begin + cnt)[src].T)
-    starts = at + lo - first
-    ends = np.maximum(starts, at + hi - first)
-    totals = cnt.sum(axis=0)
-    runs = Runs(top, len(pieces), cp.asarray(starts.ravel()), cp.asarray(ends.ravel()),
-                cp.asarray(np.append(0, np.cumsum(totals))))
-    names = [key] + [n for n in t.column_names if n != key]
-    cols = dict(zip(names, got))
-    return DeviceTable({n: cols[n] for n in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
-                       partitioning=HashPartitioning(key, radix_bits, runs))
