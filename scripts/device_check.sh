@@ -178,9 +178,9 @@ if [[ $stage == radix-shuffle ]]; then
   # issue 16 (two GPUs): the shuffle whose partition does the local PHJ's first radix pass
   # (dist.radix_shuffle): its one-GPU tests and the partition's, the 2-rank checks (SKIP_MPI=1:
   # none), then paper 001's random workload at ROWS a rank with the pass in the shuffle and without
-  timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf -W ignore::Warning \
-    tests/test_radix_shuffle.py 2>&1 | tail -6
-  [[ -z ${SKIP_JOIN_TESTS:-} ]] && timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf \
+  [[ -z ${SKIP_TESTS:-} ]] && timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf \
+    -W ignore::Warning tests/test_radix_shuffle.py 2>&1 | tail -6
+  [[ -z ${SKIP_TESTS:-}${SKIP_JOIN_TESTS:-} ]] && timeout 300 python3 -m pytest -m gpu -q -x -p no:cacheprovider --tb=short -rf \
     -W ignore::Warning ${PART_TESTS:-tests/test_cuda_join.py -k "radix or phj or nine_bit"} 2>&1 | tail -4
   [[ -z ${SKIP_MPI:-} ]] && timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" \
     2>&1 | grep -v "^device \(one\|two\)-level\|^device buckets" | tail -8
