@@ -141,10 +141,16 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         the next: ``device_shuffle.exchange_buckets``); "auto": where the shuffle is
         one-level over NCCL without compression on more than two ranks: ceil(rows / BUCKET_ROWS)
         for the most rows a rank has of one table, else 1 (shuffle everything, then join once, as
-        paper 001).  Host tables: ignored.
+        paper 001).  Host tables: ignored.  With one bucket, one int32/int64 key column, no
+        validity masks and each table's other columns of one width, the one-level shuffle's
+        partition also does the local PHJ's first radix pass where that saves one
+        (``radix_shuffle``: "shuffle_radix_bits" in ``stats``; GPUJOIN_SHUFFLE_RADIX=0 turns it
+        off).
     stats : a dict that receives the phases' seconds and the rows sent and received (with
         buckets, "shuffle" is the time until the first bucket's rows have arrived and
-        "local_join" the rest)
+        "local_join" the rest; with the radix pass in the shuffle, "shuffle" includes the first
+        table's remaining passes, run while the second is on the links, and
+        "shuffle_timeline_ms" when each chunk was partitioned and sent)
     kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
 
     Returns
