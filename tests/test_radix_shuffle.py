@@ -225,5 +225,12 @@ def test_a_join_of_received_pieces_equals_the_join(how):
     out, stats = execute_device_join(lt, rt, "k", how=how, algorithm="phj-tr", radix_bits=15)
     assert "partitioned_bits" not in stats.params
     assert_tables_equal(out.to_arrow(), want)
-    # a table made from a partitioned one keeps no pieces
-    assert lt.select(["k", "a"]).partitioning is None and cp is not None
+    # a table made from a partitioned one keeps no pieces, nor one whose key column was replaced
+    assert lt.select(["k", "a"]).partitioning is None
+    swapped = _pieces(rng, P, me, bits, top, lk, np.arange(lk.size) * 2)
+    swapped.columns["k"] = cp.asarray(lk)  # (rows in another order: the pieces would lie)
+    swapped.columns["a"] = cp.arange(lk.size, dtype=cp.int64) * 2
+    swapped.columns.pop("id")
+    out, stats = execute_device_join(swapped, rt, "k", how=how, algorithm="phj-tr", radix_bits=bits)
+    assert "partitioned_bits" not in stats.params
+    assert_tables_equal(out.to_arrow(), want)

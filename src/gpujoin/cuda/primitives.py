@@ -192,7 +192,7 @@ class Runs:
     """Rows already grouped by the top ``bits`` bits of their digits, in pieces: partition p
     (those bits' value) is the rows [starts[p * runs + j], ends[p * runs + j]) for j < runs,
     wherever they lie (e.g. one piece a source rank, as a shuffle's messages arrive:
-    dist/device_shuffle.py), and its rows come out at ``part_off[p]`` (int64 (2**bits + 1,): the
+    dist/radix_shuffle.py), and its rows come out at ``part_off[p]`` (int64 (2**bits + 1,): the
     exclusive sum of the partitions' rows).  ``starts``, ``ends``: int64 (2**bits * runs,) on the
     device.  ``radix_partition(..., runs=...)`` partitions the rest of the digit's bits from
     there: the first pass's histogram and scatter skipped (paper 001's shuffle doing the local
@@ -312,7 +312,7 @@ def scatter_placed(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, o
     ``offsets`` (int64 (radix * tiles + 1,)) is the exclusive scan of
     ``radix_histogram(keys, values, digits, stable=False)``, each digit's entries possibly moved
     by the caller (a shuffle's send buffer without this rank's digits, which go straight to its
-    receive buffer: ``dist.device_shuffle.exchange_partitioned``); the outputs may be longer than
+    receive buffer: ``dist.radix_shuffle.exchange_partitioned``); the outputs may be longer than
     the keys.  Raises ValueError where one pass cannot do it."""
     if digits.bits > UNSTABLE_PASS_BITS or not _unstable(values, False):
         raise ValueError(f"scatter_placed: one unstable pass of at most {UNSTABLE_PASS_BITS} bits over value "

@@ -17,11 +17,14 @@ class HashPartitioning:
     digit that PHJ partitions ``column`` on (the low bits of the murmur3 hash of the int32/int64
     key: cuda.join.phj), in the pieces ``runs`` (cuda.primitives.Runs) lists: what paper 001's
     shuffle leaves when its partition does the local join's first radix pass
-    (dist.device_shuffle.exchange_partitioned), so that the join partitions only the bits below."""
+    (dist.radix_shuffle.exchange_partitioned), so that the join partitions only the bits below.
+    ``key`` is the key column's array it was made for: a table whose column was replaced since
+    is not taken as partitioned."""
 
     column: str
     radix_bits: int
     runs: object
+    key: object
 
 
 class DeviceTable:

@@ -228,7 +228,7 @@ def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: De
     names = [key] + [c for c in t.column_names if c != key]
     cols = dict(zip(names, got))
     return DeviceTable({c: cols[c] for c in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
-                       partitioning=HashPartitioning(key, radix_bits, runs))
+                       partitioning=HashPartitioning(key, radix_bits, runs, cols[key]))
 
 
 def finished(t):
@@ -247,7 +247,7 @@ def finished(t):
     cols = dict(zip([p.column] + names, [key] + vals))
     runs = Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs, in_place=True)
     return DeviceTable({n: cols[n] for n in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
-                       partitioning=HashPartitioning(p.column, p.radix_bits, runs))
+                       partitioning=HashPartitioning(p.column, p.radix_bits, runs, key))
 
 
 def timeline_ms(marks: list) -> dict:

@@ -228,6 +228,7 @@ def _partitioned(lt, rt, lk, rk, lkey, rkey, radix_bits, build_left):
     shuffle's: dist.radix_shuffle), the keys joined as they are and no other radix_bits asked."""
     lp, rp = lt.partitioning, rt.partitioning
     if (lp is None or rp is None or len(lk) != 1 or lp.column != lk[0] or rp.column != rk[0]
+            or lp.key is not lt[lk[0]] or rp.key is not rt[rk[0]]  # (a key column replaced since)
             or lp.radix_bits != rp.radix_bits or radix_bits not in (None, lp.radix_bits)
             or lkey is not lt[lk[0]] or rkey is not rt[rk[0]]):  # (a key widened: another hash)
         return radix_bits, None

@@ -60,7 +60,7 @@ def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.
     radix_bits : partitioning fanout 2**radix_bits (default: about 2048 build rows a partition)
     runs : (build, probe) :class:`~gpujoin.cuda.primitives.Runs`: each side already grouped by
         the top bits of its ``radix_bits``-bit digit (paper 001's shuffle did the first radix
-        pass: ``dist.device_shuffle.exchange_partitioned``), so only the bits below are
+        pass: ``dist.radix_shuffle.exchange_partitioned``), so only the bits below are
         partitioned here; ``radix_bits`` required
 
     Returns

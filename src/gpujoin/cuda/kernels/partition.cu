@@ -54,7 +54,7 @@ __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, 
 // exclusive scan of the whole array gives every (partition, digit, tile) its global offset, in
 // the order of the combined digits.  `radix` counts a tile has: 256, or 512 for a 9-bit pass.
 // A partition may also lie in `runs` pieces (rows grouped by their top digits per source: a
-// shuffle's received messages, dist/device_shuffle.py): then seg_off holds the start of each of
+// shuffle's received messages, dist/radix_shuffle.py): then seg_off holds the start of each of
 // the nseg = partitions x runs pieces (partition-major), run_end their ends, tile_start each
 // piece's first tile, and the counts stay per partition (the tiles of its pieces in turn), so
 // one scan still orders the output by (partition, digit) across the sources.
@@ -413,4 +413,3 @@ __global__ void segment_bounds(const i64* __restrict__ offs, const i64* __restri
         offsets[q] = tiles ? offs[(i64)t0 * radix + (i64)d * tiles] : part_off[p];
     }
 }
-
