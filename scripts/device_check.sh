@@ -377,7 +377,7 @@ if [[ $stage == dist-cli ]]; then
     --agg s=v:sum --agg u=w:n_unique --agg n=:size --agg hi=w:max --agg m=v:mean --placement gpu --device cuda \
     -o $d/group_by" 2>&1 | tail -9
   timeout 200 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 -m gpujoin.cli dist join $d/T $d/R.parquet \
-    --on k --placement gpu --device cuda -o $d/join" 2>&1 | tail -7
+    --on k --how left --placement gpu --device cuda -o $d/join" 2>&1 | tail -7
   python3 scripts/dist_cli_check.py check "$d"; exit $?
 fi
 if [[ $stage == fuzz-dist ]]; then

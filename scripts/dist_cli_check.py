@@ -26,7 +26,8 @@ def make(root: Path) -> None:
     (root / "T").mkdir(parents=True, exist_ok=True)
     for i in range(3):
         n = 200_000
-        pq.write_table(pa.table({"k": rng.integers(0, 30_000, n), "v": rng.integers(-50, 50, n),
+        pq.write_table(pa.table({"k": pa.array(rng.integers(0, 30_000, n), mask=rng.random(n) < 0.02),  # null keys
+                                 "v": rng.integers(-50, 50, n),
                                  "g": pa.array(rng.integers(0, 30_000, n), mask=rng.random(n) < 0.05),
                                  "w": pa.array([f"s{x}" for x in rng.integers(0, 90, n)], mask=rng.random(n) < 0.1)}),
                        root / "T" / f"p{i}.parquet", row_group_size=40_000)
@@ -37,7 +38,7 @@ def make(root: Path) -> None:
 def check(root: Path) -> None:
     t = ds.dataset(root / "T").to_table()
     checks = {"group_by": lambda: gpujoin.group_by(t, "g", device="cpu").agg(**AGGS),  # (null keys: a group)
-              "join": lambda: gpujoin.join(t, pq.read_table(root / "R.parquet"), "k", device="cpu")}
+              "join": lambda: gpujoin.join(t, pq.read_table(root / "R.parquet"), "k", how="left", device="cpu")}
     for job, want in checks.items():
         parts = sorted((root / job).glob("part-*.parquet"))
         got = ds.dataset(parts).to_table()

@@ -261,15 +261,7 @@ def cmd_dist_join(a):
     left, right = job.read([a.left, a.right], ["left", "right"])
     keys = dict(on=_csv_list(a.on) or None, left_on=_csv_list(a.left_on) or None,
                 right_on=_csv_list(a.right_on) or None, how=a.how)
-    def check():
-        lt, rt, lk, rk = check_inputs(left, right, **keys)
-        if a.placement == "gpu":  # (device join keys hold no nulls: said before any rank moves a row)
-            for t, names in ((lt, lk), (rt, rk)):
-                nulls = [n for n in names if t.column(n).null_count]
-                if nulls:
-                    raise ValueError(f"join key {nulls[0]!r} has nulls, which join keys in GPU memory cannot hold: "
-                                     f"use --placement host (its rows still join on the GPU with --device cuda)")
-    job.agreed(check, "checking the join")
+    job.agreed(lambda: check_inputs(left, right, **keys), "checking the join")
     if a.placement == "gpu":  # the rows to each rank's GPU: hashed, partitioned and shuffled there (NCCL)
         from .cuda.table import DeviceTable
 

@@ -178,6 +178,17 @@ class DeviceTable:
         return f"DeviceTable({self.num_rows} rows; {cols})"
 
 
+def key_validity(table: DeviceTable, names: list[str]):
+    """bool (n,) rows of ``table`` whose columns ``names`` are all present, or None (no nulls)."""
+    valid = None
+    for n in names:
+        v = table.validity.get(n)
+        if v is not None:
+            v = v.astype(bool)
+            valid = v if valid is None else valid & v
+    return valid
+
+
 def as_device_table(x) -> DeviceTable:
     return x if isinstance(x, DeviceTable) else DeviceTable(x)
 

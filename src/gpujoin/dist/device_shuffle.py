@@ -76,17 +76,6 @@ def destinations(columns: list, seed: int, parts: int, valid=None, null_rank: in
     return d
 
 
-def key_validity(table, names: list[str]):
-    """bool (n,) rows of ``table`` whose key columns ``names`` are all present, or None (no nulls)."""
-    valid = None
-    for n in names:
-        v = table.validity.get(n)
-        if v is not None:
-            v = v.astype(bool)
-            valid = v if valid is None else valid & v
-    return valid
-
-
 def unify_dictionaries(tables: list, groups: list[list[tuple[int, str]]], comm: Communicator) -> list:
     """``tables`` (DeviceTables) with each group of string columns (``(table index, column)``
     pairs) re-coded into one dictionary shared by the group and by every rank: the union of the

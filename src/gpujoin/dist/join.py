@@ -285,7 +285,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
                  stats, kwargs):
     """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
     over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables), in hash buckets."""
-    from ..cuda.table import concat_tables
+    from ..cuda.table import concat_tables, key_validity
     from ..plan.join import _resolve_keys, execute_join
     from . import device_shuffle
     from .shuffle import auto_method
@@ -306,7 +306,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         B == 1 and shuffle == "one-level" and compression == "none") else None
     if bits is None:
         ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B, comm.rank,
-                                                     device_shuffle.key_validity(t, k))
+                                                     key_validity(t, k))
                   for t, k in ((lt, lk), (rt, rk))]
     _sync()
     t1 = time.perf_counter()
@@ -372,11 +372,12 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     by = [by] if isinstance(by, str) else list(by)
     t0 = time.perf_counter()
     if _on_device(table, table, comm):  # in GPU memory: hashed there, shuffled over NCCL
+        from ..cuda.table import key_validity
         from . import device_shuffle
 
         (t,) = _device_tables([table], [by], comm)
         dest = device_shuffle.destinations([t[b] for b in by], SEED_FIRST, comm.size,
-                                           device_shuffle.key_validity(t, by), 0)
+                                           key_validity(t, by), 0)
         if stats is not None:  # (the phases timed: the destinations' kernels finished)
             _sync()
     else:

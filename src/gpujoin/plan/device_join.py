@@ -4,10 +4,11 @@ The planner's part for DeviceTables (or dicts of CuPy arrays): check the key col
 their types, choose the build side and the join mode, hand every output column's source to the
 GPU algorithm as a payload (validity masks travel as payloads too), and lay the output out as
 ``polars.DataFrame.join`` would.  Keys here are integer (date/time, or dictionary-coded string:
-two sides' dictionaries re-coded into one first, cuda.table.unify_dictionaries) columns without
-nulls; several a side are packed into one int64 key (:mod:`gpujoin.plan.pack_keys`); nullable
-keys and wider composite keys go through Arrow tables (``gpujoin.join`` on host tables, which
-also runs on the GPU).
+two sides' dictionaries re-coded into one first, cuda.table.unify_dictionaries) columns; several
+a side are packed into one int64 key (:mod:`gpujoin.plan.pack_keys`); wider composite keys go
+through Arrow tables (``gpujoin.join`` on host tables, which also runs on the GPU).  A row with a
+null key matches nothing (SQL, and Polars' ``nulls_equal=False``): the rows with every key
+present are joined, and the others added as the unmatched rows of outer and anti joins.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     Raises
     ------
     ColumnNotFoundError, SchemaError, ValueError
-        As for host tables; also for keys with nulls, composite keys whose ranges span more than
-        63 bits, and a string key joined with a key of another type.
+        As for host tables; also for ``nulls_equal=True`` with null keys, composite keys whose
+        ranges span more than 63 bits, and a string key joined with a key of another type.  (A
+        null key matches nothing: such rows are an outer side's unmatched rows.)
     RuntimeError
         device="cpu" with device-resident inputs.
     MemoryError
@@ -74,8 +76,87 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     from ..outofcore.budget import gpu_memory_cap
 
     with gpu_memory_cap(memory_limit):
+        return _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal, validate, coalesce,
+                               algo, dev, radix_bits)
+
+
+def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal, validate, coalesce, algo, dev,
+                    radix_bits):
+    """The device join where key columns may hold nulls: the rows whose keys are all present
+    joined (:func:`_execute_device_join`), then each outer side's (and an anti join's left)
+    rows with a null key appended, the other side's columns null, as the host path's
+    ``plan.join._match`` adds them."""
+    from ..cuda.table import as_device_table, concat_tables, key_validity
+
+    if how == "cross":
         return _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
                                     radix_bits)
+    lt, rt = as_device_table(left), as_device_table(right)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    lvalid, rvalid = key_validity(lt, lk), key_validity(rt, rk)
+    if lvalid is None and rvalid is None:
+        return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
+                                    radix_bits)
+    if nulls_equal:
+        raise ValueError("nulls_equal=True with null join keys in GPU memory is not supported: pass Arrow tables "
+                         "(DeviceTable.to_arrow(); they join on the GPU too), or drop the rows with null keys")
+    present = [t if v is None else _without_masks(t.filter(v), k) for t, v, k in ((lt, lvalid, lk), (rt, rvalid, rk))]
+    result, stats = _execute_device_join(*present, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
+                                         radix_bits)
+    layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix,
+                           how != "full" if coalesce is None else coalesce)
+    parts = [result]
+    for side, t, valid, keep in (("l", lt, lvalid, ("left", "full", "anti")), ("r", rt, rvalid, ("right", "full"))):
+        if valid is not None and how in keep:
+            parts.append(_unmatched(t.filter(~valid), side, lk if side == "l" else rk, lk, rk, layout, result))
+    out = concat_tables([p for p in parts if p.num_rows] or [result])
+    stats.output_rows = out.num_rows
+    stats.params["null_key_rows"] = sum(p.num_rows for p in parts[1:])
+    return out, stats
+
+
+def _without_masks(t, names: list[str]):
+    """``t`` without the validity masks of columns ``names`` (rows whose keys are all present)."""
+    from ..cuda.table import DeviceTable
+
+    return DeviceTable(t.columns, {n: v for n, v in t.validity.items() if n not in names}, t.types, t.dictionaries)
+
+
+def _unmatched(t, side: str, keys: list[str], lk: list[str], rk: list[str], layout: list, result):
+    """The output rows of ``t``'s rows (side "l" or "r") with no partner: laid out as ``result``
+    (``layout``: output_layout's), ``t``'s columns as they are, a coalesced key column from
+    ``t``'s own key of that position, the other side's columns null."""
+    import cupy as cp
+    import pyarrow as pa
+
+    from ..cuda.table import DeviceTable
+
+    n = t.num_rows
+    cols, valid = {}, {}
+    for s, name, out, key in layout:
+        dt = result[out].dtype
+        if key:  # (the key column of the same position on this side)
+            name, s = keys[(lk if s == "l" else rk).index(name)], side
+        if s == side:
+            cols[out] = t[name].astype(dt, copy=False)
+            if name in t.validity:
+                valid[out] = t.validity[name]
+        else:
+            cols[out] = cp.zeros(n, dt)
+            valid[out] = cp.zeros(n, cp.uint8)
+    dicts = {}
+    for s, name, out, key in layout:
+        if out not in result.dictionaries:
+            continue
+        if key or s == side:  # this side's codes, in this side's dictionary (concat_tables re-codes)
+            dicts[out] = t.dictionaries[keys[(lk if s == "l" else rk).index(name)] if key else name]
+        else:  # all null: any dictionary, but one (an empty one would leave the null codes nothing to index)
+            d = result.dictionaries[out]
+            dicts[out] = d if len(d) else pa.array([""], d.type)
+    return DeviceTable(cols, valid, dict(result.types), dicts)
+
 
 
 def _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev, radix_bits):
@@ -144,11 +225,6 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         # below as ever, the samples read first)
         finish = launch_plan(lt[lk[0]], rt[rk[0]])
     try:
-        for a, b in zip(lk, rk):
-            for t, name, side in ((lt, a, "left"), (rt, b, "right")):
-                if name in t.validity:
-                    raise ValueError(f"the {side} key column {name!r} has a validity mask; device-resident join "
-                                     f"keys cannot be null: drop those rows or pass Arrow tables")
         packing = None
         if len(lk) == 1:
             ln, rn = lk[0], rk[0]
