@@ -147,7 +147,7 @@ def device_tables(comm, extra, left, right):
     from gpujoin.cuda.table import DeviceTable
     from gpujoin.dist.cascaded import nvcomp
 
-    left = left.filter(pc.is_valid(left.column("k")))  # device-resident keys cannot be null
+    # (left's keys hold nulls: they match nothing and stay on their rank)
     right = right.append_column("c", pa.array(np.arange(right.num_rows) % 7, mask=np.arange(right.num_rows) % 5 == 0))
     dev = lambda t: DeviceTable.from_arrow(extra(t))  # noqa: E731
     for method in ("one-level", "two-level"):
@@ -193,7 +193,7 @@ def device_tables(comm, extra, left, right):
     # a rank without left rows; SMJ named: the plain shuffle
     from gpujoin.dist import radix_shuffle
 
-    lnum, rnum = left.select(["k", "a"]), right.select(["k", "b"])
+    lnum, rnum = left.filter(pc.is_valid(left.column("k"))).select(["k", "a"]), right.select(["k", "b"])
     fused = comm.size > 1 and comm.nccl() is not None
     import os
 
