@@ -174,6 +174,16 @@ if [[ $stage == bench-multi ]]; then
     --r-share ${RSHARE:-0.5} ${TRANSFER:+--transfer-only} --peers "${PEERS:-}" --input ${INPUT:-pageable} \
     --pools ${POOLS:-cold} -o "$OUT/bench_multi.jsonl" 2>&1 | grep -v "^log2\|^workload\|KeyError\|Traceback\|File " | tail -40
 fi
+if [[ $stage == null-keys ]]; then
+  # device joins with null keys and the radix shuffle's one-GPU tests, then 2 ranks' checks and the
+  # dist jobs (dist-cli: a left join on a key with nulls) on two GPUs
+  timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf -W ignore::Warning tests/test_radix_shuffle.py \
+    tests/test_cuda_device_tables.py tests/test_cuda_join.py -k "shuffle or pieces or null_keys or device_errors or \
+    composite_keys_join" 2>&1 | tail -6
+  timeout 200 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" 2>&1 \
+    | grep -v "^device \(one\|two\)-level\|^device buckets\|^device radix" | tail -5
+  stage=dist-cli
+fi
 if [[ $stage == radix-shuffle ]]; then
   # issue 16 (two GPUs): the shuffle whose partition does the local PHJ's first radix pass
   # (dist.radix_shuffle): its one-GPU tests and the partition's, the 2-rank checks (SKIP_MPI=1:
