@@ -1,0 +1,80 @@
+"""Run by tests/test_device_null_keys.py in a process of its own: the device join's handling of null
+keys (plan.device_join._join_null_keys: the rows with every key present joined, the others an outer
+side's or an anti join's unmatched rows) checked on the CPU, with NumPy standing in for CuPy and
+the CPU engine for the GPU's join of the rows with keys, against the CPU engine's whole answer.
+The GPU's own run of the same cases: tests/test_cuda_device_tables.py (marker gpu)."""
+
+import sys
+import types
+
+import numpy as np
+
+cupy = types.ModuleType("cupy")  # NumPy as CuPy: what DeviceTable's bookkeeping calls
+cupy.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+cupy.asnumpy = np.asarray
+sys.modules["cupy"], sys.modules["cupyx"] = cupy, types.ModuleType("cupyx")
+
+from decimal import Decimal  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+
+import gpujoin  # noqa: E402
+from gpujoin.cuda.table import DeviceTable  # noqa: E402
+from gpujoin.plan import device_join  # noqa: E402
+from gpujoin.plan.join import JoinStats  # noqa: E402
+from gpujoin.testing import assert_tables_equal  # noqa: E402
+
+
+def cpu_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev, radix_bits):
+    """_execute_device_join's contract on the CPU engine: no key it is given may hold a null."""
+    keys = [on] if isinstance(on, str) else list(on or []) + list(left_on or []) + list(right_on or [])
+    assert not any(k in t.validity for t in (lt, rt) for k in keys), "a key with a mask reached the join"
+    out = gpujoin.join(lt.to_arrow(), rt.to_arrow(), on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                       validate=validate, coalesce=coalesce, device="cpu")
+    return DeviceTable.from_arrow(out), JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
+
+
+device_join._execute_device_join = cpu_join
+device_join.resolve_device = lambda *a: "cuda"
+device_join.resolve_algorithm = lambda *a: "auto"
+
+
+def table(rng, n, domain):
+    words = np.array(["", "x", "GERMANY", "ünï", "a" * 40])
+    return pa.table({"a": pa.array(rng.integers(-domain, domain, n), pa.int64()),
+                     "b": pa.array(rng.integers(0, 3, n).astype(np.int32)),
+                     "d": pa.array(rng.integers(8000, 8003, n).astype(np.int32)).view(pa.date32()),
+                     "m": pa.array([Decimal(int(v)).scaleb(-2) for v in rng.integers(-10**6, 10**6, n)],
+                                   pa.decimal128(15, 2)),
+                     "s": pa.array(words[rng.integers(0, words.size, n)], mask=rng.random(n) < 0.1)})
+
+
+def main():
+    for how in ("inner", "left", "right", "full", "semi", "anti"):
+        for coalesce in (None, True, False):
+            rng = np.random.default_rng(len(how) * 3 + (coalesce is None) + 2 * bool(coalesce))
+            left, right = table(rng, 300, 40), table(rng, 200, 40).rename_columns(["a", "b", "d", "m2", "s2"])
+            nullify = lambda t, c, p: t.set_column(t.column_names.index(c), c, pc.if_else(  # noqa: E731
+                pa.array(rng.random(t.num_rows) < p), pa.scalar(None, t[c].type), t[c]))
+            left, right = nullify(nullify(left, "a", 0.1), "b", 0.05), nullify(right, "a", 0.2)
+            right = right.append_column("s", right["s2"])
+            cases = [(left, right, on) for on in ("a", ["a", "b", "d"], "s")]
+            cases.append((left, nullify(right, "a", 1.0), "a"))  # a side of null keys only
+            for lt, rt, on in cases:
+                want = gpujoin.join(lt, rt, on, how=how, coalesce=coalesce, device="cpu")
+                got, stats = device_join.execute_device_join(DeviceTable.from_arrow(lt), DeviceTable.from_arrow(rt),
+                                                             on, how=how, coalesce=coalesce)
+                assert_tables_equal(got.to_arrow(), want)
+            try:
+                device_join.execute_device_join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), "a",
+                                                how=how, nulls_equal=True)
+            except ValueError as e:
+                assert "nulls_equal=True" in str(e)
+            else:
+                raise AssertionError("nulls_equal=True with null keys in GPU memory was not refused")
+    print("device null keys: ok")
+
+
+if __name__ == "__main__":
+    main()
