@@ -165,7 +165,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
     if comm.rank == 0:
         log(f"{comm.size} ranks on {comm.nodes} host(s); {'NCCL' if gpu else 'MPI'} all-to-all {ceiling:.2f} GB/s "
             f"a rank")
-    records = []
+    records, radix_env = [], os.environ.get("GPUJOIN_SHUFFLE_RADIX")
     sizes = rows_list if workload == "random" else [None]
     for rows in sizes:
         one_gpu = None
@@ -212,7 +212,7 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     wire = max(s.get("wire_bytes_sent", s.get("bytes_sent", 0)) for s in every)
                     local = sorted({s["local_algorithm"] for s in every})
                     ran_buckets = max(s.get("buckets", 1) for s in every)
-                    radix_bits = [s.get("shuffle_radix_bits") for s in every][0]
+                    radix_bits = every[0].get("shuffle_radix_bits")
                     timeline = [s.get("shuffle_timeline_ms") for s in every]
                 del out
             if comm.rank == 0:
@@ -242,11 +242,15 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 if emit is not None:
                     emit(records[-1])
                 if timeline[0]:
-                    log(f"  shuffle timeline, ms after the counts (rank by rank): {timeline}")
+                    log(f"  shuffle timeline, ms after its start (rank by rank): {timeline}")
                 log(f"{what}, {method}, compression {compression}, radix pass in the shuffle "
                     f"{radix_bits or 'no'}: {best * 1e3:,.1f} ms, "
                     f"{total_rows / best / 1e9:.3f} G tuples/s (partition {phases['partition'] * 1e3:.1f}, "
                     f"shuffle {phases['shuffle'] * 1e3:.1f}, local join {phases['local_join'] * 1e3:.1f} ms)")
+    if radix_env is None:  # (the caller's setting back)
+        os.environ.pop("GPUJOIN_SHUFFLE_RADIX", None)
+    else:
+        os.environ["GPUJOIN_SHUFFLE_RADIX"] = radix_env
     return records
 
 
