@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import gpujoin
 from gpujoin.dist import radix_shuffle
@@ -63,6 +64,41 @@ def test_layouts_agree_between_senders_and_receivers(P, me, C):
         _, _, (_, own_at, own) = layout.unit(c)
         covered[own_at:own_at + own] += 1
     assert (covered == 1).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 3), st.integers(1, 4), st.data())
+def test_each_digits_pieces_are_its_received_rows(P, C, top, data):
+    # piece_runs' arithmetic on the host: lay every source's messages out as DeviceLayout does
+    # (each message ordered by digit), then the pieces of digit d cover exactly the rows whose
+    # digit is d, each once, and part_off sums the digits' rows
+    me = data.draw(st.integers(0, P - 1))
+    G = 1 << top
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    counts = [rng.integers(0, 40, (P, G)) * (rng.random((P, G)) < 0.7) for _ in range(C)]
+    rows = rng.integers(0, 60, (P, C, P))
+    for c in range(C):
+        rows[:, c, me] = counts[c].sum(axis=1)
+    layout, _, _ = radix_shuffle._layout(rows, me)
+    digit = np.full(layout.rows, -1)
+    for c in range(C):
+        msgs = {s: np.repeat(np.arange(G), counts[c][s]) for s in range(P)}
+        _, _, (_, own_at, own) = layout.unit(c)
+        digit[own_at:own_at + own] = msgs[me]
+        for s, ps in layout.received(c).items():
+            for at, first, n in ps:
+                digit[at:at + n] = msgs[s][first:first + n]
+    assert (digit >= 0).all()
+    starts, ends, part_off, k = radix_shuffle.piece_runs(layout, counts)
+    assert k == C * (1 + 3 * (P - 1)) and starts.size == G * k
+    seen = np.zeros(layout.rows, int)
+    for d in range(G):
+        for a, b in zip(starts[d * k:(d + 1) * k], ends[d * k:(d + 1) * k]):
+            assert (digit[a:b] == d).all()
+            seen[a:b] += 1
+    assert (seen == 1).all()
+    np.testing.assert_array_equal(np.diff(part_off), np.bincount(digit, minlength=G))
 
 
 # ---------------------------------------------------------------- one GPU

@@ -206,17 +206,13 @@ def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, np.ndarray, int]:
     return layout, chunk_at[me], -(-int(others[me].sum()) // ALIGN_ROWS) * ALIGN_ROWS
 
 
-def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: DeviceLayout, counts: list):
-    """The DeviceTable of the received columns ``got`` (``t``'s key, then its other columns),
-    with the pieces each top digit's rows lie in: per unit (chunk) of ``layout``, this rank's own
-    rows (one run) and each peer's head, body and tail (``layout.received``), cut at the
-    digits' bounds; ``counts``: per unit, int64 (P sources, 2**top), each source's rows here a
-    digit."""
-    import cupy as cp
-
-    from ..cuda.primitives import Runs
-    from ..cuda.table import DeviceTable, HashPartitioning
-
+def piece_runs(layout: DeviceLayout, counts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Where each top digit's received rows lie (host arithmetic): per unit (chunk) of
+    ``layout``, this rank's own rows (one run) and each peer's head, body and tail
+    (``layout.received``), cut at the digits' bounds; ``counts``: per unit, int64 (P sources,
+    G digits), each source's rows here a digit.  Returns (starts, ends: int64 (G * pieces,),
+    digit-major, rows of the receive buffer; part_off: int64 (G + 1,), where each digit's rows
+    start once partitioned; pieces a digit)."""
     me, P = layout.rank, counts[0].shape[0]
     pieces = []  # (message: unit * P + source, row here, row in the message, rows)
     for u in range(len(counts)):
@@ -231,8 +227,20 @@ def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: De
     hi = np.minimum(first + n, (begin + msgs)[m].T)
     starts = at + lo - first
     ends = np.maximum(starts, at + hi - first)
-    runs = Runs(top, len(pieces), cp.asarray(starts.ravel()), cp.asarray(ends.ravel()),
-                cp.asarray(np.append(0, np.cumsum(msgs.sum(axis=0)))))
+    return starts.ravel(), ends.ravel(), np.append(0, np.cumsum(msgs.sum(axis=0))), len(pieces)
+
+
+def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: DeviceLayout, counts: list):
+    """The DeviceTable of the received columns ``got`` (``t``'s key, then its other columns),
+    partitioned on the top ``top`` bits of its ``radix_bits``-bit digit in the pieces
+    :func:`piece_runs` finds."""
+    import cupy as cp
+
+    from ..cuda.primitives import Runs
+    from ..cuda.table import DeviceTable, HashPartitioning
+
+    starts, ends, part_off, k = piece_runs(layout, counts)
+    runs = Runs(top, k, cp.asarray(starts), cp.asarray(ends), cp.asarray(part_off))
     names = [key] + [c for c in t.column_names if c != key]
     cols = dict(zip(names, got))
     return DeviceTable({c: cols[c] for c in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
