@@ -166,10 +166,7 @@ def _documented_device_refusal(e: Exception) -> bool:
 
 def run_join(case) -> None:
     (left, right), on, how, algorithm, form, _ = case
-    names = [on] if isinstance(on, str) else on
-    if form == "device":  # device keys carry no nulls; each side's strings dictionary-encoded on their own
-        for n in names:
-            left, right = left.filter(left[n].is_valid()), right.filter(right[n].is_valid())
+    if form == "device":  # each side's strings dictionary-encoded on their own; null keys match nothing
         from gpujoin.cuda.table import DeviceTable
 
         want = gpujoin.join(left, right, on, how=how, device="cpu")

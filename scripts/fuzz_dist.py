@@ -7,8 +7,8 @@ all-equal keys, int64 extremes, nulls, string and composite keys), which rank ho
 exactly.  Prints each failing seed; a failure inside a collective ends every rank.
 
 With ``--device-tables`` (GPU ranks) half the cases give each rank its rows as a DeviceTable
-(strings dictionary-encoded on each rank apart; rows with a null key left out, as device keys
-have none): the rows are hashed on the GPUs and shuffled over NCCL (or through the host where
+(strings dictionary-encoded on each rank apart; rows with a null key left out in odd seeds'
+cases, kept in even ones'): the rows are hashed on the GPUs and shuffled over NCCL (or through the host where
 ranks share a GPU), the local joins and group-bys run in GPU memory.
 
     mpiexec -n 4 python scripts/fuzz_dist.py [--seconds 120] [--first-seed 0] [--ranks-per-node 2]
@@ -47,7 +47,7 @@ def _args():
 
 
 def _device_form(what, tables, on) -> bool:
-    """Whether the case (null keys left out) runs as DeviceTables: the one-process device join or
+    """Whether the case runs as DeviceTables: the one-process device join or
     group-by takes it (composite keys must pack into 63 bits, a documented ValueError else;
     every rank's rows are a subset, so then each rank's fit too)."""
     from gpujoin.cuda.table import DeviceTable
@@ -79,9 +79,10 @@ def draw(seed: int, ranks: int, max_log2: float, device_tables: bool = False):
         t, on, *_ = group_by_case(seed, max_log2)
         tables, how = [t], None
     device = device_tables and rng.random() < 0.5
-    if device:  # device keys have no nulls
+    if device:  # null keys kept in even seeds' (they match nothing, a group of their own), left out in odd ones'
         names = [on] if isinstance(on, str) else on
-        tables = [t.filter(np.logical_and.reduce([np.asarray(t[n].is_valid()) for n in names])) for t in tables]
+        if seed % 2:
+            tables = [t.filter(np.logical_and.reduce([np.asarray(t[n].is_valid()) for n in names])) for t in tables]
         device = _device_form(what, tables, on)
     empty = int(rng.integers(0, ranks))  # a rank without rows still takes part in every exchange
     owners = [np.where(rng.random(t.num_rows) < 0.3, empty if empty else 0,
