@@ -88,10 +88,10 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     ``plan.join._match`` adds them."""
     from ..cuda.table import as_device_table, concat_tables, key_validity
 
-    if how == "cross":
-        return _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
-                                    radix_bits)
     lt, rt = as_device_table(left), as_device_table(right)
+    if how == "cross" or not (lt.validity or rt.validity):  # (no masks at all: nothing more to look at)
+        return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
+                                    radix_bits)
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
     check_columns(rt, rk, "right")
@@ -156,7 +156,6 @@ def _unmatched(t, side: str, keys: list[str], lk: list[str], rk: list[str], layo
             d = result.dictionaries[out]
             dicts[out] = d if len(d) else pa.array([""], d.type)
     return DeviceTable(cols, valid, dict(result.types), dicts)
-
 
 
 def _execute_device_join(left, right, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev, radix_bits):
