@@ -134,27 +134,23 @@ def _unmatched(t, side: str, keys: list[str], lk: list[str], rk: list[str], layo
     from ..cuda.table import DeviceTable
 
     n = t.num_rows
-    cols, valid = {}, {}
+    cols, valid, dicts = {}, {}, {}
     for s, name, out, key in layout:
         dt = result[out].dtype
         if key:  # (the key column of the same position on this side)
             name, s = keys[(lk if s == "l" else rk).index(name)], side
-        if s == side:
+        if s == side:  # this side's values; a string column's codes in this side's dictionary (concat re-codes)
             cols[out] = t[name].astype(dt, copy=False)
             if name in t.validity:
                 valid[out] = t.validity[name]
+            if out in result.dictionaries:
+                dicts[out] = t.dictionaries[name]
         else:
             cols[out] = cp.zeros(n, dt)
             valid[out] = cp.zeros(n, cp.uint8)
-    dicts = {}
-    for s, name, out, key in layout:
-        if out not in result.dictionaries:
-            continue
-        if key or s == side:  # this side's codes, in this side's dictionary (concat_tables re-codes)
-            dicts[out] = t.dictionaries[keys[(lk if s == "l" else rk).index(name)] if key else name]
-        else:  # all null: any dictionary, but one (an empty one would leave the null codes nothing to index)
-            d = result.dictionaries[out]
-            dicts[out] = d if len(d) else pa.array([""], d.type)
+            if out in result.dictionaries:  # all null: any dictionary, but one (null codes index it)
+                d = result.dictionaries[out]
+                dicts[out] = d if len(d) else pa.array([""], d.type)
     return DeviceTable(cols, valid, dict(result.types), dicts)
 
 
