@@ -469,9 +469,12 @@ if [[ $stage == tests || $stage == all ]]; then
   # (join and group-by tests together need about 8 minutes: see tests-join, tests-groupby)
   xdist=""; python3 -c "import xdist" 2>/dev/null && xdist="-n ${WORKERS:-12}"; warm "$xdist"
   [[ -n ${POOL_LOG:-} ]] && export GPUJOIN_POOL_LOG=$OUT
-  timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and not slow" -q -p no:cacheprovider --tb=short -rf \
-    -W ignore::Warning $xdist tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
+  # each test's outcome as it ends: a run cut off by its limit still names its failures
+  GPUJOIN_TEST_TIMES="$OUT/times_gpu.txt" timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and not slow" -q \
+    -p no:cacheprovider --tb=short -rf -W ignore::Warning $xdist tests/ 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
   rc=${PIPESTATUS[0]}
+  echo "outcomes: $(awk '{print $2}' "$OUT/times_gpu.txt" | sort | uniq -c | xargs)"
+  grep -v " passed " "$OUT/times_gpu.txt" | head -20; sort -rn "$OUT/times_gpu.txt" | head -5
   timeout ${TEST_TIMEOUT:-420} python3 -m pytest -m "gpu and slow" -q -p no:cacheprovider --tb=short -rf \
     tests/ 2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -10
   [[ $rc == 0 ]] && rc=${PIPESTATUS[0]}

@@ -37,9 +37,9 @@ def pytest_runtest_logreport(report):
     """GPUJOIN_TEST_TIMES=FILE: each test's call time appended as it ends (seconds, node id), by
     the controlling process only, so that a file cut off by its time limit still shows its slow
     tests (pytest's --durations prints only at the end)."""
-    if _times and report.when == "call" and not os.environ.get("PYTEST_XDIST_WORKER"):
-        with open(_times, "a") as f:
-            f.write(f"{report.duration:.2f} {report.outcome} {report.nodeid}\n")
+    if _times and (report.when == "call" or report.failed) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(_times, "a") as f:  # (a setup or teardown error too)
+            f.write(f"{report.duration:.2f} {report.outcome} {report.nodeid} {report.when}\n")
 
 
 _pool_log = os.environ.get("GPUJOIN_POOL_LOG")

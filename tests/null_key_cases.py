@@ -12,7 +12,8 @@ HOWS = ("inner", "left", "right", "full", "semi", "anti")
 
 
 def table(rng, n: int, domain: int) -> pa.Table:
-    words = np.array(["", "x", "GERMANY", "ünï", "a" * 40])
+    # (50 words: the string key's join stays near 10^5 rows at 3000 x 2000)
+    words = np.array(["", "x", "GERMANY", "ünï", "a" * 40] + [f"w{i}" for i in range(45)])
     return pa.table({"a": pa.array(rng.integers(-domain, domain, n), pa.int64()),
                      "b": pa.array(rng.integers(0, 3, n).astype(np.int32)),
                      "d": pa.array(rng.integers(8000, 8003, n).astype(np.int32)).view(pa.date32()),
