@@ -154,7 +154,15 @@ def join_case(seed: int, max_log2: float = 21, other_keys: bool = False):
     form = str(rng.choice(["host", "host", "device", "out-of-core"]))
     on = ["k", "k2"] if key_type == "composite" else "k"
     return tables, on, how, algorithm, form, dict(sizes=(nl, nr), kinds=(str(kind_l), str(kind_r)), domain=domain,
-                                                  key_type=str(key_type), nulls=nulls)
+                                                  key_type=str(key_type), nulls=nulls,
+                                                  nulls_equal=draw_nulls_equal(rng, *tables, on))
+
+
+def draw_nulls_equal(rng, left, right, on) -> bool:
+    """Null keys equal (30% of cases), where their pairs keep the output bounded (4,792 x 11,953
+    null keys had made 57 M rows)."""
+    return bool(rng.random() < 0.3) and all(left[k].null_count * right[k].null_count <= MAX_OUTPUT // 2
+                                            for k in ([on] if isinstance(on, str) else on))
 
 
 def _documented_device_refusal(e: Exception) -> bool:
@@ -165,22 +173,23 @@ def _documented_device_refusal(e: Exception) -> bool:
 
 
 def run_join(case) -> None:
-    (left, right), on, how, algorithm, form, _ = case
-    if form == "device":  # each side's strings dictionary-encoded on their own; null keys match nothing
+    (left, right), on, how, algorithm, form, params = case
+    ne = params.get("nulls_equal", False)
+    if form == "device":  # each side's strings dictionary-encoded on their own
         from gpujoin.cuda.table import DeviceTable
 
-        want = gpujoin.join(left, right, on, how=how, device="cpu")
+        want = gpujoin.join(left, right, on, how=how, device="cpu", nulls_equal=ne)
         try:
             got = gpujoin.join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), on, how=how,
-                               algorithm=algorithm).to_arrow()
+                               algorithm=algorithm, nulls_equal=ne).to_arrow()
         except (ValueError, gpujoin.SchemaError, TypeError) as e:  # documented (device composite keys must pack
             if not _documented_device_refusal(e):                   # into 63 bits, keys be integers): host path
                 raise
-            return run_join(((left, right), on, how, algorithm, "host", _))
+            return run_join(((left, right), on, how, algorithm, "host", params))
     else:
-        want = gpujoin.join(left, right, on, how=how, device="cpu")
+        want = gpujoin.join(left, right, on, how=how, device="cpu", nulls_equal=ne)
         kw = {"memory_limit": "4MB", "algorithm": "auto"} if form == "out-of-core" else {"algorithm": algorithm}
-        got = gpujoin.join(left, right, on, how=how, device="cuda", **kw)
+        got = gpujoin.join(left, right, on, how=how, device="cuda", nulls_equal=ne, **kw)
     assert_tables_equal(got, want)
 
 
@@ -190,10 +199,7 @@ def run_join_duckdb(case, con, seed: int) -> None:
     (left, right), on, how, _, _, _ = case
     rng = np.random.default_rng(seed + 1)
     names = [on] if isinstance(on, str) else on
-    # null keys match each other under nulls_equal: only where their pairs keep the output bounded
-    # (4,792 x 11,953 null keys had made 57 M rows)
-    nulls_equal = bool(rng.random() < 0.3) and all(
-        left[k].null_count * right[k].null_count <= MAX_OUTPUT // 2 for k in names)
+    nulls_equal = draw_nulls_equal(rng, left, right, on)
     algorithm = str(rng.choice(["auto", "phj", "merge"] + (["hash", "split", "bucket"] if how in ("semi", "anti")
                                                            and not nulls_equal else [])))
     con.register("l", left)

@@ -70,20 +70,20 @@ def test_composite_keys_join_matches_cpu_engine(how, algorithm):
 
 @pytest.mark.parametrize("how", HOWS)
 @pytest.mark.parametrize("coalesce", [None, True, False])
-def test_null_keys_match_nothing_as_on_the_host(how, coalesce):
+@pytest.mark.parametrize("nulls_equal", [False, True])
+def test_null_keys_join_as_on_the_host(how, coalesce, nulls_equal):
     # a row with a null in any key column matches nothing (nulls_equal=False): the rows with all
     # keys present are joined, the others added as an outer side's (or an anti join's) unmatched
-    # rows (tests/null_key_cases.py: one int64 key, composite keys, a string key, a side of nulls)
+    # rows; with nulls_equal=True a null matches a null (the rows with one joined among themselves)
+    # (tests/null_key_cases.py: one int64 key, composite keys, a string key, a side of nulls)
     from null_key_cases import cases
 
-    for lt, rt, on in cases(len(how) * 3 + (coalesce is None) + 2 * bool(coalesce), 3000, 2000):
-        want = gpujoin.join(lt, rt, on, how=how, coalesce=coalesce, device="cpu")
+    for lt, rt, on in cases(len(how) * 3 + (coalesce is None) + 2 * bool(coalesce) + nulls_equal, 3000, 2000):
+        want = gpujoin.join(lt, rt, on, how=how, coalesce=coalesce, nulls_equal=nulls_equal, device="cpu")
         for algorithm in ("auto", "phj-tr", "smj-tr"):
             got = gpujoin.join(DeviceTable.from_arrow(lt), DeviceTable.from_arrow(rt), on, how=how,
-                               coalesce=coalesce, algorithm=algorithm)
+                               coalesce=coalesce, nulls_equal=nulls_equal, algorithm=algorithm)
             assert_tables_equal(got.to_arrow(), want)
-    with pytest.raises(ValueError, match="nulls_equal=True"):
-        gpujoin.join(DeviceTable.from_arrow(lt), DeviceTable.from_arrow(rt), "a", how=how, nulls_equal=True)
 
 
 def test_composite_keys_group_by_matches_cpu_engine():

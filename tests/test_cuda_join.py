@@ -611,11 +611,12 @@ def test_device_errors_are_clear():
         gpujoin.join({"k": cp.asarray([1, 1, 2]), "v": cp.arange(3)}, r, "k", validate="1:1", algorithm="auto")
     out = gpujoin.join({"k": cp.asarray([1, 1, 2]), "v": cp.arange(3)}, r, "k", algorithm="auto")
     assert sorted(out.to_arrow().column("v").to_pylist()) == [0, 1, 2]
-    # and before the keys' own checks (int32/int64 keys): nulls_equal=True with a null key raises,
-    # a null key matches nothing (test_cuda_device_tables.py), the samples read
+    # and with null keys (int32/int64 keys): a null key matches nothing, or with nulls_equal=True
+    # a null key (test_cuda_device_tables.py); the samples read
     nulls = DeviceTable.from_arrow(pa.table({"k": pa.array([1, None, 3], pa.int64()), "v": [7, 8, 9]}))
-    with pytest.raises(ValueError, match="nulls_equal=True"):
-        gpujoin.join(nulls, r, "k", algorithm="auto", nulls_equal=True)
+    out = gpujoin.join(nulls, nulls, "k", algorithm="auto", nulls_equal=True).to_arrow()
+    assert sorted(zip(out.column("k").to_pylist(), out.column("v").to_pylist()), key=str) == [
+        (1, 7), (3, 9), (None, 8)]
     out = gpujoin.join(r, nulls, "k", how="left", algorithm="auto").to_arrow()
     assert sorted(out.column("v").to_pylist(), key=str) == [7, 9, None, None]
     out = gpujoin.join({"k": cp.asarray([3, 0], cp.int32), "v": cp.arange(2)}, r, "k", algorithm="auto")

@@ -8,7 +8,9 @@ two sides' dictionaries re-coded into one first, cuda.table.unify_dictionaries) 
 a side are packed into one int64 key (:mod:`gpujoin.plan.pack_keys`); wider composite keys go
 through Arrow tables (``gpujoin.join`` on host tables, which also runs on the GPU).  A row with a
 null key matches nothing (SQL, and Polars' ``nulls_equal=False``): the rows with every key
-present are joined, and the others added as the unmatched rows of outer and anti joins.
+present are joined, and the others added as the unmatched rows of outer and anti joins.  With
+``nulls_equal=True`` (pandas' merge, Polars' ``nulls_equal=True``) a null matches a null: the
+rows with a null key are joined among themselves too, each nullable key beside a flag key.
 """
 
 from __future__ import annotations
@@ -56,9 +58,10 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     Raises
     ------
     ColumnNotFoundError, SchemaError, ValueError
-        As for host tables; also for ``nulls_equal=True`` with null keys, composite keys whose
-        ranges span more than 63 bits, and a string key joined with a key of another type.  (A
-        null key matches nothing: such rows are an outer side's unmatched rows.)
+        As for host tables; also for composite keys whose ranges span more than 63 bits (with
+        ``nulls_equal=True`` and null keys, the rows with a null key: their keys and one bit a
+        nullable key), and a string key joined with a key of another type.  (A null key matches
+        nothing unless ``nulls_equal``: such rows are an outer side's unmatched rows.)
     RuntimeError
         device="cpu" with device-resident inputs.
     MemoryError
@@ -85,7 +88,10 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     """The device join where key columns may hold nulls: the rows whose keys are all present
     joined (:func:`_execute_device_join`), then each outer side's (and an anti join's left)
     rows with a null key appended, the other side's columns null, as the host path's
-    ``plan.join._match`` adds them."""
+    ``plan.join._match`` adds them; with ``nulls_equal``, the rows with a null key joined among
+    themselves (:func:`_join_null_rows`) instead."""
+    import cupy as cp
+
     from ..cuda.table import as_device_table, concat_tables, key_validity
 
     lt, rt = as_device_table(left), as_device_table(right)
@@ -99,22 +105,84 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     if lvalid is None and rvalid is None:
         return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
                                     radix_bits)
-    if nulls_equal:
-        raise ValueError("nulls_equal=True with null join keys in GPU memory is not supported: pass Arrow tables "
-                         "(DeviceTable.to_arrow(); they join on the GPU too), or drop the rows with null keys")
     present = [t if v is None else _without_masks(t.filter(v), k) for t, v, k in ((lt, lvalid, lk), (rt, rvalid, rk))]
     result, stats = _execute_device_join(*present, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
                                          radix_bits)
-    layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix,
-                           how != "full" if coalesce is None else coalesce)
+    coalesced = how != "full" if coalesce is None else coalesce
     parts = [result]
-    for side, t, valid, keep in (("l", lt, lvalid, ("left", "full", "anti")), ("r", rt, rvalid, ("right", "full"))):
-        if valid is not None and how in keep:
-            parts.append(_unmatched(t.filter(~valid), side, lk if side == "l" else rk, lk, rk, layout, result))
+    if nulls_equal:  # a null key equals a null key: the rows with one join among themselves, as the rest do
+        nulls = [t.filter(cp.zeros(t.num_rows, bool) if v is None else ~v) for t, v in ((lt, lvalid), (rt, rvalid))]
+        parts.append(_join_null_rows(*nulls, lk, rk, how, suffix, validate, coalesced, algo, dev))
+    else:
+        layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesced)
+        for side, t, valid, keep in (("l", lt, lvalid, ("left", "full", "anti")), ("r", rt, rvalid, ("right", "full"))):
+            if valid is not None and how in keep:
+                parts.append(_unmatched(t.filter(~valid), side, lk if side == "l" else rk, lk, rk, layout, result))
     out = concat_tables([p for p in parts if p.num_rows] or [result])
     stats.output_rows = out.num_rows
     stats.params["null_key_rows"] = sum(p.num_rows for p in parts[1:])
     return out, stats
+
+
+def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate, coalesce, algo, dev):
+    """``nulls_equal=True``'s join of the rows with a null in some key column (``lt``, ``rt``:
+    only those rows, either may be empty), laid out as the join of the other rows: each key
+    position with a mask on either side gets a flag column (uint8, 1 where null) beside it as
+    one more key, its nulls read as 0 (a string key's as code 0 of the two sides' one
+    dictionary), so that a null meets only a null; then the key columns' masks come back from
+    the flags, which are dropped.  (The rows with every key present cannot meet these rows, so
+    the two joins are the whole join, outer and anti rows included.)"""
+    import cupy as cp
+    import pyarrow as pa
+
+    from ..cuda.table import DeviceTable, unify_dictionaries
+
+    taken = set(lt.column_names) | set(rt.column_names)
+    flags = {}  # key position -> flag column name (the same on both sides)
+    for i, (a, b) in enumerate(zip(lk, rk)):
+        if a in lt.validity or b in rt.validity:
+            name = f"__null_{i}"
+            while name in taken or name + suffix in taken:
+                name = "_" + name
+            flags[i] = name
+            taken.add(name)
+    strings = [[(0, a), (1, b)] for a, b in zip(lk, rk) if a in lt.dictionaries and b in rt.dictionaries]
+    if strings:
+        lt, rt = unify_dictionaries([lt, rt], strings)
+        for (_, a), (_, b) in strings:  # (code 0 must index a string: an empty dictionary gets one)
+            if not len(lt.dictionaries[a]):
+                d = pa.array([""], lt.dictionaries[a].type)
+                lt = DeviceTable(lt.columns, lt.validity, lt.types, {**lt.dictionaries, a: d})
+                rt = DeviceTable(rt.columns, rt.validity, rt.types, {**rt.dictionaries, b: d})
+
+    def flagged(t, keys):
+        cols, valid = dict(t.columns), {n: v for n, v in t.validity.items() if n not in keys}
+        for i, name in flags.items():
+            v = t.validity.get(keys[i])
+            if v is None:
+                cols[name] = cp.zeros(t.num_rows, cp.uint8)
+            else:
+                cols[keys[i]] = cp.where(v.astype(bool), t[keys[i]], 0).astype(t[keys[i]].dtype, copy=False)
+                cols[name] = (v == 0).astype(cp.uint8)
+        return DeviceTable(cols, valid, t.types, t.dictionaries)
+
+    fk = [flags[i] for i in sorted(flags)]
+    out, _ = _execute_device_join(flagged(lt, lk), flagged(rt, rk), None, lk + fk, rk + fk, how, suffix, validate,
+                                  coalesce, algo, dev, None)
+    layout = output_layout(lt.column_names + fk, rt.column_names + fk, lk + fk, rk + fk, how, suffix, coalesce)
+    where = {(s, name): o for s, name, o, _ in layout}
+    valid = dict(out.validity)
+    for s, keys in (("l", lk), ("r", rk)):
+        for i, name in flags.items():
+            o, f = where.get((s, keys[i])), where.get((s, name))
+            if o is not None:  # (a key the layout keeps on this side)
+                present = out[f] == 0
+                valid[o] = (present & valid[o].astype(bool) if o in valid else present).astype(cp.uint8)
+    drop = {o for (s, name), o in where.items() if name in fk}
+    types = {n: t for n, t in out.types.items() if n not in drop}
+    return DeviceTable({n: a for n, a in out.columns.items() if n not in drop},
+                       {n: v for n, v in valid.items() if n not in drop}, types,
+                       {n: d for n, d in out.dictionaries.items() if n not in drop})
 
 
 def _without_masks(t, names: list[str]):
