@@ -101,6 +101,7 @@ def main():
                 got = pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
                                 for n, c in zip(got.column_names, got.columns)})
                 assert_tables_equal(got, gpujoin.join(lt, rt, "k", how=how, device="cpu"))
+    null_keys_equal(comm, extra, left, right, lambda t: t, device)
     # shuffle="auto": on 2 hosts of 2 the crossover model with this job's links, measured, and
     # the same on every rank (the rails and hosts measure their own: ranks that chose apart hung)
     from gpujoin.dist.model import measured_rates
@@ -115,6 +116,21 @@ def main():
         device_tables(comm, extra, left, right)
     comm.barrier()
     print(f"rank {comm.rank} ok", flush=True)
+
+
+def null_keys_equal(comm, extra, left, right, form, device=None):
+    """nulls_equal=True with null keys on both sides (``form``: a rank's slice as passed to the
+    join): every row with one goes to rank 0, where they meet."""
+    rng = np.random.default_rng(3)
+    right = right.set_column(0, "k", pa.array(right["k"].to_numpy(), mask=rng.random(right.num_rows) < 0.05))
+    for how in ("inner", "left", "full", "anti"):
+        for on in ("k", ["k", "s"]):
+            out = join(form(extra(left)), form(extra(right)), on, how=how, comm=comm, device=device,
+                       nulls_equal=True)
+            got = gathered(comm, out if isinstance(out, pa.Table) else out.to_arrow())
+            if comm.rank == 0:
+                print(f"nulls_equal {how} {on}", flush=True)
+                assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu", nulls_equal=True))
 
 
 def auto_compression(left, right):
@@ -150,6 +166,7 @@ def device_tables(comm, extra, left, right):
     # (left's keys hold nulls: they match nothing and stay on their rank)
     right = right.append_column("c", pa.array(np.arange(right.num_rows) % 7, mask=np.arange(right.num_rows) % 5 == 0))
     dev = lambda t: DeviceTable.from_arrow(extra(t))  # noqa: E731
+    null_keys_equal(comm, extra, left, right, DeviceTable.from_arrow)
     for method in ("one-level", "two-level"):
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):

@@ -46,6 +46,8 @@ def test_one_rank_job_equals_the_join():
         got = join(left, right, "k", how=how, comm=comm, device="cpu", stats=stats)
         assert_tables_equal(got, gpujoin.join(left, right, "k", how=how, device="cpu"))
         assert stats["rows_received"] == (500, 400) and stats["ranks"] == 1
+        got = join(left, left, "k", how=how, comm=comm, device="cpu", nulls_equal=True)
+        assert_tables_equal(got, gpujoin.join(left, left, "k", how=how, device="cpu", nulls_equal=True))
     got = group_by(right, "k", comm=comm, device="cpu").agg(n=(None, "size"))
     assert_tables_equal(got, gpujoin.group_by(right, "k", device="cpu").agg(n=(None, "size")))
     t = pa.table({"x": [1, 2, 3]})
@@ -59,8 +61,6 @@ def test_bad_arguments():
     t = pa.table({"k": [1]})
     with pytest.raises(ValueError, match="cross"):
         join(t, t, how="cross", comm=comm)
-    with pytest.raises(ValueError, match="nulls_equal"):
-        join(t, t, "k", comm=comm, nulls_equal=True)
     with pytest.raises(ValueError, match="compression"):
         join(t, t, "k", comm=comm, compression="zstd")
     with pytest.raises(ValueError, match="unknown shuffle"):
@@ -164,7 +164,8 @@ def test_mpi_jobs_under_hypothesis(ranks, per_node):
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpi4py mpich)")
 def test_mpi_cli_job(tmp_path):
     """`mpiexec -n 2 gpujoin dist join`: each rank its row groups, part-RANK.parquet each, their union
-    the join; a job that fails leaves no part file and exits non-zero with the reason."""
+    the join (null keys matching nothing, or with --nulls-equal each other); a job that fails leaves
+    no part file and exits non-zero with the reason."""
     pytest.importorskip("mpi4py")
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
@@ -172,10 +173,11 @@ def test_mpi_cli_job(tmp_path):
     rng = np.random.default_rng(0)
     (tmp_path / "L").mkdir()
     for i in range(3):
-        pq.write_table(pa.table({"k": rng.integers(0, 800, 3000), "a": rng.random(3000)}),
-                       tmp_path / "L" / f"p{i}.parquet", row_group_size=700)
-    pq.write_table(pa.table({"k": rng.integers(0, 800, 4000), "b": [f"s{x}" for x in rng.integers(0, 9, 4000)]}),
-                   tmp_path / "R.parquet", row_group_size=900)
+        pq.write_table(pa.table({"k": pa.array(rng.integers(0, 800, 3000), mask=rng.random(3000) < 0.01),
+                                 "a": rng.random(3000)}), tmp_path / "L" / f"p{i}.parquet", row_group_size=700)
+    pq.write_table(pa.table({"k": pa.array(rng.integers(0, 800, 4000), mask=rng.random(4000) < 0.01),
+                             "b": [f"s{x}" for x in rng.integers(0, 9, 4000)]}), tmp_path / "R.parquet",
+                   row_group_size=900)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     base = [MPIEXEC, "-n", "2", sys.executable, "-m", "gpujoin.cli", "dist", "join", str(tmp_path / "L"),
             str(tmp_path / "R.parquet"), "--device", "cpu", "--how", "full"]
@@ -187,6 +189,12 @@ def test_mpi_cli_job(tmp_path):
     want = gpujoin.join(ds.dataset(tmp_path / "L").to_table(), pq.read_table(tmp_path / "R.parquet"), "k",
                         how="full", device="cpu")
     assert_tables_equal(got, want)
+    p = subprocess.run(base + ["--on", "k", "--nulls-equal", "-o", str(tmp_path / "eq")], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    want = gpujoin.join(ds.dataset(tmp_path / "L").to_table(), pq.read_table(tmp_path / "R.parquet"), "k",
+                        how="full", device="cpu", nulls_equal=True)
+    assert_tables_equal(ds.dataset(tmp_path / "eq").to_table(), want)
     p = subprocess.run(base + ["--on", "nope", "-o", str(tmp_path / "bad")], capture_output=True, text=True,
                        timeout=600, env=env)
     assert p.returncode != 0 and "nope" in p.stderr

@@ -8,8 +8,9 @@ rank joins what it received with gpujoin's engine (``gpujoin.join``: the planner
 algorithm on the rank's GPU, or the CPU engine).  Rows of equal keys meet on one rank, so every
 join type keeps its meaning: inner, left, right, full, semi and anti (a row without a partner is
 on exactly one rank, which emits it once).  Rows with a null key never match: they stay on their
-rank (and are emitted there by the outer and anti joins).  ``how="cross"`` is not a repartitioned
-join and is refused.
+rank (and are emitted there by the outer and anti joins); with ``nulls_equal=True`` they all go to
+rank 0, where they meet each other (as the group-by's null keys, one group, do).  ``how="cross"``
+is not a repartitioned join and is refused.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def default_communicator() -> Communicator:
     return Communicator.from_mpi()
 
 
-def _destinations(table: pa.Table, names: list[str], types: list, comm: Communicator) -> np.ndarray:
-    """Each row's rank: its key's first-level hash, or this rank for a null key."""
+def _destinations(table: pa.Table, names: list[str], types: list, comm: Communicator, null_rank: int) -> np.ndarray:
+    """Each row's rank: its key's first-level hash, or ``null_rank`` for a null in any key column."""
     from ..plan.keys import cast_key
 
     cols = [cast_key(n, combined(table, n), t) for n, t in zip(names, types)]
@@ -52,7 +53,7 @@ def _destinations(table: pa.Table, names: list[str], types: list, comm: Communic
             v = np.asarray(c.is_valid())
             valid = v if valid is None else valid & v
     if valid is not None:
-        dest[~valid] = comm.rank
+        dest[~valid] = null_rank
     return dest
 
 
@@ -85,22 +86,26 @@ def _host_table(x) -> pa.Table:
     return to_arrow_table(x)
 
 
-def _check_how(how: str, nulls_equal: bool) -> None:
-    """ValueError for a join type or null semantics a repartitioned join cannot answer."""
+def _check_how(how: str) -> None:
+    """ValueError for a join type a repartitioned join cannot answer."""
     if how not in HOWS:
         raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
-    if nulls_equal:
-        raise ValueError("dist.join keeps null keys on their rank: nulls_equal=True would need them on one rank")
 
 
-def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "inner", nulls_equal: bool = False):
+def _null_rank(comm: Communicator, kwargs: dict) -> int:
+    """Where a row with a null key goes: nowhere (it matches nothing), or with ``nulls_equal``
+    rank 0, where every null key meets every other."""
+    return 0 if kwargs.get("nulls_equal", False) else comm.rank
+
+
+def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "inner"):
     """(left table, right table, left keys, right keys), or the error this rank's join would
     raise before it talks to the other ranks (``gpujoin dist join`` runs it on every rank first,
     so that a bad argument stops every rank with its message)."""
     from ..plan.join import _resolve_keys
     from ..table import check_columns
 
-    _check_how(how, nulls_equal)
+    _check_how(how)
     lt, rt = _host_table(left), _host_table(right)
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
@@ -151,7 +156,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         "local_join" the rest; with the radix pass in the shuffle, "shuffle" includes the first
         table's remaining passes, run while the second is on the links, and
         "shuffle_timeline_ms" when each chunk was partitioned and sent)
-    kwargs : passed to ``gpujoin.join`` (``nulls_equal`` excepted: null keys stay on their rank)
+    kwargs : passed to ``gpujoin.join`` (``nulls_equal=True``: the rows with a null key are
+        joined on rank 0)
 
     Returns
     -------
@@ -161,7 +167,7 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     Raises
     ------
     ValueError
-        ``how="cross"``, ``nulls_equal=True``, an unknown shuffle or compression (raised by the
+        ``how="cross"``, an unknown shuffle or compression (raised by the
         shuffle, on every rank alike), ``buckets`` neither "auto" nor a whole number from 1.
     ImportError
         ``compression="cascaded"`` of tables in GPU memory without nvCOMP.
@@ -183,9 +189,10 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         return _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle, compression, device,
                             buckets, stats, kwargs)
     t0 = time.perf_counter()
-    lt, rt, lk, rk = check_inputs(left, right, on, left_on, right_on, how, kwargs.get("nulls_equal", False))
+    lt, rt, lk, rk = check_inputs(left, right, on, left_on, right_on, how)
     types = _key_types(lt, rt, lk, rk, comm)
-    ld, rd = _destinations(lt, lk, types, comm), _destinations(rt, rk, types, comm)
+    nr = _null_rank(comm, kwargs)
+    ld, rd = _destinations(lt, lk, types, comm, nr), _destinations(rt, rk, types, comm, nr)
     t1 = time.perf_counter()
     sent: dict = {}
     lt2, rt2 = shuffle_rows(lt, ld, comm, shuffle, compression, sent), shuffle_rows(rt, rd, comm, shuffle,
@@ -290,7 +297,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     from . import device_shuffle
     from .shuffle import auto_method
 
-    _check_how(how, kwargs.get("nulls_equal", False))
+    _check_how(how)
     if buckets != "auto":
         _bucket_count(buckets, "one-level", "none", comm, 0)  # (a bad value raised before any collective)
     _sync()
@@ -305,8 +312,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     bits = _shuffle_radix_bits(lt, rt, lk, rk, how, comm, kwargs) if (
         B == 1 and shuffle == "one-level" and compression == "none") else None
     if bits is None:
-        ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B, comm.rank,
-                                                     key_validity(t, k))
+        ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B,
+                                                     _null_rank(comm, kwargs), key_validity(t, k))
                   for t, k in ((lt, lk), (rt, rk))]
     _sync()
     t1 = time.perf_counter()
