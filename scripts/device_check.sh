@@ -85,12 +85,10 @@ if [[ $stage == gb-ncu ]]; then
     | grep -v "^g=2" | cut -c1-150 | tail -90
 fi
 # paper 001's ranks under Open MPI, one a GPU, with those variables and the working tree's paths
-# (every NCCL_* variable set here reaches the ranks: NVLink multicast off, and any tried beside it)
+# (every NCCL_* and GPUJOIN_* variable set here reaches the ranks: NVLink multicast off, and any tried)
 mpi() { mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x PYTHONUNBUFFERED -x PATH \
-        $(compgen -e | grep '^NCCL_' | sed 's/^/-x /') \
-        -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x GPUJOIN_HOST_MEMORY \
-        ${GPUJOIN_SHUFFLE_CHUNK_ROWS:+-x GPUJOIN_SHUFFLE_CHUNK_ROWS} ${GPUJOIN_SHUFFLE_NCCL_PRIORITY:+-x GPUJOIN_SHUFFLE_NCCL_PRIORITY} \
-        "$@"; }
+        $(compgen -e | grep '^NCCL_\|^GPUJOIN_' | sed 's/^/-x /') \
+        -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS "$@"; }
 if [[ $stage == scale ]]; then
   # issue 18 on one host of G GPUs (nvidia-h200-x4 / -x8; carry .whl-gpu for compression), in
   # parts that each fit a device call (PARTS, default all three): "hybrid" paper 000's hybrid
@@ -199,8 +197,10 @@ if [[ $stage == radix-shuffle ]]; then
   timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli bench dist \
     --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle one-level --shuffle-radix ${RADIX:-auto,off} \
     --runs ${RUNS:-3} -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | grep -v "^\s*$" | tail -12
-  # NCCL_TRIES="NCCL_MAX_NCHANNELS=16 NCCL_P2P_USE_CUDA_MEMCPY=1": the pass-in-the-shuffle job again under
-  # each setting (what NCCL's kernels take from the passes beside them: their SMs, or copy engines)
+  # NCCL_TRIES="NCCL_MAX_NCHANNELS=16 NCCL_P2P_USE_CUDA_MEMCPY=1 GPUJOIN_SHUFFLE_OVERLAP=0": the
+  # pass-in-the-shuffle job again under each setting (what NCCL's kernels take from the passes beside
+  # them: SMs, memory, or copy engines; the passes with no NCCL group beside them)
+  python3 -c "from cupy.cuda import nccl; print('NCCL', nccl.get_version())"
   for try in ${NCCL_TRIES:-}; do
     echo "== $try"
     env "$try" timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli \

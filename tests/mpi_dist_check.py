@@ -215,8 +215,9 @@ def device_tables(comm, extra, left, right):
     import os
 
     for rb, algorithm, empty, chunk in ((12, "auto", False, ""), (17, "phj-tr", True, "300"), (17, "phj-ur", False, ""),
-                                        (18, "auto", False, ""), (12, "smj-tr", False, "")):
+                                        (18, "auto", False, ""), (12, "smj-tr", False, ""), (12, "auto", False, "200")):
         os.environ["GPUJOIN_SHUFFLE_CHUNK_ROWS"] = chunk  # ("300": each table in several chunks, some empty)
+        os.environ["GPUJOIN_SHUFFLE_OVERLAP"] = "0" if chunk == "200" else "1"  # (each chunk after the last's group)
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             stats = {}
             mine_l = extra(lnum).slice(0, 0) if empty and comm.rank == comm.size - 1 else extra(lnum)
@@ -232,6 +233,7 @@ def device_tables(comm, extra, left, right):
                 print(f"device radix shuffle {rb} {algorithm} {how}: {stats['shuffle_radix_bits']}", flush=True)
                 assert_tables_equal(got, gpujoin.join(whole_l, rnum, "k", how=how, device="cpu"))
     os.environ.pop("GPUJOIN_SHUFFLE_CHUNK_ROWS")
+    os.environ.pop("GPUJOIN_SHUFFLE_OVERLAP")
     # shuffle="auto" of tables in GPU memory: the crossover model with the links measured over
     # the device transport (NCCL; host memory and MPI where ranks share a GPU)
     got = gathered(comm, join(dev(left), dev(right), "k", how="full", comm=comm).to_arrow())

@@ -62,6 +62,15 @@ def eligible(table, key: str) -> bool:
             and _unstable([table[n] for n in table.column_names if n != key], False))
 
 
+def overlapped() -> bool:
+    """Whether a chunk's pass runs beside the NCCL group of the chunk before (the default), or
+    (GPUJOIN_SHUFFLE_OVERLAP=0, the same on every rank) after it: what the overlap costs the
+    passes that run beside NCCL's kernels, measured."""
+    import os
+
+    return os.environ.get("GPUJOIN_SHUFFLE_OVERLAP", "1") != "0"
+
+
 def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radix_bits: int,
                          stats: dict | None = None, finish_first: bool = True, chunk_rows: int | None = None) -> list:
     """Shuffle ``tables`` (DeviceTables, :func:`eligible` on ``keys``: one key column each) so
@@ -73,7 +82,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     ``finish_first``, the first table's remaining passes run while the last table's messages are
     on the links (:func:`finished`): that table arrives wholly partitioned.  Each table goes in
     chunks of ``chunk_rows`` (default ``device_shuffle.chunk_rows_default()``), a chunk's pass
-    beside the chunk before's NCCL group.
+    beside the chunk before's NCCL group (after it where not :func:`overlapped`).
 
     ``stats`` gains bytes_sent, wire_bytes_sent and bytes_received (rows of other ranks only).
     GPU memory: each table's send buffer (the rows for other ranks) and its received rows.
@@ -154,7 +163,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
                 offs[b:] += send_at[c] - own_rows
             units.append((lo, hi, offs, sends, recvs))
         plans.append((layout, base, bufs, units))
-    out, arrived = [], []
+    out, arrived, overlap = [], [], overlapped()
     for i, (t, k) in enumerate(zip(tables, keys)):
         key, vals, _ = parts[i]
         layout, base, bufs, units = plans[i]
@@ -166,8 +175,11 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
             net.wait_event(partitioned)
             with net:
                 comm.post_device(bufs, got, sends, recvs)
+            posted = net.record()
+            if not overlap:
+                main.wait_event(posted)
             if stats is not None:
-                marks += [(f"partitioned {i}.{c}", partitioned), (f"sent {i}.{c}", net.record())]
+                marks += [(f"partitioned {i}.{c}", partitioned), (f"sent {i}.{c}", posted)]
         arrived.append(net.record())
         out.append(received_table(t, k, got, radix_bits, top, layout, [cnt[:, i, c, me] for c in range(C)]))
         if stats is not None:
