@@ -90,8 +90,6 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     rows with a null key appended, the other side's columns null, as the host path's
     ``plan.join._match`` adds them; with ``nulls_equal``, the rows with a null key joined among
     themselves (:func:`_join_null_rows`) instead."""
-    import cupy as cp
-
     from ..cuda.table import as_device_table, concat_tables, key_validity
 
     lt, rt = as_device_table(left), as_device_table(right)
@@ -110,9 +108,11 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
                                          radix_bits)
     coalesced = how != "full" if coalesce is None else coalesce
     parts = [result]
-    if nulls_equal:  # a null key equals a null key: the rows with one join among themselves, as the rest do
-        nulls = [t.filter(cp.zeros(t.num_rows, bool) if v is None else ~v) for t, v in ((lt, lvalid), (rt, rvalid))]
-        parts.append(_join_null_rows(*nulls, lk, rk, how, suffix, validate, coalesced, algo, dev))
+    # a null key equals a null key: where both sides have one, the rows with one join among
+    # themselves as the rest do (else they match nothing, as without nulls_equal)
+    if nulls_equal and all(v is not None and bool((~v).any()) for v in (lvalid, rvalid)):
+        parts.append(_join_null_rows(lt.filter(~lvalid), rt.filter(~rvalid), lk, rk, how, suffix, validate,
+                                     coalesced, algo, dev))
     else:
         layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesced)
         for side, t, valid, keep in (("l", lt, lvalid, ("left", "full", "anti")), ("r", rt, rvalid, ("right", "full"))):
@@ -126,18 +126,19 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
 
 def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate, coalesce, algo, dev):
     """``nulls_equal=True``'s join of the rows with a null in some key column (``lt``, ``rt``:
-    only those rows, either may be empty), laid out as the join of the other rows: each key
-    position with a mask on either side gets a flag column (uint8, 1 where null) beside it as
-    one more key, its nulls read as 0 (a string key's as code 0 of the two sides' one
-    dictionary), so that a null meets only a null; then the key columns' masks come back from
-    the flags, which are dropped.  (The rows with every key present cannot meet these rows, so
-    the two joins are the whole join, outer and anti rows included.)"""
+    only those rows), laid out as the join of the other rows: each key position with a mask on
+    either side gets a flag column (uint8, 1 where null) beside it as one more key, its nulls
+    read as one present value of that key (:func:`_null_fill`; a string key's as code 0 of the
+    two sides' one dictionary), so that a null meets only a null; then the key columns' masks
+    come back from the flags, which are dropped.  (The rows with every key present cannot meet
+    these rows, so the two joins are the whole join, outer and anti rows included.)"""
     import cupy as cp
     import pyarrow as pa
 
     from ..cuda.table import DeviceTable, unify_dictionaries
 
-    taken = set(lt.column_names) | set(rt.column_names)
+    names = set(lt.column_names) | set(rt.column_names)
+    taken = names | {n + suffix for n in names}  # (an output name of a user's column, suffixed or not)
     flags = {}  # key position -> flag column name (the same on both sides)
     for i, (a, b) in enumerate(zip(lk, rk)):
         if a in lt.validity or b in rt.validity:
@@ -155,6 +156,8 @@ def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate,
                 lt = DeviceTable(lt.columns, lt.validity, lt.types, {**lt.dictionaries, a: d})
                 rt = DeviceTable(rt.columns, rt.validity, rt.types, {**rt.dictionaries, b: d})
 
+    fills = {i: _null_fill(lt, rt, lk[i], rk[i]) for i in flags}
+
     def flagged(t, keys):
         cols, valid = dict(t.columns), {n: v for n, v in t.validity.items() if n not in keys}
         for i, name in flags.items():
@@ -162,7 +165,7 @@ def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate,
             if v is None:
                 cols[name] = cp.zeros(t.num_rows, cp.uint8)
             else:
-                cols[keys[i]] = cp.where(v.astype(bool), t[keys[i]], 0).astype(t[keys[i]].dtype, copy=False)
+                cols[keys[i]] = cp.where(v.astype(bool), t[keys[i]], fills[i]).astype(t[keys[i]].dtype, copy=False)
                 cols[name] = (v == 0).astype(cp.uint8)
         return DeviceTable(cols, valid, t.types, t.dictionaries)
 
@@ -183,6 +186,28 @@ def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate,
     return DeviceTable({n: a for n, a in out.columns.items() if n not in drop},
                        {n: v for n, v in valid.items() if n not in drop}, types,
                        {n: d for n, d in out.dictionaries.items() if n not in drop})
+
+
+def _null_fill(lt, rt, a: str, b: str) -> int:
+    """The value both sides' null slots of key ``a`` (of ``lt``) and ``b`` (of ``rt``) are read
+    as in :func:`_join_null_rows`: one side's smallest present value where it fits both key
+    dtypes, else 0, so that the packed key (``plan.pack_keys``: a column's bits from its range)
+    is no wider than the present values make it (0 beside keys near 2^60 had made it too wide)."""
+    import cupy as cp
+
+    for t, n in ((lt, a), (rt, b)):
+        x, v = t[n], t.validity.get(n)
+        present = x if v is None else x[v.astype(bool)]
+        if present.size:
+            lo = int(cp.asnumpy(present.min()))
+            if all(_fits(lo, c.dtype) for c in (lt[a], rt[b])):
+                return lo
+    return 0
+
+
+def _fits(value: int, dtype) -> bool:
+    info = np.iinfo(np.uint8 if dtype == np.bool_ else dtype)
+    return info.min <= value <= info.max
 
 
 def _without_masks(t, names: list[str]):
