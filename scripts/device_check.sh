@@ -230,8 +230,10 @@ if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline
   fi
   if [[ $stage == shuffle-timeline ]]; then
     # when the pipelined shuffle's partitions and NCCL groups run, kernel by kernel (CUPTI, each rank)
+    # (RADIX_BITS=17: the shuffle whose pass is the local PHJ's first, dist.radix_shuffle)
     for c in ${CHUNKS:-25 40}; do
-      timeout 150 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c" 2>&1 \
+      timeout 150 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c \
+        ${RADIX_BITS:-}" 2>&1 \
         | tee "$OUT/shuffle_timeline_${RANKS:-2}_$c.txt" | head -${LINES_MAX:-120}
     done
   fi

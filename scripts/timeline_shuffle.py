@@ -1,7 +1,10 @@
 """Under mpirun: one pipelined device shuffle of two tables (2^LOG2N rows a rank, int64 key +
 int64 payload each, chunks of 2^LOG2C rows) after a warm-up, its kernels and copies recorded by
 CUPTI (PyTorch's profiler, which sees CuPy's and NCCL's kernels): when each ran on which stream
-(ms from the first), so that one sees whether the chunks' partitions and NCCL groups overlap."""
+(ms from the first), so that one sees whether the chunks' partitions and NCCL groups overlap.
+A third argument RADIX_BITS times the shuffle whose pass is the local PHJ's first
+(``radix_shuffle.exchange_partitioned``, the first table finished on the way) instead: how long
+each chunk's scatter takes beside NCCL's kernels, and alone under GPUJOIN_SHUFFLE_OVERLAP=0."""
 import json
 import os
 import sys
@@ -20,10 +23,20 @@ from gpujoin.dist.shuffle import SEED_FIRST
 comm = Communicator.from_mpi()
 n = 1 << int(sys.argv[1])
 chunk = 1 << int(sys.argv[2]) if len(sys.argv) > 2 else ds.CHUNK_ROWS
+radix_bits = int(sys.argv[3]) if len(sys.argv) > 3 else None
 build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
-dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
+if radix_bits:
+    from gpujoin.dist import radix_shuffle
+
+    def shuffle():
+        return radix_shuffle.exchange_partitioned([build, probe], ["k", "k"], comm, radix_bits, chunk_rows=chunk)
+else:
+    dests = [ds.destinations([t["k"]], SEED_FIRST, comm.size) for t in (build, probe)]
+
+    def shuffle():
+        return ds.exchange_many([build, probe], dests, comm, chunk_rows=chunk)
 for _ in range(2):
-    ds.exchange_many([build, probe], dests, comm, chunk_rows=chunk)
+    shuffle()
 host = []  # (what, start, seconds) of each partition launch and NCCL post, on the host
 
 
@@ -50,7 +63,7 @@ comm.barrier()
 cp.cuda.Device().synchronize()
 host.clear()
 with tp.profile(activities=[tp.ProfilerActivity.CUDA]) as prof:
-    ds.exchange_many([build, probe], dests, comm, chunk_rows=chunk)
+    shuffle()
     cp.cuda.Device().synchronize()
 path = os.path.join(tempfile.gettempdir(), f"shuffle_trace_{comm.rank}.json")
 prof.export_chrome_trace(path)
