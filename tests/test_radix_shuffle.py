@@ -32,6 +32,18 @@ def test_top_bits_and_when_they_save_a_pass(parts, bits, top, saves):
     assert radix_shuffle.saves_a_pass(parts, bits) == saves
 
 
+def test_the_timeline_reads_as_passes_messages_and_the_finish(monkeypatch):
+    # 839df0b's rank 0 at 2^28 rows a rank: each step from the mark before it on its stream
+    tl = {"counted": 2.39, "partitioned 0.0": 6.19, "sent 0.0": 9.39, "partitioned 0.1": 9.99, "sent 0.1": 13.19,
+          "partitioned 1.0": 13.83, "sent 1.0": 16.99, "partitioned 1.1": 17.63, "sent 1.1": 20.77, "finished 0": 25.55}
+    assert radix_shuffle.timeline_summary(tl) == ("counts 2.39, passes [3.8, 3.8, 3.84, 3.8], messages [3.2, 3.2, "
+                                                  "3.16, 3.14], first table finished 7.92 (+4.78 after the last "
+                                                  "message)")
+    assert radix_shuffle.overlapped()
+    monkeypatch.setenv("GPUJOIN_SHUFFLE_OVERLAP", "0")
+    assert not radix_shuffle.overlapped()
+
+
 @pytest.mark.parametrize("P,me,C", [(2, 0, 1), (2, 1, 2), (3, 1, 3), (4, 3, 2)])
 def test_layouts_agree_between_senders_and_receivers(P, me, C):
     # every rank's sends to ``me`` land where ``me``'s receives expect them: chunk c's message

@@ -242,7 +242,11 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                 if emit is not None:
                     emit(records[-1])
                 if timeline[0]:
+                    from ..dist.radix_shuffle import timeline_summary
+
                     log(f"  shuffle timeline, ms after its start (rank by rank): {timeline}")
+                    for r, tl in enumerate(timeline):
+                        log(f"  rank {r}: {timeline_summary(tl)}")
                 log(f"{what}, {method}, compression {compression}, radix pass in the shuffle "
                     f"{radix_bits or 'no'}: {best * 1e3:,.1f} ms, "
                     f"{total_rows / best / 1e9:.3f} G tuples/s (partition {phases['partition'] * 1e3:.1f}, "

@@ -286,6 +286,28 @@ def timeline_ms(marks: list) -> dict:
     return {name: round(_elapsed_ms(first, e), 3) for name, e in marks[1:]}
 
 
+def timeline_summary(ms: dict) -> str:
+    """One line of :func:`timeline_ms`'s marks: the counts' time, each chunk's pass (from the mark
+    before it on the GPU's main stream: the counts, or the pass before) and messages (from its
+    pass's end, or the messages before, whichever is later), and the first table's finishing
+    pass (from the later of the last pass and that table's last message), in ms."""
+    passes, sends, last_pass, last_sent, sent = [], [], ms.get("counted", 0.0), 0.0, {}
+    for name, t in ms.items():
+        if name.startswith("partitioned "):
+            passes.append(t - last_pass)
+            last_pass = t
+        elif name.startswith("sent "):
+            sends.append(t - max(last_pass, last_sent))
+            last_sent = sent[name.split()[1].split(".")[0]] = t
+    out = f"counts {ms.get('counted', 0.0):.2f}, passes {[round(x, 2) for x in passes]}, " \
+          f"messages {[round(x, 2) for x in sends]}"
+    if "finished 0" in ms:
+        begin = max(last_pass, sent.get("0", 0.0))
+        out += f", first table finished {ms['finished 0'] - begin:.2f} ({ms['finished 0'] - last_sent:+.2f} after " \
+               f"the last message)"
+    return out
+
+
 def _elapsed_ms(a, b) -> float:
     import cupy as cp
 
