@@ -123,13 +123,13 @@ def null_keys_equal(comm, extra, left, right, form, device=None):
     join): every row with one goes to rank 0, where they meet."""
     rng = np.random.default_rng(3)
     right = right.set_column(0, "k", pa.array(right["k"].to_numpy(), mask=rng.random(right.num_rows) < 0.05))
-    for how in ("inner", "left", "full", "anti"):
+    for how, buckets in (("inner", "auto"), ("left", 3), ("full", "auto"), ("anti", 3)):  # (buckets: GPU tables)
         for on in ("k", ["k", "s"]):
             out = join(form(extra(left)), form(extra(right)), on, how=how, comm=comm, device=device,
-                       nulls_equal=True)
+                       nulls_equal=True, buckets=buckets)
             got = gathered(comm, out if isinstance(out, pa.Table) else out.to_arrow())
             if comm.rank == 0:
-                print(f"nulls_equal {how} {on}", flush=True)
+                print(f"nulls_equal {how} {on} buckets {buckets}", flush=True)
                 assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu", nulls_equal=True))
 
 
