@@ -195,6 +195,11 @@ def test_mpi_cli_job(tmp_path):
     want = gpujoin.join(ds.dataset(tmp_path / "L").to_table(), pq.read_table(tmp_path / "R.parquet"), "k",
                         how="full", device="cpu", nulls_equal=True)
     assert_tables_equal(ds.dataset(tmp_path / "eq").to_table(), want)
+    # each key's rows meet on one rank, which checks their multiplicity: L's keys repeat
+    p = subprocess.run(base + ["--on", "k", "--validate", "1:m", "--algorithm", "phj", "-o", str(tmp_path / "dup")],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode != 0 and "1:m" in p.stderr, p.stderr[-2000:]
+    assert not any((tmp_path / "dup").glob("*part-*"))
     p = subprocess.run(base + ["--on", "nope", "-o", str(tmp_path / "bad")], capture_output=True, text=True,
                        timeout=600, env=env)
     assert p.returncode != 0 and "nope" in p.stderr

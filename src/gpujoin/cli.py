@@ -269,7 +269,8 @@ def cmd_dist_join(a):
                                  "moving the inputs to the GPUs")
     stats: dict = {}
     result = job.collective(lambda: join(left, right, comm=comm, shuffle=a.shuffle, compression=a.compression,
-                                         device=a.device, stats=stats, nulls_equal=a.nulls_equal, **keys))
+                                         device=a.device, stats=stats, nulls_equal=a.nulls_equal, suffix=a.suffix,
+                                         validate=a.validate, algorithm=a.algorithm, **keys))
     job.write(result)
     job.summary(stats, f", {a.how} join",
                 ("in L, R", "got L, R", "out", "part ms", "a2a ms", "join ms", "algo", "comp"),
@@ -855,6 +856,11 @@ def build_parser() -> argparse.ArgumentParser:
     dj.add_argument("--how", default="inner", choices=["inner", "left", "right", "full", "semi", "anti"])
     dj.add_argument("--nulls-equal", action="store_true", help="a null key matches a null key (the rows with one "
                     "are joined on rank 0)")
+    dj.add_argument("--suffix", default="_right")
+    dj.add_argument("--validate", default="m:m", choices=["m:m", "1:m", "m:1", "1:1"],
+                    help="check the keys' multiplicity (each key's rows meet on one rank: checked there)")
+    dj.add_argument("--algorithm", default="auto", help="each rank's local join: 'auto' or a standard name (see "
+                    "`gpujoin info`)")
     dist_options(dj, "joined")
     dj.set_defaults(fn=cmd_dist_join)
     dg = dsub.add_parser("group-by", help="one rank of `mpirun -n P gpujoin dist group-by`: a Parquet dataset's "
