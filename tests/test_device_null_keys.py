@@ -1,5 +1,6 @@
-"""The device join's null keys, on the CPU (tests/device_null_keys_check.py: NumPy for CuPy, in a
-process of its own so that the stand-in reaches no other test)."""
+"""DeviceTable bookkeeping on the CPU, NumPy standing in for CuPy, each check in a process of its
+own so that the stand-in reaches no other test: the device join's null keys
+(tests/device_null_keys_check.py) and binary columns (tests/device_binary_check.py)."""
 
 import os
 import subprocess
@@ -9,7 +10,15 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
-def test_null_keys_match_nothing_in_the_device_join():
-    p = subprocess.run([sys.executable, str(HERE / "device_null_keys_check.py")], capture_output=True, text=True,
+def _check(script: str):
+    p = subprocess.run([sys.executable, str(HERE / script)], capture_output=True, text=True,
                        timeout=600, env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")})
     assert p.returncode == 0 and "ok" in p.stdout, (p.stdout[-2000:], p.stderr[-4000:])
+
+
+def test_null_keys_match_nothing_in_the_device_join():
+    _check("device_null_keys_check.py")
+
+
+def test_binary_columns_live_in_a_device_table():
+    _check("device_binary_check.py")

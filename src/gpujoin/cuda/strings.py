@@ -41,7 +41,7 @@ def _on_device(arrays: list[pa.Array]):
     parts, total = [], 0
     for a in arrays:
         if len(a):
-            wide = pa.types.is_large_string(a.type)
+            wide = pa.types.is_large_string(a.type) or pa.types.is_large_binary(a.type)
             _, obuf, dbuf = a.buffers()
             o = np.frombuffer(obuf, np.int64 if wide else np.int32, len(a) + 1, a.offset * (8 if wide else 4))
             lo, hi = int(o[0]), int(o[-1])

@@ -37,9 +37,9 @@ class DeviceTable:
         a column without an entry has no nulls
     types : dict of name -> pyarrow type to give the column on the host (default: from dtype).
         Dates and timestamps are stored as their int32/int64 counts, decimals of precision
-        <= 18 as int64 unscaled values, strings as int32 codes into ``dictionaries``.
-    dictionaries : dict of name -> pyarrow string array, the values of a string column's codes
-        (a code of i stands for ``dictionaries[name][i]``)
+        <= 18 as int64 unscaled values, strings and binaries as int32 codes into ``dictionaries``.
+    dictionaries : dict of name -> pyarrow string (or binary) array, the values of a string (or
+        binary) column's codes (a code of i stands for ``dictionaries[name][i]``)
     partitioning : HashPartitioning, or None: how the rows are already grouped (set by a
         shuffle that did a join's first radix pass; a table made from this one does not keep it)
     """
@@ -104,10 +104,11 @@ class DeviceTable:
     @classmethod
     def from_arrow(cls, table: pa.Table) -> DeviceTable:
         """Copy a pyarrow table to the GPU: integer, float, bool, temporal, decimal128 (precision
-        <= 18) and string columns; strings are dictionary-encoded on the host first (string_view
-        as large_string).  Dictionary columns of strings keep their dictionary; dictionaries of
-        other values (pandas' categoricals of numbers or dates) are decoded to their values, as
-        the host path compares them (``table.decoded``).
+        <= 18), string and binary columns; strings and binaries (UUIDs, digests: binary,
+        large_binary, fixed_size_binary) are dictionary-encoded on the host first (views as
+        large_string, large_binary).  Dictionary columns of strings or binaries keep their
+        dictionary; dictionaries of other values (pandas' categoricals of numbers or dates) are
+        decoded to their values, as the host path compares them (``table.decoded``).
 
         Raises TypeError for other column types (the message names the column).
         """
@@ -116,10 +117,10 @@ class DeviceTable:
         for name, col in zip(table.column_names, table.columns):
             t = col.type
             arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-            if pa.types.is_dictionary(t) and not is_string_type(t.value_type):
+            if pa.types.is_dictionary(t) and not coded_type(t.value_type):
                 arr = decoded(arr)
                 t = arr.type
-            if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
+            if coded_type(t) or pa.types.is_dictionary(t):
                 if not pa.types.is_dictionary(t):
                     arr = arr.dictionary_encode()
                 dicts[name] = arr.dictionary
@@ -139,7 +140,7 @@ class DeviceTable:
                 values = values.astype(np.uint8) if values.dtype == np.bool_ else values
             else:
                 raise TypeError(f"column {name!r}: type {t} cannot live in a DeviceTable; only integer, float, "
-                                f"bool, temporal, decimal128 (precision <= 18) and string columns can")
+                                f"bool, temporal, decimal128 (precision <= 18), string and binary columns can")
             if arr.null_count:
                 valid[name] = cp.asarray(arr.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8))
             cols[name] = cp.asarray(values)
@@ -161,6 +162,8 @@ class DeviceTable:
             if name in self.dictionaries:
                 arr = pa.DictionaryArray.from_arrays(pa.array(values, mask=mask), self.dictionaries[name])
                 arr = arr.dictionary_decode() if decode_strings else arr
+                if decode_strings and t is not None and pa.types.is_fixed_size_binary(t) and arr.type != t:
+                    arr = arr.cast(t)  # (UUIDs back as fixed_size_binary: a union's bytes are binary)
             elif t is not None and pa.types.is_decimal128(t):
                 arr = int64_to_decimal(values, t, valid)
             else:
@@ -176,6 +179,27 @@ class DeviceTable:
         cols = ", ".join(f"{n}: {self.types.get(n, a.dtype)}{'?' if n in self.validity else ''}"
                          for n, a in self.columns.items())
         return f"DeviceTable({self.num_rows} rows; {cols})"
+
+
+def coded_type(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` lives in a DeviceTable as int32 codes into a dictionary:
+    strings and binaries (Arrow's view types are cast to large ones first)."""
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
+
+
+def _union_type(column_names: list, dictionaries: list) -> pa.DataType:
+    """The one type a group's dictionaries are cast to for their union: large_string or string,
+    large_binary or binary (fixed_size_binary too, its width kept by the column's type).
+
+    Raises TypeError where the group mixes strings with binaries."""
+    strings = [is_string_type(d.type) for d in dictionaries]
+    if any(strings) and not all(strings):
+        raise TypeError(f"columns {column_names}: strings joined or stacked with binary values; cast one side "
+                        f"(pyarrow.compute.cast) so that both are strings or both binary")
+    if all(strings):
+        return pa.large_string() if any(pa.types.is_large_string(d.type) for d in dictionaries) else pa.string()
+    return pa.large_binary() if any(pa.types.is_large_binary(d.type) for d in dictionaries) else pa.binary()
 
 
 def key_validity(table: DeviceTable, names: list[str]):
@@ -194,9 +218,9 @@ def as_device_table(x) -> DeviceTable:
 
 
 def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, str]]], comm=None) -> list:
-    """``tables`` with each group of string columns (``(table index, column)`` pairs) re-coded
-    into one dictionary that the group shares: the union of the group's dictionaries, in order,
-    so that equal strings have equal int32 codes (a join's keys, a concatenation's parts).
+    """``tables`` with each group of string (or binary) columns (``(table index, column)`` pairs)
+    re-coded into one dictionary that the group shares: the union of the group's dictionaries, in
+    order, so that equal strings have equal int32 codes (a join's keys, a concatenation's parts).
 
     ``comm`` (a ``gpujoin.dist.Communicator``: its ``rank`` and ``allgather``) widens the union
     to the group's dictionaries on every rank, in rank order, so that it is the same on each;
@@ -209,7 +233,8 @@ def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, s
     Raises
     ------
     TypeError
-        A column of a group that is not a string column (on some rank).
+        A column of a group that is not a string column (on some rank), or a group of strings
+        and binaries.
     """
     import pyarrow.compute as pc
 
@@ -225,7 +250,7 @@ def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, s
         every = [d for ds in ranks for d in ds]
         if all(d is every[0] for d in every):
             continue  # one dictionary already
-        kind = pa.large_string() if any(pa.types.is_large_string(d.type) for d in every) else pa.string()
+        kind = _union_type([c for _, c in group], every)
         # the union (first appearance, so the first dictionary keeps its codes) and each entry's
         # code in it: hashed on the GPU (cuda.strings), else one host hash pass (Arrow's memo
         # table; pc.unique, then pc.index_in a column, took 2.6x as long)

@@ -1,10 +1,11 @@
 """Group-bys of device-resident tables: input and output stay in GPU memory.
 
 The planner's part for DeviceTables (or dicts of CuPy arrays): integer (also date and
-dictionary-coded string) key columns, several packed into one int64 key (wider composite keys
+dictionary-coded string or binary) key columns, several packed into one int64 key (wider composite keys
 go through Arrow tables, which also run on the GPU); a key with nulls is packed with a null
 flag, so that its null rows form one group whose key is null, as in SQL and Polars;
-value columns of any integer, bool or float type with validity masks; each aggregate becomes
+value columns of any integer, bool or float type with validity masks (strings: count, n_unique,
+min and max; dates and times no sum or mean; binaries count, as on the host); each aggregate becomes
 the accumulators it needs, and the results get SQL semantics: sums of integers are int64
 (an overflow is an error), of floats float64; mean float64; count and size int64; min and max
 the column's own type; an all-null group's sum, min, max and mean are null.
@@ -19,10 +20,21 @@ import pyarrow as pa
 
 from ..backend import resolve_device
 from ..errors import ComputeError, InvalidOperationError, SchemaError
+from ..table import is_string_type
 from .device_join import _key_dtype, from_key, to_key
-from .groupby import GroupByStats
+from .groupby import GroupByStats, check_aggregate
 
 _NEEDS = {"sum": ("sum",), "mean": ("sum", "count"), "min": ("min",), "max": ("max",), "count": ("count",)}
+
+
+def _arrow_kind(table, col: str) -> tuple:
+    """(Arrow type, kind) of DeviceTable column ``col`` as ``plan.groupby.check_aggregate`` takes
+    them: a dictionary column's "string" or "other" (binary), else its type's numeric kind."""
+    d = table.dictionaries.get(col)
+    if d is not None:
+        return d.type, "string" if is_string_type(d.type) else "other"
+    a = table[col]
+    return table.types.get(col) or pa.from_numpy_dtype(a.dtype), "float" if a.dtype.kind == "f" else "int"
 
 
 def _kernel_values(name: str, a):
@@ -108,7 +120,10 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     for kname in by:
         if table[kname].dtype.kind not in "iub":
             raise SchemaError(f"group-by key {kname!r} has dtype {table[kname].dtype}; device-resident keys must be "
-                              f"integers, dates or strings (pass an Arrow table for other key types)")
+                              f"integers, dates, strings or binaries (pass an Arrow table for other key types)")
+    for _, col, fn in specs:  # (a string's codes or a date's days summed would be numbers, not an answer)
+        if fn != "size":
+            check_aggregate(col, *_arrow_kind(table, col), fn)
     packing, nullable = None, [k for k in by if k in table.validity]
     if len(by) == 1 and not nullable:
         kcol = table[by[0]]

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backend import HOST_STREAMING, resolve_algorithm, resolve_device
 from ..errors import ComputeError, SchemaError
-from ..table import check_columns
+from ..table import check_columns, is_string_type
 from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, output_layout
 
 
@@ -298,8 +298,11 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
         if (da is None) != (db is None):
             s, o = (a, b) if da is not None else (b, a)
-            raise SchemaError(f"join keys {a!r} and {b!r}: {s!r} is a string column and {o!r} is not; cast one "
-                              f"to the other's type (or pass Arrow tables)")
+            raise SchemaError(f"join keys {a!r} and {b!r}: {s!r} is a string (or binary) column and {o!r} is not; "
+                              f"cast one to the other's type (or pass Arrow tables)")
+        if da is not None and is_string_type(da.type) != is_string_type(db.type):
+            raise SchemaError(f"join keys {a!r} ({da.type}) and {b!r} ({db.type}) have incompatible types; cast one "
+                              f"of them so both are binary or both are string")
         if da is not None and da is not db:
             strings.append([(0, a), (1, b)])
     if strings:

@@ -248,17 +248,23 @@ class _Request:
     distinct: bool = False  # an n_unique of it is asked
 
     def check(self, fn: str) -> None:
-        col, typ = self.name, self.typ
-        if self.kind == "string" and fn not in ("min", "max", "count", "n_unique"):
-            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
-                                        f"strings support count, n_unique, size, min and max")
-        if self.kind == "other" and fn != "count":
-            raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
+        check_aggregate(self.name, self.typ, self.kind, fn)
         if fn == "n_unique":
             self.distinct = True  # (the GPU's reducer counts it apart: in core over all rows, else a partition at a time)
-        if temporal_storage(typ) is not None and fn in ("sum", "mean"):
-            raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; dates, times, "
-                                        f"timestamps and durations support count, n_unique, size, min and max")
+
+
+def check_aggregate(col: str, typ: pa.DataType, kind: str, fn: str) -> None:
+    """InvalidOperationError where aggregate ``fn`` (not "size") is not defined for column ``col``
+    of Arrow type ``typ``; ``kind`` "string", "other" (binary values and the like: count only) or
+    a numeric kind.  The host engine's rule, and DeviceTables' (plan.device_groupby)."""
+    if kind == "string" and fn not in ("min", "max", "count", "n_unique"):
+        raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; "
+                                    f"strings support count, n_unique, size, min and max")
+    if kind == "other" and fn != "count":
+        raise InvalidOperationError(f"cannot aggregate column {col!r} of type {typ}")
+    if temporal_storage(typ) is not None and fn in ("sum", "mean"):
+        raise InvalidOperationError(f"cannot compute {fn} of column {col!r} of type {typ}; dates, times, "
+                                    f"timestamps and durations support count, n_unique, size, min and max")
 
 
 def _keys_are_codes(keys: list[pa.Array]) -> bool:

@@ -1,0 +1,86 @@
+"""Run by tests/test_device_null_keys.py in a process of its own: binary columns (binary,
+large_binary, fixed_size_binary: UUIDs, digests) in a DeviceTable, checked on the CPU with NumPy
+standing in for CuPy: from and back to Arrow with nulls, two tables' dictionaries unified (codes
+of equal bytes equal), concatenated, strings and binaries refused together; and the device
+group-by's refusal of aggregates a column's type lacks (sum of strings, mean of dates, max of
+binaries), as the host engine refuses them.  Their joins and
+group-bys on the GPU: tests/test_cuda_device_tables.py (marker gpu)."""
+
+import sys
+import types
+
+import numpy as np
+
+cupy = types.ModuleType("cupy")  # NumPy as CuPy: what DeviceTable's bookkeeping calls
+cupy.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+cupy.asnumpy = np.asarray
+sys.modules["cupy"], sys.modules["cupyx"] = cupy, types.ModuleType("cupyx")
+
+import pyarrow as pa  # noqa: E402
+
+from gpujoin.cuda.table import DeviceTable, concat_tables, unify_dictionaries  # noqa: E402
+from gpujoin.testing import assert_tables_equal  # noqa: E402
+
+
+def main():
+    rng = np.random.default_rng(5)
+    uuids = [bytes(rng.integers(0, 256, 16, dtype=np.uint8)) for _ in range(30)]
+    raw = [b"", b"\xff\xfe\x00", b"GERMANY", b"\x00" * 40] + uuids[:6]
+    n = 500
+    t = pa.table({"u": pa.array([uuids[i] for i in rng.integers(0, 30, n)], pa.binary(16),
+                                mask=rng.random(n) < 0.1),
+                  "b": pa.array([raw[i] for i in rng.integers(0, len(raw), n)], pa.binary(), mask=rng.random(n) < 0.1),
+                  "lb": pa.array([raw[i] for i in rng.integers(0, len(raw), n)], pa.large_binary()),
+                  "i": np.arange(n)})
+    d = DeviceTable.from_arrow(t)
+    assert set(d.dictionaries) == {"u", "b", "lb"}
+    assert_tables_equal(d.to_arrow(), t, check_row_order=True)
+    assert d.to_arrow().schema.field("u").type == pa.binary(16)
+    # another table's dictionaries (other bytes, another order): unified, equal bytes equal codes
+    other = pa.table({"u": pa.array([uuids[i] for i in rng.integers(10, 40, 200) % 30], pa.binary(16)),
+                      "b": pa.array([raw[i] for i in rng.integers(0, len(raw), 200)], pa.large_binary()),
+                      "lb": pa.array([raw[i] for i in rng.integers(0, len(raw), 200)], pa.binary()),
+                      "i": np.arange(200)})
+    e = DeviceTable.from_arrow(other)
+    a, b = unify_dictionaries([d, e], [[(0, c), (1, c)] for c in ("u", "b", "lb")])
+    for c in ("u", "b", "lb"):
+        assert a.dictionaries[c] is b.dictionaries[c]
+        da, db = a.to_arrow()[c].to_pylist(), b.to_arrow()[c].to_pylist()
+        assert da == t[c].to_pylist() and db == other[c].to_pylist()
+        codes = {}
+        for x, k in zip(da + db, list(np.asarray(a[c])) + list(np.asarray(b[c]))):
+            if x is not None:
+                assert codes.setdefault(x, int(k)) == int(k), (c, x)
+    both = concat_tables([d, e]).to_arrow()
+    assert both.num_rows == n + 200 and both["u"].to_pylist() == t["u"].to_pylist() + other["u"].to_pylist()
+    assert both["b"].to_pylist() == t["b"].to_pylist() + other["b"].to_pylist()
+    strings = DeviceTable.from_arrow(pa.table({"u": pa.array(["x"]), "b": pa.array(["y"]), "lb": pa.array(["z"]),
+                                               "i": [0]}))
+    try:
+        unify_dictionaries([d, strings], [[(0, "b"), (1, "b")]])
+    except TypeError as err:
+        assert "binary" in str(err) and "'b'" in str(err), err
+    else:
+        raise AssertionError("strings and binaries were unified")
+    # aggregates a column's type lacks are refused before any work, as on the host (a string's
+    # codes or a date's days had been summed as numbers)
+    from gpujoin.errors import InvalidOperationError
+    from gpujoin.plan import device_groupby
+
+    g = DeviceTable.from_arrow(pa.table({"k": [1, 1, 2], "s": ["x", "y", None], "b": [b"x", None, b"\xff"],
+                                         "d": pa.array([1, 2, 3], pa.int32()).view(pa.date32()), "v": [1.5, 2, 3]}))
+    for col, fn, message in (("s", "sum", "strings support"), ("d", "mean", "dates, times"),
+                             ("b", "max", "cannot aggregate column 'b'"), ("b", "n_unique", "column 'b'")):
+        try:
+            device_groupby.execute_device_group_by(g, ["k"], [("out", col, fn)], "auto")
+        except InvalidOperationError as err:
+            assert message in str(err), err
+        else:
+            raise AssertionError(f"{fn} of {col} was not refused")
+    for col, fn in (("s", "max"), ("s", "n_unique"), ("d", "min"), ("b", "count"), ("v", "mean")):
+        device_groupby.check_aggregate(col, *device_groupby._arrow_kind(g, col), fn)
+    print("device binary columns: ok")
+
+
+if __name__ == "__main__":
+    main()
