@@ -162,8 +162,6 @@ class DeviceTable:
             if name in self.dictionaries:
                 arr = pa.DictionaryArray.from_arrays(pa.array(values, mask=mask), self.dictionaries[name])
                 arr = arr.dictionary_decode() if decode_strings else arr
-                if decode_strings and t is not None and pa.types.is_fixed_size_binary(t) and arr.type != t:
-                    arr = arr.cast(t)  # (UUIDs back as fixed_size_binary: a union's bytes are binary)
             elif t is not None and pa.types.is_decimal128(t):
                 arr = int64_to_decimal(values, t, valid)
             else:
@@ -189,8 +187,8 @@ def coded_type(t: pa.DataType) -> bool:
 
 
 def _union_type(column_names: list, dictionaries: list) -> pa.DataType:
-    """The one type a group's dictionaries are cast to for their union: large_string or string,
-    large_binary or binary (fixed_size_binary too, its width kept by the column's type).
+    """The one type of a group's dictionaries' union: large_string or string, large_binary or
+    binary, or the group's fixed_size_binary where all are of that one width.
 
     Raises TypeError where the group mixes strings with binaries."""
     strings = [is_string_type(d.type) for d in dictionaries]
@@ -199,7 +197,18 @@ def _union_type(column_names: list, dictionaries: list) -> pa.DataType:
                         f"(pyarrow.compute.cast) so that both are strings or both binary")
     if all(strings):
         return pa.large_string() if any(pa.types.is_large_string(d.type) for d in dictionaries) else pa.string()
+    if all(d.type == dictionaries[0].type for d in dictionaries) and pa.types.is_fixed_size_binary(dictionaries[0].type):
+        return dictionaries[0].type
     return pa.large_binary() if any(pa.types.is_large_binary(d.type) for d in dictionaries) else pa.binary()
+
+
+def one_value(t: pa.DataType) -> pa.Array:
+    """A dictionary of one value of string or binary type ``t`` (an empty string, or a
+    fixed_size_binary's zero bytes): what an all-null column's codes index where its dictionary
+    is empty."""
+    if is_string_type(t):
+        return pa.array([""], t)
+    return pa.array([b"\0" * t.byte_width if pa.types.is_fixed_size_binary(t) else b""], t)
 
 
 def key_validity(table: DeviceTable, names: list[str]):
@@ -254,13 +263,16 @@ def unify_dictionaries(tables: list[DeviceTable], groups: list[list[tuple[int, s
         # the union (first appearance, so the first dictionary keeps its codes) and each entry's
         # code in it: hashed on the GPU (cuda.strings), else one host hash pass (Arrow's memo
         # table; pc.unique, then pc.index_in a column, took 2.6x as long)
-        every, got = [d.cast(kind) for d in every], None
+        hashed = pa.binary() if pa.types.is_fixed_size_binary(kind) else kind  # (the hash reads offsets)
+        every, got = [d.cast(hashed) for d in every], None
         if sum(len(d) for d in every) >= GPU_UNION_MIN and not any(d.null_count for d in every):
             got = union_codes(every)  # (None: a 64-bit collision)
         if got is None:
             enc = pc.dictionary_encode(pa.concat_arrays(every), null_encoding="encode")
             got = enc.dictionary, cp.asarray(enc.indices.to_numpy(zero_copy_only=False).astype(np.int32))
         union, code = got
+        if union.type != kind:  # (fixed_size_binary of one width: hashed as binary, kept as it was)
+            union = union.cast(kind)
         start = sum(len(d) for ds in ranks[:comm.rank if comm is not None else 0] for d in ds)
         for (i, c), local in zip(group, mine):
             t = tables[i]

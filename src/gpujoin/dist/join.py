@@ -239,13 +239,20 @@ def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> l
     tables = [as_device_table(t) for t in tables]
     for t, k, side in zip(tables, keys, ("left", "right")):
         check_columns(t, k, side if len(tables) > 1 else "input")
-    _same_on_every_rank([f"gpu {t[n].dtype} {'string' if n in t.dictionaries else ''}"
-                         for t, k in zip(tables, keys) for n in k], comm)
+    _same_on_every_rank([f"gpu {t[n].dtype} {_coded(t, n)}" for t, k in zip(tables, keys) for n in k], comm)
     groups = [[(i, k[j]) for i, k in enumerate(keys)] for j in range(len(keys[0]))]
     groups = [g for g in groups if any(n in tables[i].dictionaries for i, n in g)]
     for i, t in enumerate(tables):
         groups += [[(i, n)] for n in t.column_names if n in t.dictionaries and n not in keys[i]]
     return unify_dictionaries(tables, groups, comm)
+
+
+def _coded(t, name: str) -> str:
+    """What DeviceTable ``t``'s column ``name`` codes: "string", "binary" or nothing."""
+    from ..table import is_string_type
+
+    d = t.dictionaries.get(name)
+    return "" if d is None else "string" if is_string_type(d.type) else "binary"
 
 
 def _bucket_count(buckets, method: str, compression: str, comm: Communicator, rows: int) -> int:

@@ -27,14 +27,19 @@ from .groupby import GroupByStats, check_aggregate
 _NEEDS = {"sum": ("sum",), "mean": ("sum", "count"), "min": ("min",), "max": ("max",), "count": ("count",)}
 
 
-def _arrow_kind(table, col: str) -> tuple:
+def _arrow_kind(table, col: str) -> tuple | None:
     """(Arrow type, kind) of DeviceTable column ``col`` as ``plan.groupby.check_aggregate`` takes
-    them: a dictionary column's "string" or "other" (binary), else its type's numeric kind."""
+    them: a dictionary column's "string" or "other" (binary), else its type's numeric kind; None
+    for a dtype Arrow has no type of (the kernels' own check names it)."""
     d = table.dictionaries.get(col)
     if d is not None:
         return d.type, "string" if is_string_type(d.type) else "other"
     a = table[col]
-    return table.types.get(col) or pa.from_numpy_dtype(a.dtype), "float" if a.dtype.kind == "f" else "int"
+    try:
+        t = table.types.get(col) or pa.from_numpy_dtype(a.dtype)
+    except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
+        return None
+    return t, "float" if a.dtype.kind == "f" else "int"
 
 
 def _kernel_values(name: str, a):
@@ -122,8 +127,9 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
             raise SchemaError(f"group-by key {kname!r} has dtype {table[kname].dtype}; device-resident keys must be "
                               f"integers, dates, strings or binaries (pass an Arrow table for other key types)")
     for _, col, fn in specs:  # (a string's codes or a date's days summed would be numbers, not an answer)
-        if fn != "size":
-            check_aggregate(col, *_arrow_kind(table, col), fn)
+        kind = _arrow_kind(table, col) if fn != "size" else None
+        if kind is not None:
+            check_aggregate(col, *kind, fn)
     packing, nullable = None, [k for k in by if k in table.validity]
     if len(by) == 1 and not nullable:
         kcol = table[by[0]]

@@ -133,9 +133,8 @@ def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate,
     come back from the flags, which are dropped.  (The rows with every key present cannot meet
     these rows, so the two joins are the whole join, outer and anti rows included.)"""
     import cupy as cp
-    import pyarrow as pa
 
-    from ..cuda.table import DeviceTable, unify_dictionaries
+    from ..cuda.table import DeviceTable, one_value, unify_dictionaries
 
     names = set(lt.column_names) | set(rt.column_names)
     taken = names | {n + suffix for n in names}  # (an output name of a user's column, suffixed or not)
@@ -152,7 +151,7 @@ def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate,
         lt, rt = unify_dictionaries([lt, rt], strings)
         for (_, a), (_, b) in strings:  # (code 0 must index a string: an empty dictionary gets one)
             if not len(lt.dictionaries[a]):
-                d = pa.array([""], lt.dictionaries[a].type)
+                d = one_value(lt.dictionaries[a].type)
                 lt = DeviceTable(lt.columns, lt.validity, lt.types, {**lt.dictionaries, a: d})
                 rt = DeviceTable(rt.columns, rt.validity, rt.types, {**rt.dictionaries, b: d})
 
@@ -222,9 +221,8 @@ def _unmatched(t, side: str, keys: list[str], lk: list[str], rk: list[str], layo
     (``layout``: output_layout's), ``t``'s columns as they are, a coalesced key column from
     ``t``'s own key of that position, the other side's columns null."""
     import cupy as cp
-    import pyarrow as pa
 
-    from ..cuda.table import DeviceTable
+    from ..cuda.table import DeviceTable, one_value
 
     n = t.num_rows
     cols, valid, dicts = {}, {}, {}
@@ -243,7 +241,7 @@ def _unmatched(t, side: str, keys: list[str], lk: list[str], rk: list[str], layo
             valid[out] = cp.zeros(n, cp.uint8)
             if out in result.dictionaries:  # all null: any dictionary, but one (null codes index it)
                 d = result.dictionaries[out]
-                dicts[out] = d if len(d) else pa.array([""], d.type)
+                dicts[out] = d if len(d) else one_value(d.type)
     return DeviceTable(cols, valid, dict(result.types), dicts)
 
 
