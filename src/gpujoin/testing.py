@@ -37,7 +37,8 @@ def _close(a, b, rel: float) -> bool:
 
 # (not floats: a cast from float64 to float32 rounds without an error)
 _FAMILIES = (pa.types.is_integer, pa.types.is_decimal,
-             lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+             lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t),
+             lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
 
 
 def _decoded(t: pa.Table) -> pa.Table:
@@ -49,7 +50,7 @@ def _decoded(t: pa.Table) -> pa.Table:
 
 def _common_schema(lt: pa.Table, rt: pa.Table) -> pa.Table | None:
     """``lt`` with each column cast to ``rt``'s type where the two differ only within a family
-    (integers, decimals, strings), as the row-by-row path compares their Python values; None where
+    (integers, decimals, strings, binaries), as the row-by-row path compares their Python values; None where
     a column's types are of different kinds or a value does not fit."""
     for i, (a, b) in enumerate(zip(lt.schema, rt.schema)):
         if a.type == b.type:
