@@ -88,6 +88,15 @@ def main():
         got, _ = device_join.execute_device_join(DeviceTable.from_arrow(lt), DeviceTable.from_arrow(rt), "k",
                                                  how=how, nulls_equal=ne)
         assert_tables_equal(got.to_arrow(), gpujoin.join(lt, rt, "k", how=how, nulls_equal=ne, device="cpu"))
+    # an all-null column (Arrow's null type, as a Parquet file's never-set column reads) lives in a
+    # DeviceTable too, and joins as on the host
+    blank = pa.table({"k": pa.array([1, 2, 2]), "z": pa.nulls(3)})
+    db = DeviceTable.from_arrow(blank)
+    assert_tables_equal(db.to_arrow(), blank, check_row_order=True)
+    assert db.to_arrow().schema.field("z").type == pa.null()
+    for how in ("left", "full", "anti"):
+        got, _ = device_join.execute_device_join(db, DeviceTable.from_arrow(lt), "k", how=how)
+        assert_tables_equal(got.to_arrow(), gpujoin.join(blank, lt, "k", how=how, device="cpu"))
     # aggregates a column's type lacks are refused before any work, as on the host (a string's
     # codes or a date's days had been summed as numbers)
     from gpujoin.errors import InvalidOperationError

@@ -146,6 +146,21 @@ def test_binary_columns_join_and_group_as_on_the_host(how):
         assert_tables_equal(gpujoin.group_by(DeviceTable.from_arrow(left), by).agg(**aggs).to_arrow(), want)
 
 
+def test_all_null_columns_join_and_group_as_on_the_host():
+    """A column of Arrow's null type (a Parquet file's never-set column) in a DeviceTable: a
+    payload, a key on one side (its rows are null keys) and an aggregate's input."""
+    t = pa.table({"k": pa.array([1, 2, 2, None]), "z": pa.nulls(4), "v": [1, 2, 3, 4]})
+    r = pa.table({"k": [2, 3], "w": [5, 6], "z": pa.array([7, 8])})
+    for how in HOWS:
+        for on in ("k", "z"):
+            want = gpujoin.join(t, r, on, how=how, device="cpu")
+            got = gpujoin.join(DeviceTable.from_arrow(t), DeviceTable.from_arrow(r), on, how=how)
+            assert_tables_equal(got.to_arrow(), want)
+    aggs = dict(n=("z", "count"), s=("v", "sum"))
+    assert_tables_equal(gpujoin.group_by(DeviceTable.from_arrow(t), "k").agg(**aggs).to_arrow(),
+                        gpujoin.group_by(t, "k", device="cpu").agg(**aggs))
+
+
 def test_device_key_errors_are_clear():
     wide = {"x": cp.asarray([-2**62, 2**62]), "y": cp.asarray([0, 5])}
     with pytest.raises(ValueError, match="63 bits"):

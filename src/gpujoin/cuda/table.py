@@ -104,7 +104,7 @@ class DeviceTable:
     @classmethod
     def from_arrow(cls, table: pa.Table) -> DeviceTable:
         """Copy a pyarrow table to the GPU: integer, float, bool, temporal, decimal128 (precision
-        <= 18), string and binary columns; strings and binaries (UUIDs, digests: binary,
+        <= 18), string, binary and all-null (Arrow's null type: int8 under an all-0 mask) columns; strings and binaries (UUIDs, digests: binary,
         large_binary, fixed_size_binary) are dictionary-encoded on the host first (views as
         large_string, large_binary).  Dictionary columns of strings or binaries keep their
         dictionary; dictionaries of other values (pandas' categoricals of numbers or dates) are
@@ -130,6 +130,8 @@ class DeviceTable:
                 values = values.astype(np.int32)
             elif pa.types.is_decimal128(t) and t.precision <= 18:
                 values = decimal_to_int64(arr)
+            elif pa.types.is_null(t):  # an all-null column (Arrow's type of no values): int8 under an all-0 mask
+                values = np.zeros(len(arr), np.int8)
             elif (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
                   or pa.types.is_temporal(t)):
                 storage = arr.view(pa.int32() if t.bit_width == 32 else pa.int64()) if pa.types.is_temporal(t) \
@@ -140,7 +142,8 @@ class DeviceTable:
                 values = values.astype(np.uint8) if values.dtype == np.bool_ else values
             else:
                 raise TypeError(f"column {name!r}: type {t} cannot live in a DeviceTable; only integer, float, "
-                                f"bool, temporal, decimal128 (precision <= 18), string and binary columns can")
+                                f"bool, temporal, decimal128 (precision <= 18), string, binary and all-null columns "
+                                f"can")
             if arr.null_count:
                 valid[name] = cp.asarray(arr.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8))
             cols[name] = cp.asarray(values)
@@ -164,6 +167,8 @@ class DeviceTable:
                 arr = arr.dictionary_decode() if decode_strings else arr
             elif t is not None and pa.types.is_decimal128(t):
                 arr = int64_to_decimal(values, t, valid)
+            elif t is not None and pa.types.is_null(t):
+                arr = pa.nulls(len(values))
             else:
                 if t is not None and pa.types.is_boolean(t):
                     values = values.astype(bool)
