@@ -121,7 +121,7 @@ def test_string_min_max_follow_the_strings_not_the_codes(algorithm):
 @pytest.mark.parametrize("how", HOWS)
 def test_binary_columns_join_and_group_as_on_the_host(how):
     """binary, large_binary and fixed_size_binary (UUID) keys and payloads of DeviceTables, with
-    nulls, each side's dictionary its own (tests/device_binary_check.py: the same bookkeeping on
+    nulls, each side's dictionary its own (tests/device_types_check.py: the same bookkeeping on
     the CPU): joins, and group-bys by them, equal the CPU engine's."""
     rng = np.random.default_rng(len(how))
     uuids = [bytes(rng.integers(0, 256, 16, dtype=np.uint8)) for _ in range(300)]
@@ -172,6 +172,11 @@ def test_device_key_errors_are_clear():
     with pytest.raises(gpujoin.SchemaError, match=r"'k' is a string \(or binary\) column and 'k' is not"):
         gpujoin.join(a, n, "k")
     assert_tables_equal(gpujoin.join(a, a, "k").to_arrow(), pa.table({"k": ["p", "q"]}))
+    # decimal keys of two scales: their stored integers mean different things (had been joined as they lie)
+    d2 = DeviceTable.from_arrow(pa.table({"k": pa.array([1, 2], pa.decimal128(10, 2))}))
+    d3 = DeviceTable.from_arrow(pa.table({"k": pa.array([1, 2], pa.decimal128(10, 3))}))
+    with pytest.raises(gpujoin.SchemaError, match="different units"):
+        gpujoin.join(d2, d3, "k")
     # aggregates a column's type lacks, refused as on the host (the codes had been summed)
     s = DeviceTable.from_arrow(pa.table({"k": [1, 2], "s": ["p", "q"]}))
     with pytest.raises(gpujoin.InvalidOperationError, match="strings support"):

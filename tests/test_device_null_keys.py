@@ -1,6 +1,7 @@
 """DeviceTable bookkeeping on the CPU, NumPy standing in for CuPy, each check in a process of its
 own so that the stand-in reaches no other test: the device join's null keys
-(tests/device_null_keys_check.py) and binary columns (tests/device_binary_check.py)."""
+(tests/device_null_keys_check.py) and column types: binaries, all-null columns, keys of
+different units (tests/device_types_check.py)."""
 
 import os
 import subprocess
@@ -20,5 +21,5 @@ def test_null_keys_match_nothing_in_the_device_join():
     _check("device_null_keys_check.py")
 
 
-def test_binary_columns_live_in_a_device_table():
-    _check("device_binary_check.py")
+def test_device_table_column_types():
+    _check("device_types_check.py")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pyarrow as pa
 
 from ..backend import HOST_STREAMING, resolve_algorithm, resolve_device
 from ..errors import ComputeError, SchemaError
@@ -93,12 +94,15 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     from ..cuda.table import as_device_table, concat_tables, key_validity
 
     lt, rt = as_device_table(left), as_device_table(right)
+    if how != "cross":
+        lk, rk = _resolve_keys(on, left_on, right_on, how)
+        check_columns(lt, lk, "left")
+        check_columns(rt, rk, "right")
+        for a, b in zip(lk, rk):
+            _check_key_types(lt, a, rt, b)
     if how == "cross" or not (lt.validity or rt.validity):  # (no masks at all: nothing more to look at)
         return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
                                     radix_bits)
-    lk, rk = _resolve_keys(on, left_on, right_on, how)
-    check_columns(lt, lk, "left")
-    check_columns(rt, rk, "right")
     lvalid, rvalid = key_validity(lt, lk), key_validity(rt, rk)
     if lvalid is None and rvalid is None:
         return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
@@ -122,6 +126,37 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     stats.output_rows = out.num_rows
     stats.params["null_key_rows"] = sum(p.num_rows for p in parts[1:])
     return out, stats
+
+
+def _check_key_types(lt, a: str, rt, b: str) -> None:
+    """SchemaError where key ``a`` of ``lt`` and ``b`` of ``rt`` (DeviceTables) hold values the
+    GPU would compare wrongly as they lie: types the host refuses to compare (a date with an
+    integer: ``plan.keys.promote_key_types``), and types it compares after a rescale (decimals of
+    different scales, timestamps or times of different units, an integer against a decimal),
+    which a DeviceTable's stored integers are not.  (String keys: their dictionaries' check.)"""
+    from ..cuda.table import coded_type
+    from .keys import promote_key_types
+
+    ta, tb = (t.types.get(n) or (t.dictionaries[n].type if n in t.dictionaries else _numpy_type(t[n]))
+              for t, n in ((lt, a), (rt, b)))
+    if ta == tb or ta is None or tb is None or coded_type(ta) or coded_type(tb) or pa.types.is_null(ta) \
+            or pa.types.is_null(tb) or (pa.types.is_integer(ta) and pa.types.is_integer(tb)):
+        return
+    promote_key_types(a, ta, b, tb)  # (raises for kinds that never compare)
+    same = (pa.types.is_decimal(ta) and pa.types.is_decimal(tb) and ta.scale == tb.scale) or \
+        ((pa.types.is_timestamp(ta) or pa.types.is_time(ta) or pa.types.is_duration(ta))
+         and type(ta) is type(tb) and ta.unit == tb.unit) or \
+        (pa.types.is_boolean(ta) and pa.types.is_boolean(tb))
+    if not same:
+        raise SchemaError(f"join keys {a!r} ({ta}) and {b!r} ({tb}) are stored in different units in GPU memory; "
+                          f"cast one to the other's type before DeviceTable.from_arrow (or pass Arrow tables)")
+
+
+def _numpy_type(a):
+    try:
+        return pa.from_numpy_dtype(a.dtype)
+    except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
+        return None
 
 
 def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate, coalesce, algo, dev):

@@ -1,9 +1,11 @@
-"""Run by tests/test_device_null_keys.py in a process of its own: binary columns (binary,
+"""Run by tests/test_device_null_keys.py in a process of its own: DeviceTable column types.
+Binary columns (binary,
 large_binary, fixed_size_binary: UUIDs, digests) in a DeviceTable, checked on the CPU with NumPy
 standing in for CuPy: from and back to Arrow with nulls, two tables' dictionaries unified (codes
 of equal bytes equal), concatenated, strings and binaries refused together; and the device
 group-by's refusal of aggregates a column's type lacks (sum of strings, mean of dates, max of
-binaries), as the host engine refuses them.  Their joins and
+binaries), as the host engine refuses them; all-null columns; and join keys whose stored
+integers mean different things (decimal scales, timestamp units), refused.  Their joins and
 group-bys on the GPU: tests/test_cuda_device_tables.py (marker gpu)."""
 
 import sys
@@ -97,6 +99,32 @@ def main():
     for how in ("left", "full", "anti"):
         got, _ = device_join.execute_device_join(db, DeviceTable.from_arrow(lt), "k", how=how)
         assert_tables_equal(got.to_arrow(), gpujoin.join(blank, lt, "k", how=how, device="cpu"))
+    # keys whose stored integers mean different things (decimals of other scales, timestamps of
+    # other units, a date against an integer) are refused, not compared as they lie; of one
+    # scale or unit, or integers of any widths, they join as on the host
+    import datetime
+
+    from gpujoin.errors import SchemaError
+
+    def keyed(arr):
+        return pa.table({"k": arr, "i": np.arange(len(arr))})
+
+    dec = [1, 2, None]
+    cases = {"decimal scales": (pa.array(dec, pa.decimal128(10, 2)), pa.array(dec, pa.decimal128(10, 3)), False),
+             "decimal precisions": (pa.array(dec, pa.decimal128(10, 2)), pa.array(dec, pa.decimal128(18, 2)), True),
+             "timestamp units": (pa.array([1, 2], pa.timestamp("ms")), pa.array([1, 2], pa.timestamp("us")), False),
+             "date and int": (pa.array([datetime.date(2020, 1, 2)]), pa.array([18263], pa.int32()), False),
+             "int widths": (pa.array([1, 2], pa.int32()), pa.array([2, 3], pa.int64()), True),
+             "decimal and int": (pa.array([1, 2], pa.decimal128(10, 0)), pa.array([1, 2], pa.int64()), False)}
+    for name, (x, y, joins) in cases.items():
+        lx, ry = keyed(x), keyed(y)
+        try:
+            got, _ = device_join.execute_device_join(DeviceTable.from_arrow(lx), DeviceTable.from_arrow(ry), "k")
+        except SchemaError as err:
+            assert not joins and "'k'" in str(err), (name, err)
+            continue
+        assert joins, f"{name}: joined on stored integers"
+        assert_tables_equal(got.to_arrow(), gpujoin.join(lx, ry, "k", device="cpu"))
     # aggregates a column's type lacks are refused before any work, as on the host (a string's
     # codes or a date's days had been summed as numbers)
     from gpujoin.errors import InvalidOperationError
@@ -114,7 +142,7 @@ def main():
             raise AssertionError(f"{fn} of {col} was not refused")
     for col, fn in (("s", "max"), ("s", "n_unique"), ("d", "min"), ("b", "count"), ("v", "mean")):
         device_groupby.check_aggregate(col, *device_groupby._arrow_kind(g, col), fn)
-    print("device binary columns: ok")
+    print("device column types: ok")
 
 
 if __name__ == "__main__":
