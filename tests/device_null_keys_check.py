@@ -1,19 +1,14 @@
-"""Run by tests/test_device_null_keys.py in a process of its own: the device join's handling of null
+"""Run by tests/test_device_bookkeeping.py in a process of its own: the device join's handling of null
 keys (plan.device_join._join_null_keys: the rows with every key present joined, the others an outer
 side's or an anti join's unmatched rows, or with nulls_equal=True joined among themselves) checked on the CPU, with NumPy standing in for CuPy and
 the CPU engine for the GPU's join of the rows with keys, against the CPU engine's whole answer.
 The GPU's own run of the same cases: tests/test_cuda_device_tables.py (marker gpu)."""
 
-import sys
-import types
+import numpy_as_cupy
 
-import numpy as np
-import pyarrow as pa
+numpy_as_cupy.install()  # (first: NumPy as CuPy)
 
-cupy = types.ModuleType("cupy")  # NumPy as CuPy: what DeviceTable's bookkeeping calls
-cupy.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
-cupy.asnumpy = np.asarray
-sys.modules["cupy"], sys.modules["cupyx"] = cupy, types.ModuleType("cupyx")
+import pyarrow as pa  # noqa: E402
 
 import gpujoin  # noqa: E402
 from gpujoin.cuda.table import DeviceTable  # noqa: E402

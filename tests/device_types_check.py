@@ -1,4 +1,4 @@
-"""Run by tests/test_device_null_keys.py in a process of its own: DeviceTable column types.
+"""Run by tests/test_device_bookkeeping.py in a process of its own: DeviceTable column types.
 Binary columns (binary,
 large_binary, fixed_size_binary: UUIDs, digests) in a DeviceTable, checked on the CPU with NumPy
 standing in for CuPy: from and back to Arrow with nulls, two tables' dictionaries unified (codes
@@ -8,16 +8,11 @@ binaries), as the host engine refuses them; all-null columns; and join keys whos
 integers mean different things (decimal scales, timestamp units), refused.  Their joins and
 group-bys on the GPU: tests/test_cuda_device_tables.py (marker gpu)."""
 
-import sys
-import types
+import numpy_as_cupy
 
-import numpy as np
+numpy_as_cupy.install()  # (first: NumPy as CuPy)
 
-cupy = types.ModuleType("cupy")  # NumPy as CuPy: what DeviceTable's bookkeeping calls
-cupy.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
-cupy.asnumpy = np.asarray
-sys.modules["cupy"], sys.modules["cupyx"] = cupy, types.ModuleType("cupyx")
-
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from gpujoin.cuda.table import DeviceTable, concat_tables, unify_dictionaries  # noqa: E402
@@ -96,6 +91,10 @@ def main():
     db = DeviceTable.from_arrow(blank)
     assert_tables_equal(db.to_arrow(), blank, check_row_order=True)
     assert db.to_arrow().schema.field("z").type == pa.null()
+    # (stacked under a part of values, the null type does not hide them: a review found it did)
+    stacked = concat_tables([DeviceTable.from_arrow(pa.table({"v": pa.nulls(2)})),
+                             DeviceTable.from_arrow(pa.table({"v": [5, 6]}))]).to_arrow()
+    assert stacked["v"].to_pylist() == [None, None, 5, 6], stacked
     for how in ("left", "full", "anti"):
         got, _ = device_join.execute_device_join(db, DeviceTable.from_arrow(lt), "k", how=how)
         assert_tables_equal(got.to_arrow(), gpujoin.join(blank, lt, "k", how=how, device="cpu"))

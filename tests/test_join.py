@@ -126,6 +126,16 @@ def test_key_type_promotion():
     assert out.to_pydict() == {"k": [3], "y": [1]}
 
 
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full", "semi", "anti"])
+def test_all_null_keys_on_both_sides_match_only_under_nulls_equal(how):
+    # two null-typed key columns (Parquet's never-set columns): their promotion had failed
+    left, right = pa.table({"z": pa.nulls(3), "i": [0, 1, 2]}), pa.table({"z": pa.nulls(2), "j": [5, 6]})
+    rows = {"inner": (0, 6), "left": (3, 6), "right": (2, 6), "full": (5, 6), "semi": (0, 3), "anti": (3, 0)}[how]
+    for nulls_equal, n in zip((False, True), rows):
+        out = gpujoin.join(left, right, "z", how=how, nulls_equal=nulls_equal, device="cpu")
+        assert out.num_rows == n and out.column("z").null_count == n
+
+
 def test_keys_in_different_order_and_names():
     left = pa.table({"a": [1, 1, 2], "b": ["x", "y", "x"], "i": [0, 1, 2]})
     right = pa.table({"d": ["x", "y"], "c": [1, 1], "j": [10, 11]})

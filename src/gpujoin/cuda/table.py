@@ -167,13 +167,14 @@ class DeviceTable:
                 arr = arr.dictionary_decode() if decode_strings else arr
             elif t is not None and pa.types.is_decimal128(t):
                 arr = int64_to_decimal(values, t, valid)
-            elif t is not None and pa.types.is_null(t):
-                arr = pa.nulls(len(values))
+            elif t is not None and pa.types.is_null(t) and (valid is None and len(values) == 0 or
+                                                            valid is not None and not valid.any()):
+                arr = pa.nulls(len(values))  # (all null still: with values, from another part, their type)
             else:
                 if t is not None and pa.types.is_boolean(t):
                     values = values.astype(bool)
                 arr = pa.array(values, mask=mask)
-                if t is not None and arr.type != t:
+                if t is not None and arr.type != t and not pa.types.is_null(t):
                     arr = arr.view(t) if pa.types.is_temporal(t) else arr.cast(t)
             arrays.append(arr)
         return pa.Table.from_arrays(arrays, names=list(self.columns))

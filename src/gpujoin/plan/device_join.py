@@ -140,16 +140,33 @@ def _check_key_types(lt, a: str, rt, b: str) -> None:
     ta, tb = (t.types.get(n) or (t.dictionaries[n].type if n in t.dictionaries else _numpy_type(t[n]))
               for t, n in ((lt, a), (rt, b)))
     if ta == tb or ta is None or tb is None or coded_type(ta) or coded_type(tb) or pa.types.is_null(ta) \
-            or pa.types.is_null(tb) or (pa.types.is_integer(ta) and pa.types.is_integer(tb)):
+            or pa.types.is_null(tb) or (pa.types.is_integer(ta) and pa.types.is_integer(tb)) \
+            or pa.types.is_floating(ta) or pa.types.is_floating(tb):  # (floats: the key dtype's own refusal)
         return
     promote_key_types(a, ta, b, tb)  # (raises for kinds that never compare)
-    same = (pa.types.is_decimal(ta) and pa.types.is_decimal(tb) and ta.scale == tb.scale) or \
+    scale = {t.scale if pa.types.is_decimal(t) else 0 for t in (ta, tb) if pa.types.is_decimal(t) or
+             pa.types.is_integer(t)}
+    same = (len(scale) == 1 and all(pa.types.is_decimal(t) or pa.types.is_integer(t) for t in (ta, tb))) or \
         ((pa.types.is_timestamp(ta) or pa.types.is_time(ta) or pa.types.is_duration(ta))
          and type(ta) is type(tb) and ta.unit == tb.unit) or \
         (pa.types.is_boolean(ta) and pa.types.is_boolean(tb))
     if not same:
         raise SchemaError(f"join keys {a!r} ({ta}) and {b!r} ({tb}) are stored in different units in GPU memory; "
                           f"cast one to the other's type before DeviceTable.from_arrow (or pass Arrow tables)")
+
+
+def _key_type(lt, a: str, rt, b: str, out: str) -> dict:
+    """{out: Arrow type} of a coalesced key column whose two sides' types differ and whose rows
+    come from either: the promoted integer type of two widths (int8 and int64: int64), or the
+    other side's type beside an all-null (null-typed) column; {} to keep the layout side's."""
+    ta, tb = lt.types.get(a), rt.types.get(b)
+    if ta is None or tb is None or ta == tb:
+        return {}
+    if pa.types.is_null(ta) or pa.types.is_null(tb):
+        return {out: tb if pa.types.is_null(ta) else ta}
+    if pa.types.is_integer(ta) and pa.types.is_integer(tb):
+        return {out: pa.from_numpy_dtype(np.result_type(ta.to_pandas_dtype(), tb.to_pandas_dtype()))}
+    return {}
 
 
 def _numpy_type(a):
@@ -401,6 +418,8 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         types.update(t)
         dicts.update(d)
         if key:
+            pos = (lk if side == "l" else rk).index(name)
+            types.update(_key_type(lt, lk[pos], rt, rk[pos], out))
             if packing is None:
                 cols[out] = from_key(res.key_column(), out_dt)
             else:

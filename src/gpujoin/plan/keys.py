@@ -87,6 +87,8 @@ def promote_key_types(left_name: str, left_type: pa.DataType, right_name: str,
     left_type, right_type = (t.value_type if pa.types.is_dictionary(t) else t for t in (left_type, right_type))
     if pa.types.is_null(left_type) or pa.types.is_null(right_type):  # all-null column: takes the other's type
         other = right_type if pa.types.is_null(left_type) else left_type
+        if pa.types.is_null(other):  # (both all-null: nulls of the narrowest integer, which match nothing)
+            return pa.int8()
         return pa.large_string() if is_string_type(other) else \
             pa.large_binary() if is_binary_type(other) else other
     kinds = (key_kind(left_type), key_kind(right_type))

@@ -1,7 +1,8 @@
 """DeviceTable bookkeeping on the CPU, NumPy standing in for CuPy, each check in a process of its
 own so that the stand-in reaches no other test: the device join's null keys
-(tests/device_null_keys_check.py) and column types: binaries, all-null columns, keys of
-different units (tests/device_types_check.py)."""
+(tests/device_null_keys_check.py), column types: binaries, all-null columns, keys of different
+units (tests/device_types_check.py), and the device join's bookkeeping against the CPU engine on
+random tables, a pair-by-pair matcher standing in for the GPU's (tests/device_join_check.py)."""
 
 import os
 import subprocess
@@ -23,3 +24,7 @@ def test_null_keys_match_nothing_in_the_device_join():
 
 def test_device_table_column_types():
     _check("device_types_check.py")
+
+
+def test_device_join_bookkeeping_matches_the_cpu_engine():
+    _check("device_join_check.py")
