@@ -132,8 +132,9 @@ def _check_key_types(lt, a: str, rt, b: str) -> None:
     """SchemaError where key ``a`` of ``lt`` and ``b`` of ``rt`` (DeviceTables) hold values the
     GPU would compare wrongly as they lie: types the host refuses to compare (a date with an
     integer: ``plan.keys.promote_key_types``), and types it compares after a rescale (decimals of
-    different scales, timestamps or times of different units, an integer against a decimal),
-    which a DeviceTable's stored integers are not.  (String keys: their dictionaries' check.)"""
+    different scales, timestamps or times of different units, an integer against a decimal of a
+    nonzero scale), which a DeviceTable's stored integers are not.  (String keys: their
+    dictionaries' check; floats: the key dtype's.)"""
     from ..cuda.table import coded_type
     from .keys import promote_key_types
 
