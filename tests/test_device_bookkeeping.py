@@ -2,7 +2,8 @@
 own so that the stand-in reaches no other test: the device join's null keys
 (tests/device_null_keys_check.py), column types: binaries, all-null columns, keys of different
 units (tests/device_types_check.py), and the device join's bookkeeping against the CPU engine on
-random tables, a pair-by-pair matcher standing in for the GPU's (tests/device_join_check.py)."""
+random tables, a pair-by-pair matcher standing in for the GPU's (tests/device_join_check.py), and
+the device group-by's the same way (tests/device_groupby_check.py)."""
 
 import os
 import subprocess
@@ -28,3 +29,7 @@ def test_device_table_column_types():
 
 def test_device_join_bookkeeping_matches_the_cpu_engine():
     _check("device_join_check.py")
+
+
+def test_device_group_by_bookkeeping_matches_the_cpu_engine():
+    _check("device_groupby_check.py")
