@@ -104,9 +104,9 @@ class DeviceTable:
     @classmethod
     def from_arrow(cls, table: pa.Table) -> DeviceTable:
         """Copy a pyarrow table to the GPU: integer, float, bool, temporal, decimal128 (precision
-        <= 18), string, binary and all-null (Arrow's null type: int8 under an all-0 mask) columns; strings and binaries (UUIDs, digests: binary,
-        large_binary, fixed_size_binary) are dictionary-encoded on the host first (views as
-        large_string, large_binary).  Dictionary columns of strings or binaries keep their
+        <= 18), string, binary and all-null (Arrow's null type: int8 under an all-0 mask)
+        columns; strings and binaries (UUIDs, digests: binary, large_binary, fixed_size_binary)
+        are dictionary-encoded on the host first (views as large_string, large_binary).  Dictionary columns of strings or binaries keep their
         dictionary; dictionaries of other values (pandas' categoricals of numbers or dates) are
         decoded to their values, as the host path compares them (``table.decoded``).
 
@@ -203,8 +203,9 @@ def _union_type(column_names: list, dictionaries: list) -> pa.DataType:
                         f"(pyarrow.compute.cast) so that both are strings or both binary")
     if all(strings):
         return pa.large_string() if any(pa.types.is_large_string(d.type) for d in dictionaries) else pa.string()
-    if all(d.type == dictionaries[0].type for d in dictionaries) and pa.types.is_fixed_size_binary(dictionaries[0].type):
-        return dictionaries[0].type
+    first = dictionaries[0].type
+    if pa.types.is_fixed_size_binary(first) and all(d.type == first for d in dictionaries):
+        return first
     return pa.large_binary() if any(pa.types.is_large_binary(d.type) for d in dictionaries) else pa.binary()
 
 

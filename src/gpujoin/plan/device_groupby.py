@@ -1,12 +1,12 @@
 """Group-bys of device-resident tables: input and output stay in GPU memory.
 
 The planner's part for DeviceTables (or dicts of CuPy arrays): integer (also date and
-dictionary-coded string or binary) key columns, several packed into one int64 key (wider composite keys
-go through Arrow tables, which also run on the GPU); a key with nulls is packed with a null
-flag, so that its null rows form one group whose key is null, as in SQL and Polars;
+dictionary-coded string or binary) key columns, several packed into one int64 key (wider
+composite keys go through Arrow tables, which also run on the GPU); a key with nulls is packed
+with a null flag, so that its null rows form one group whose key is null, as in SQL and Polars;
 value columns of any integer, bool or float type with validity masks (strings: count, n_unique,
-min and max; dates and times no sum or mean; binaries count, as on the host); each aggregate becomes
-the accumulators it needs, and the results get SQL semantics: sums of integers are int64
+min and max; dates and times no sum or mean; binaries count, as on the host); each aggregate
+becomes the accumulators it needs, and the results get SQL semantics: sums of integers are int64
 (an overflow is an error), of floats float64; mean float64; count and size int64; min and max
 the column's own type; an all-null group's sum, min, max and mean are null.
 """
