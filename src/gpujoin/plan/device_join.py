@@ -61,8 +61,10 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     ColumnNotFoundError, SchemaError, ValueError
         As for host tables; also for composite keys whose ranges span more than 63 bits (with
         ``nulls_equal=True`` and null keys, the rows with a null key: their keys and one bit a
-        nullable key), and a string key joined with a key of another type.  (A null key matches
-        nothing unless ``nulls_equal``: such rows are an outer side's unmatched rows.)
+        nullable key), a string key joined with a key of another type, and keys whose stored
+        integers mean different things (decimals of two scales, timestamps of two units:
+        :func:`_check_key_types`).  (A null key matches nothing unless ``nulls_equal``: such
+        rows are an outer side's unmatched rows.)
     RuntimeError
         device="cpu" with device-resident inputs.
     MemoryError
