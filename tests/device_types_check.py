@@ -144,5 +144,56 @@ def main():
     print("device column types: ok")
 
 
+def round_trips():
+    """Random tables of every type a DeviceTable holds, with nulls, back from the GPU as they went
+    (dictionary-coded columns as their values), and cut into parts and stacked again
+    (concat_tables: each part's strings coded apart)."""
+    import datetime
+    from decimal import Decimal
+
+    from hypothesis import given, settings, strategies as st
+
+    def column(kind, n, rng):
+        mask = rng.random(n) < 0.2
+        x = rng.integers(-1000, 1000, n)
+        return {"int8": lambda: pa.array(x % 100, pa.int8(), mask=mask),
+                "uint64": lambda: pa.array(np.abs(x).astype(np.uint64) + np.uint64(2**63), mask=mask),
+                "float": lambda: pa.array(x / 7, mask=mask),
+                "bool": lambda: pa.array(x > 0, mask=mask),
+                "date": lambda: pa.array([datetime.date(2000, 1, 1) + datetime.timedelta(days=int(v)) for v in x],
+                                         mask=mask),
+                "timestamp": lambda: pa.array(x, mask=mask).view(pa.timestamp("ns", tz="UTC")),
+                "decimal": lambda: pa.array([Decimal(int(v)).scaleb(-2) for v in x], pa.decimal128(12, 2),
+                                            mask=mask),
+                "string": lambda: pa.array([f"s{v % 13}" for v in x], mask=mask),
+                "large_string": lambda: pa.array([f"s{v % 13}" for v in x], pa.large_string(), mask=mask),
+                "binary": lambda: pa.array([bytes([v % 256]) * (v % 3) for v in x], pa.binary(), mask=mask),
+                "uuid": lambda: pa.array([bytes([v % 256]) * 16 for v in x], pa.binary(16), mask=mask),
+                "dictionary": lambda: pa.array([f"d{v % 5}" for v in x], mask=mask).dictionary_encode(),
+                "null": lambda: pa.nulls(n)}[kind]()
+
+    kinds = ["int8", "uint64", "float", "bool", "date", "timestamp", "decimal", "string", "large_string", "binary",
+             "uuid", "dictionary", "null"]
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(st.lists(st.sampled_from(kinds), min_size=1, max_size=5), st.integers(0, 40), st.integers(0, 2**32 - 1),
+           st.lists(st.integers(0, 40), max_size=3))
+    def check(chosen, n, seed, cuts):
+        rng = np.random.default_rng(seed)
+        t = pa.table({f"c{i}": column(k, n, rng) for i, k in enumerate(chosen)})
+        plain = pa.table({c: (col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col)
+                          for c, col in zip(t.column_names, t.columns)})
+        back = DeviceTable.from_arrow(t).to_arrow()
+        assert_tables_equal(back, plain, check_row_order=True)
+        bounds = sorted({0, n, *[c for c in cuts if c <= n]})
+        parts = [DeviceTable.from_arrow(t.slice(a, b - a)) for a, b in zip(bounds, bounds[1:])]
+        if parts:
+            assert_tables_equal(concat_tables(parts).to_arrow(), plain, check_row_order=True)
+
+    check()
+    print("device round trips: ok")
+
+
 if __name__ == "__main__":
     main()
+    round_trips()
