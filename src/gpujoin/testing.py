@@ -50,8 +50,8 @@ def _decoded(t: pa.Table) -> pa.Table:
 
 def _common_schema(lt: pa.Table, rt: pa.Table) -> pa.Table | None:
     """``lt`` with each column cast to ``rt``'s type where the two differ only within a family
-    (integers, decimals, strings, binaries), as the row-by-row path compares their Python values; None where
-    a column's types are of different kinds or a value does not fit."""
+    (integers, decimals, strings, binaries), as the row-by-row path compares their Python
+    values; None where a column's types are of different kinds or a value does not fit."""
     for i, (a, b) in enumerate(zip(lt.schema, rt.schema)):
         if a.type == b.type:
             continue
