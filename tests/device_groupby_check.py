@@ -79,7 +79,9 @@ def table(rng, n, kind):
                      "s": pa.array(words[rng.integers(0, 5, n)], mask=rng.random(n) < 0.2),
                      "d": pa.array(rng.integers(0, 9, n).astype(np.int32), mask=rng.random(n) < 0.1).view(pa.date32()),
                      "m": pa.array([int(x) for x in rng.integers(-999, 999, n)], pa.decimal128(9, 0)).cast(
-                         pa.decimal128(12, 2))})
+                         pa.decimal128(12, 2)),
+                     "w": pa.array([int(x) for x in rng.integers(-10**6, 10**6, n)], pa.decimal128(9, 0)).cast(
+                         pa.decimal128(38, 3))})
 
 
 def main():
@@ -90,7 +92,7 @@ def main():
         kind = ["int", "int8", "string", "binary", "date"][seed % 5]
         t = table(rng, int(rng.integers(0, 60)), kind)
         by = ["k", "c"] if seed % 3 == 0 else ["k"]
-        specs = [(f"a{j}", str(rng.choice(["i", "f", "s", "d", "m"])), str(rng.choice(functions)))
+        specs = [(f"a{j}", str(rng.choice(["i", "f", "s", "d", "m", "w"])), str(rng.choice(functions)))
                  for j in range(int(rng.integers(1, 4)))]
         aggs = {name: (None if fn == "size" else col, fn) for name, col, fn in specs}
         what = f"seed {seed} {kind} by {by}: {aggs}"

@@ -165,6 +165,8 @@ def round_trips():
                 "timestamp": lambda: pa.array(x, mask=mask).view(pa.timestamp("ns", tz="UTC")),
                 "decimal": lambda: pa.array([Decimal(int(v)).scaleb(-2) for v in x], pa.decimal128(12, 2),
                                             mask=mask),
+                "decimal38": lambda: pa.array([Decimal(int(v) * 10**12).scaleb(-4) for v in x], pa.decimal128(38, 4),
+                                              mask=mask),
                 "string": lambda: pa.array([f"s{v % 13}" for v in x], mask=mask),
                 "large_string": lambda: pa.array([f"s{v % 13}" for v in x], pa.large_string(), mask=mask),
                 "binary": lambda: pa.array([bytes([v % 256]) * (v % 3) for v in x], pa.binary(), mask=mask),
@@ -172,8 +174,8 @@ def round_trips():
                 "dictionary": lambda: pa.array([f"d{v % 5}" for v in x], mask=mask).dictionary_encode(),
                 "null": lambda: pa.nulls(n)}[kind]()
 
-    kinds = ["int8", "uint64", "float", "bool", "date", "timestamp", "decimal", "string", "large_string", "binary",
-             "uuid", "dictionary", "null"]
+    kinds = ["int8", "uint64", "float", "bool", "date", "timestamp", "decimal", "decimal38", "string", "large_string",
+             "binary", "uuid", "dictionary", "null"]
 
     @settings(max_examples=150, deadline=None, database=None)
     @given(st.lists(st.sampled_from(kinds), min_size=1, max_size=5), st.integers(0, 40), st.integers(0, 2**32 - 1),
@@ -191,6 +193,12 @@ def round_trips():
             assert_tables_equal(concat_tables(parts).to_arrow(), plain, check_row_order=True)
 
     check()
+    try:  # (a decimal beyond 64 bits: refused by name, not cut to its low word)
+        DeviceTable.from_arrow(pa.table({"w": pa.array([Decimal(1), Decimal(2**70)], pa.decimal128(38, 0))}))
+    except TypeError as e:
+        assert "'w'" in str(e) and "64 bits" in str(e), e
+    else:
+        raise AssertionError("a decimal beyond 64 bits was taken")
     print("device round trips: ok")
 
 

@@ -351,15 +351,25 @@ def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
 
 
 def decimal_to_int64(arr: pa.Array) -> np.ndarray:
-    """The unscaled values of a decimal128 array of precision <= 18 as int64 (n,); nulls read 0.
+    """The unscaled values of a decimal128 array as int64 (n,); nulls read 0.  Any precision
+    whose values fit 64 bits (a wider type's, decimal128(38, s) as SQL sums and Spark write it,
+    checked value by value: ``plan.keys.decimal64``).
 
-    Raises TypeError for wider decimals, whose values need not fit 64 bits.
+    Raises TypeError where a value does not fit 64 bits (or the array is not decimal128).
     """
     t = arr.type
-    if not pa.types.is_decimal128(t) or t.precision > 18:
-        raise TypeError(f"expected decimal128 with precision <= 18 (fits int64), got {t}")
-    words = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + len(arr)))
-    out = words[2 * arr.offset::2].copy()  # little-endian: the low word holds the whole value
+    if not pa.types.is_decimal128(t):
+        raise TypeError(f"expected decimal128, got {t}")
+    if t.precision > 18:
+        from .plan.keys import decimal64
+
+        out = decimal64(arr)
+        if out is None:
+            raise TypeError(f"decimal values of {t} beyond 64 bits (|unscaled value| >= 2^63)")
+        out = out.copy()
+    else:
+        words = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + len(arr)))
+        out = words[2 * arr.offset::2].copy()  # little-endian: the low word holds the whole value
     if arr.null_count:
         out[~np.asarray(arr.is_valid())] = 0
     return out

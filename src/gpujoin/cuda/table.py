@@ -36,8 +36,8 @@ class DeviceTable:
     validity : dict of name -> uint8/bool CuPy array (n,), 1 where the value is present;
         a column without an entry has no nulls
     types : dict of name -> pyarrow type to give the column on the host (default: from dtype).
-        Dates and timestamps are stored as their int32/int64 counts, decimals of precision
-        <= 18 as int64 unscaled values, strings and binaries as int32 codes into ``dictionaries``.
+        Dates and timestamps are stored as their int32/int64 counts, decimals (whose values fit
+        64 bits) as int64 unscaled values, strings and binaries as int32 codes into ``dictionaries``.
     dictionaries : dict of name -> pyarrow string (or binary) array, the values of a string (or
         binary) column's codes (a code of i stands for ``dictionaries[name][i]``)
     partitioning : HashPartitioning, or None: how the rows are already grouped (set by a
@@ -103,9 +103,9 @@ class DeviceTable:
 
     @classmethod
     def from_arrow(cls, table: pa.Table) -> DeviceTable:
-        """Copy a pyarrow table to the GPU: integer, float, bool, temporal, decimal128 (precision
-        <= 18), string, binary and all-null (Arrow's null type: int8 under an all-0 mask)
-        columns; strings and binaries (UUIDs, digests: binary, large_binary, fixed_size_binary)
+        """Copy a pyarrow table to the GPU: integer, float, bool, temporal, decimal128 (whose
+        values fit 64 bits: any of precision <= 18), string, binary and all-null (Arrow's null
+        type: int8 under an all-0 mask) columns; strings and binaries (UUIDs, digests: binary, large_binary, fixed_size_binary)
         are dictionary-encoded on the host first (views as large_string, large_binary).  Dictionary columns of strings or binaries keep their
         dictionary; dictionaries of other values (pandas' categoricals of numbers or dates) are
         decoded to their values, as the host path compares them (``table.decoded``).
@@ -128,8 +128,12 @@ class DeviceTable:
                 values = arr.indices.to_numpy(zero_copy_only=False) if not arr.null_count else \
                     arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
                 values = values.astype(np.int32)
-            elif pa.types.is_decimal128(t) and t.precision <= 18:
-                values = decimal_to_int64(arr)
+            elif pa.types.is_decimal128(t):
+                try:
+                    values = decimal_to_int64(arr)
+                except TypeError as e:
+                    raise TypeError(f"column {name!r}: {e}: a DeviceTable holds decimals as int64; pass an Arrow "
+                                    f"table, or cast to float64") from None
             elif pa.types.is_null(t):  # an all-null column (Arrow's type of no values): int8 under an all-0 mask
                 values = np.zeros(len(arr), np.int8)
             elif (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
@@ -142,8 +146,7 @@ class DeviceTable:
                 values = values.astype(np.uint8) if values.dtype == np.bool_ else values
             else:
                 raise TypeError(f"column {name!r}: type {t} cannot live in a DeviceTable; only integer, float, "
-                                f"bool, temporal, decimal128 (precision <= 18), string, binary and all-null columns "
-                                f"can")
+                                f"bool, temporal, decimal128, string, binary and all-null columns can")
             if arr.null_count:
                 valid[name] = cp.asarray(arr.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8))
             cols[name] = cp.asarray(values)
