@@ -154,10 +154,11 @@ def test_all_null_columns_join_and_group_as_on_the_host():
     payload, a key on one side (its rows are null keys) and an aggregate's input."""
     t = pa.table({"k": pa.array([1, 2, 2, None]), "z": pa.nulls(4), "v": [1, 2, 3, 4]})
     r = pa.table({"k": [2, 3], "w": [5, 6], "z": pa.array([7, 8])})
+    strings = r.set_column(2, "z", pa.array(["p", None]))  # (an all-null key against strings)
     for how in HOWS:
-        for on in ("k", "z"):
-            want = gpujoin.join(t, r, on, how=how, device="cpu")
-            got = gpujoin.join(DeviceTable.from_arrow(t), DeviceTable.from_arrow(r), on, how=how)
+        for on, right in (("k", r), ("z", r), ("z", strings)):
+            want = gpujoin.join(t, right, on, how=how, device="cpu")
+            got = gpujoin.join(DeviceTable.from_arrow(t), DeviceTable.from_arrow(right), on, how=how)
             assert_tables_equal(got.to_arrow(), want)
     aggs = dict(n=("z", "count"), s=("v", "sum"))
     assert_tables_equal(gpujoin.group_by(DeviceTable.from_arrow(t), "k").agg(**aggs).to_arrow(),

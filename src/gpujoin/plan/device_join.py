@@ -172,6 +172,15 @@ def _key_type(lt, a: str, rt, b: str, out: str) -> dict:
     return {}
 
 
+def _null_as_strings(t, name: str, dictionary):
+    """DeviceTable ``t`` with its all-null column ``name`` as codes (int32, all masked) into
+    ``dictionary``: a string (or binary) column of nulls, to be joined with one."""
+    from ..cuda.table import DeviceTable
+
+    cols = {**t.columns, name: t[name].astype(np.int32)}
+    return DeviceTable(cols, t.validity, {**t.types, name: dictionary.type}, {**t.dictionaries, name: dictionary})
+
+
 def _numpy_type(a):
     try:
         return pa.from_numpy_dtype(a.dtype)
@@ -285,13 +294,14 @@ def _unmatched(t, side: str, keys: list[str], lk: list[str], rk: list[str], layo
         dt = result[out].dtype
         if key:  # (the key column of the same position on this side)
             name, s = keys[(lk if s == "l" else rk).index(name)], side
-        if s == side:  # this side's values; a string column's codes in this side's dictionary (concat re-codes)
+        mine = s == side and (name in t.dictionaries or out not in result.dictionaries)
+        if mine:  # this side's values; a string column's codes in this side's dictionary (concat re-codes)
             cols[out] = t[name].astype(dt, copy=False)
             if name in t.validity:
                 valid[out] = t.validity[name]
             if out in result.dictionaries:
                 dicts[out] = t.dictionaries[name]
-        else:
+        else:  # the other side's column, or this side's all-null one beside strings: nulls
             cols[out] = cp.zeros(n, dt)
             valid[out] = cp.zeros(n, cp.uint8)
             if out in result.dictionaries:  # all null: any dictionary, but one (null codes index it)
@@ -349,6 +359,11 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     strings = []  # string keys' pairs, re-coded into one dictionary each (before the planner samples codes)
     for a, b in zip(lk, rk):
         da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
+        if (da is None) != (db is None):  # an all-null column's codes index the other's dictionary (none is read)
+            if da is None and pa.types.is_null(lt.types.get(a, pa.int8())):
+                lt, da = _null_as_strings(lt, a, db), db
+            elif db is None and pa.types.is_null(rt.types.get(b, pa.int8())):
+                rt, db = _null_as_strings(rt, b, da), da
         if (da is None) != (db is None):
             s, o = (a, b) if da is not None else (b, a)
             raise SchemaError(f"join keys {a!r} and {b!r}: {s!r} is a string (or binary) column and {o!r} is not; "
