@@ -364,6 +364,9 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     """
     n = keys.size
     unstable = _unstable(values, stable)
+    if out is not None and (out[0].shape != keys.shape or out[0].dtype != keys.dtype or len(out[1]) != len(values)
+                            or any(o.shape != v.shape or o.dtype != v.dtype for o, v in zip(out[1], values))):
+        raise ValueError("radix_partition: out must match the keys' and values' dtypes and sizes")
     if runs is not None and not unstable:
         runs = None  # (stable passes run least significant digit first: the pieces are of no use)
     if runs is not None:
@@ -372,38 +375,18 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         whole = digits.bits
         digits = Digits(digits.bits - runs.bits, digits.shift, digits.use_hash, digits.base)
         if digits.bits == 0 and runs.in_place:  # partitioned already (dist.radix_shuffle's first table)
-            offsets = runs.part_off if bounds else None
-            if out is None:
-                return keys, list(values), offsets
-            out[0][...] = keys
-            for o, v in zip(out[1], values):
-                o[...] = v
-            return out[0], list(out[1]), offsets
+            return _laid_out(keys, values, runs.part_off if bounds else None, out, copy=False)
         if n == 0 or digits.bits == 0:  # nothing left to partition: the pieces in partition order
-            idx = run_positions(runs.starts, runs.ends)
             offsets = (runs.part_off.copy() if digits.bits == 0 else cp.zeros((1 << whole) + 1, cp.int64)) \
                 if bounds else None
-            if out is not None:
-                cp.take(keys, idx, out=out[0])
-                for o, v in zip(out[1], values):
-                    cp.take(v, idx, out=o)
-                return out[0], list(out[1]), offsets
-            return keys[idx], [v[idx] for v in values], offsets
+            return _laid_out(keys, values, offsets, out, idx=run_positions(runs.starts, runs.ends))
     passes = _passes(digits, unstable)
     src_k, src_v = keys, list(values)
-    if out is not None and (out[0].shape != keys.shape or out[0].dtype != keys.dtype or len(out[1]) != len(values)
-                            or any(o.shape != v.shape or o.dtype != v.dtype for o, v in zip(out[1], values))):
-        raise ValueError("radix_partition: out must match the keys' and values' dtypes and sizes")
     if n == 0 or not passes:
         offsets = cp.zeros((1 << digits.bits) + 1, cp.int64) if bounds else None
         if bounds and not passes:
             offsets[1] = n
-        if out is not None:
-            out[0][...] = keys
-            for o, v in zip(out[1], values):
-                o[...] = v
-            return out[0], list(out[1]), offsets
-        return keys.copy(), [v.copy() for v in values], offsets
+        return _laid_out(keys, values, offsets, out)
     tile = UNSTABLE_TILE if unstable else PART_TILE
     segments, seg_offsets = None, None
     for p, (shift, bits) in enumerate(_order(digits, unstable)):
@@ -438,6 +421,23 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     else:
         offsets = partition_offsets(src_k, digits)
     return src_k, src_v, offsets
+
+
+def _laid_out(keys: cp.ndarray, values: list[cp.ndarray], offsets, out: tuple | None, idx: cp.ndarray | None = None,
+              copy: bool = True) -> tuple[cp.ndarray, list[cp.ndarray], cp.ndarray | None]:
+    """radix_partition's answer where no pass runs: the rows (those at ``idx``, in that order,
+    where given) written to ``out`` where given, else copies (or, without ``copy``, the arrays
+    themselves)."""
+    if out is not None:
+        for o, v in zip([out[0]] + list(out[1]), [keys] + list(values)):
+            if idx is None:
+                o[...] = v
+            else:
+                cp.take(v, idx, out=o)
+        return out[0], list(out[1]), offsets
+    if idx is not None:
+        return keys[idx], [v[idx] for v in values], offsets
+    return (keys.copy(), [v.copy() for v in values], offsets) if copy else (keys, list(values), offsets)
 
 
 def run_positions(starts: cp.ndarray, ends: cp.ndarray) -> cp.ndarray:
