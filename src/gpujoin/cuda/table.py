@@ -188,6 +188,19 @@ class DeviceTable:
         return f"DeviceTable({self.num_rows} rows; {cols})"
 
 
+def arrow_type(table: DeviceTable, name: str) -> pa.DataType | None:
+    """The Arrow type of ``table``'s column ``name``: its ``types`` entry, a dictionary column's
+    values' type, else its dtype's; None for a dtype Arrow has no type of."""
+    if name in table.types:
+        return table.types[name]
+    if name in table.dictionaries:
+        return table.dictionaries[name].type
+    try:
+        return pa.from_numpy_dtype(table[name].dtype)
+    except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
+        return None
+
+
 def coded_type(t: pa.DataType) -> bool:
     """Whether a column of type ``t`` lives in a DeviceTable as int32 codes into a dictionary:
     strings and binaries (Arrow's view types are cast to large ones first)."""

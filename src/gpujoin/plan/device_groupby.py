@@ -31,15 +31,14 @@ def _arrow_kind(table, col: str) -> tuple | None:
     """(Arrow type, kind) of DeviceTable column ``col`` as ``plan.groupby.check_aggregate`` takes
     them: a dictionary column's "string" or "other" (binary), else its type's numeric kind; None
     for a dtype Arrow has no type of (the kernels' own check names it)."""
-    d = table.dictionaries.get(col)
-    if d is not None:
-        return d.type, "string" if is_string_type(d.type) else "other"
-    a = table[col]
-    try:
-        t = table.types.get(col) or pa.from_numpy_dtype(a.dtype)
-    except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
+    from ..cuda.table import arrow_type
+
+    t = arrow_type(table, col)
+    if t is None:
         return None
-    return t, "float" if a.dtype.kind == "f" else "int"
+    if col in table.dictionaries:
+        return t, "string" if is_string_type(t) else "other"
+    return t, "float" if table[col].dtype.kind == "f" else "int"
 
 
 def _kernel_values(name: str, a):

@@ -137,11 +137,10 @@ def _check_key_types(lt, a: str, rt, b: str) -> None:
     different scales, timestamps or times of different units, an integer against a decimal of a
     nonzero scale), which a DeviceTable's stored integers are not.  (String keys: their
     dictionaries' check; floats: the key dtype's.)"""
-    from ..cuda.table import coded_type
+    from ..cuda.table import arrow_type, coded_type
     from .keys import promote_key_types
 
-    ta, tb = (t.types.get(n) or (t.dictionaries[n].type if n in t.dictionaries else _numpy_type(t[n]))
-              for t, n in ((lt, a), (rt, b)))
+    ta, tb = arrow_type(lt, a), arrow_type(rt, b)
     if ta == tb or ta is None or tb is None or coded_type(ta) or coded_type(tb) or pa.types.is_null(ta) \
             or pa.types.is_null(tb) or (pa.types.is_integer(ta) and pa.types.is_integer(tb)) \
             or pa.types.is_floating(ta) or pa.types.is_floating(tb):  # (floats: the key dtype's own refusal)
@@ -179,13 +178,6 @@ def _null_as_strings(t, name: str, dictionary):
 
     cols = {**t.columns, name: t[name].astype(np.int32)}
     return DeviceTable(cols, t.validity, {**t.types, name: dictionary.type}, {**t.dictionaries, name: dictionary})
-
-
-def _numpy_type(a):
-    try:
-        return pa.from_numpy_dtype(a.dtype)
-    except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
-        return None
 
 
 def _join_null_rows(lt, rt, lk: list[str], rk: list[str], how, suffix, validate, coalesce, algo, dev):
