@@ -357,19 +357,16 @@ def decimal_to_int64(arr: pa.Array) -> np.ndarray:
 
     Raises TypeError where a value does not fit 64 bits (or the array is not decimal128).
     """
+    from .plan.keys import decimal_words, decimal64
+
     t = arr.type
     if not pa.types.is_decimal128(t):
         raise TypeError(f"expected decimal128, got {t}")
-    if t.precision > 18:
-        from .plan.keys import decimal64
-
-        out = decimal64(arr)
-        if out is None:
-            raise TypeError(f"decimal values of {t} beyond 64 bits (|unscaled value| >= 2^63)")
-        out = out.copy()
-    else:
-        words = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + len(arr)))
-        out = words[2 * arr.offset::2].copy()  # little-endian: the low word holds the whole value
+    # (precision <= 18: the low word holds the whole value; wider: where every value fits)
+    out = decimal_words(arr)[0] if t.precision <= 18 else decimal64(arr)
+    if out is None:
+        raise TypeError(f"decimal values of {t} beyond 64 bits (|unscaled value| >= 2^63)")
+    out = np.array(out, np.int64)  # (a copy: the nulls zeroed below)
     if arr.null_count:
         out[~np.asarray(arr.is_valid())] = 0
     return out

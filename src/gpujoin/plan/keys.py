@@ -137,7 +137,7 @@ def no_nulls(a: pa.Array) -> pa.Array:
     return a.fill_null(0) if a.null_count else a
 
 
-def _decimal_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def decimal_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The low and high int64 words of a decimal128 column's values (strided views)."""
     words = np.frombuffer(arr.buffers()[1], np.int64)[2 * arr.offset: 2 * (arr.offset + len(arr))]
     return words[0::2], words[1::2]
@@ -158,7 +158,7 @@ def integer_view(arr: pa.Array) -> pa.Array:
 def decimal64(arr: pa.Array) -> np.ndarray | None:
     """The int64 unscaled values of a decimal128 column when every value fits in 64 bits (null
     slots arbitrary), else None."""
-    lo, hi = _decimal_words(arr)
+    lo, hi = decimal_words(arr)
     valid = np.asarray(arr.is_valid()) if arr.null_count else slice(None)
     return np.ascontiguousarray(lo) if np.array_equal(hi[valid], (lo >> 63)[valid]) else None
 
@@ -171,7 +171,7 @@ def physical(arr: pa.Array) -> list[np.ndarray]:
     """
     t = arr.type
     if pa.types.is_decimal128(t):
-        return [np.ascontiguousarray(w) for w in _decimal_words(arr)]
+        return [np.ascontiguousarray(w) for w in decimal_words(arr)]
     if pa.types.is_floating(t):
         x = arr.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 + 0.0 == +0.0
         x = np.where(np.isnan(x), np.nan, x)  # one NaN bit pattern
