@@ -249,14 +249,10 @@ def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: De
     import cupy as cp
 
     from ..cuda.primitives import Runs
-    from ..cuda.table import DeviceTable, HashPartitioning
 
     starts, ends, part_off, k = piece_runs(layout, counts)
-    runs = Runs(top, k, cp.asarray(starts), cp.asarray(ends), cp.asarray(part_off))
-    names = [key] + [c for c in t.column_names if c != key]
-    cols = dict(zip(names, got))
-    return DeviceTable({c: cols[c] for c in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
-                       partitioning=HashPartitioning(key, radix_bits, runs, cols[key]))
+    return _partitioned(t, key, got[0], got[1:], radix_bits,
+                        Runs(top, k, cp.asarray(starts), cp.asarray(ends), cp.asarray(part_off)))
 
 
 def finished(t):
@@ -264,18 +260,24 @@ def finished(t):
     ``partitioning``'s digit (PHJ's passes, from its pieces), its pieces then the partitions
     themselves, in place: a join starts from them with nothing left to move."""
     from ..cuda.primitives import Digits, Runs, radix_partition
-    from ..cuda.table import DeviceTable, HashPartitioning
 
     p = t.partitioning
     if p.runs.bits == p.radix_bits:
         return t
-    names = [n for n in t.column_names if n != p.column]
-    key, vals, offs = radix_partition(t[p.column], [t[n] for n in names], Digits(bits=p.radix_bits), stable=False,
-                                      runs=p.runs)
-    cols = dict(zip([p.column] + names, [key] + vals))
-    runs = Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs, in_place=True)
+    key, vals, offs = radix_partition(t[p.column], [t[n] for n in t.column_names if n != p.column],
+                                      Digits(bits=p.radix_bits), stable=False, runs=p.runs)
+    return _partitioned(t, p.column, key, vals, p.radix_bits, Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs,
+                                                                   in_place=True))
+
+
+def _partitioned(t, key: str, keys, values: list, radix_bits: int, runs):
+    """A DeviceTable of ``t``'s columns as ``keys`` (column ``key``) and ``values`` (its other
+    columns, in order), grouped as ``runs`` says on the ``radix_bits``-bit digit."""
+    from ..cuda.table import DeviceTable, HashPartitioning
+
+    cols = dict(zip([key] + [n for n in t.column_names if n != key], [keys] + list(values)))
     return DeviceTable({n: cols[n] for n in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
-                       partitioning=HashPartitioning(p.column, p.radix_bits, runs, key))
+                       partitioning=HashPartitioning(key, radix_bits, runs, keys))
 
 
 def timeline_ms(marks: list) -> dict:
