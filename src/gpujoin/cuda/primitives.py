@@ -19,7 +19,8 @@ import cupy as cp
 import numpy as np
 
 from . import onesweep
-from .kernels import SAMPLE_ARGS, SAMPLE_PACK, UNSTABLE_PASS_BITS, pass_widths, radix_of, scatter_name
+from .kernels import (SAMPLE_ARGS, SAMPLE_PACK, UNSTABLE_PASS_BITS, pass_widths, radix_of, scatter_name,
+                      unstable_block)
 from .runtime import device_properties, kernel, ptr
 
 #: Register budget of the stable radix scatter for 4-byte keys and values (kernels.SCATTER_MINB:
@@ -38,8 +39,8 @@ ONESWEEP = os.environ.get("GPUJOIN_ONESWEEP", "1") != "0"
 
 #: radix_partition's tile: 256 threads x 16 items (the stable passes).
 PART_BLOCK, PART_TILE = 256, 4096
-#: radix_scatter_unstable's block and tile (partition.cu: UNSTABLE_BLOCK, UNSTABLE_TILE).
-UNSTABLE_BLOCK, UNSTABLE_TILE = 512, 8192
+#: radix_scatter_unstable's tile (partition.cu: UNSTABLE_TILE; its block: kernels.unstable_block).
+UNSTABLE_TILE = 8192
 COMPACT_BLOCK, COMPACT_TILE = 256, 4096
 _KEY = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 _WORD = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
@@ -128,13 +129,19 @@ SCAN_TILE, SCAN_BLOCK = 8192, 1024
 _SCAN_TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 
 
-def exclusive_scan(values: cp.ndarray, dtype=cp.int64) -> cp.ndarray:
+def exclusive_scan(values: cp.ndarray, dtype=cp.int64, out: cp.ndarray | None = None) -> cp.ndarray:
     """Exclusive prefix sums of ``values`` (int32 or int64 (n,)) and their total: (n + 1,) of
-    ``dtype`` (int32 or int64; the caller knows the total fits), ``out[i] = values[:i].sum()``.
-    Three launches of scan.cu (one for n <= 8192) and no cast: ``cupy.cumsum`` took ~70 us of
-    the interpreter's time a call, then a subtraction."""
+    ``dtype`` (int32 or int64; the caller knows the total fits), ``out[i] = values[:i].sum()``,
+    written to ``out`` where given (contiguous, (n + 1,) of ``dtype``: made before the GPU is
+    busy, as a shuffle's later chunks' places are).  Three launches of scan.cu (one for n <= 8192)
+    and no cast: ``cupy.cumsum`` took ~70 us of the interpreter's time a call, then a
+    subtraction."""
     n = values.size
-    out = cp.empty(n + 1, dtype)
+    if out is None:
+        out = cp.empty(n + 1, dtype)
+    elif out.shape != (n + 1,) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"exclusive_scan: out must be contiguous ({n + 1},) {np.dtype(dtype)}, got "
+                         f"{out.shape} {out.dtype}")
     it, ot = _SCAN_TYPES[values.dtype], _SCAN_TYPES[out.dtype]
     if n == 0:
         out.fill(0)
@@ -299,7 +306,7 @@ def _scatter(src_k: cp.ndarray, src_v: list, dst_k: cp.ndarray, dst_v: list, dig
             smem = tile * (kb + width + (2 if bits > 8 else 1))  # radix_scatter's is static
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
-            scatter((nblocks,), (UNSTABLE_BLOCK,), args + (segments.args() if segments else _GLOBAL),
+            scatter((nblocks,), (unstable_block(kt, _WORD[width]),), args + (segments.args() if segments else _GLOBAL),
                     shared_mem=smem)
         else:
             scatter((nblocks,), (PART_BLOCK,), args)

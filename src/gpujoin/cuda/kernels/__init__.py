@@ -30,11 +30,28 @@ GROUPBY_SPECS = (-1, 0 | 8 << 8, 0 | 16 << 8, 0 | 24 << 8, 2 | 16 << 8, 1 | 6 <<
 SCATTER_MINB = (1, 4)
 
 #: Digit bits of a radix partition pass (partition.cu): at most 8 a stable pass (a warp ballot a
-#: bit), 9 an unstable one (radix_scatter_unstable: 512 threads, a digit each), taken where it saves
+#: bit), 9 an unstable one (radix_scatter_unstable: a thread a digit), taken where it saves
 #: a pass: PHJ's 17-18 bits (2^28-2^29 build rows) in two passes, not 8 + 8 + 1 or 2, each pass a
 #: read and write of every column.  GPUJOIN_UNSTABLE_PASS_BITS=8 restores the 8-bit passes.
 MAX_PASS_BITS = 8
 UNSTABLE_PASS_BITS = int(os.environ.get("GPUJOIN_UNSTABLE_PASS_BITS", "9"))
+
+
+def unstable_block(key: str, value: str) -> int:
+    """Threads of radix_scatter_unstable's block for key and value types (its 8192-row tile and
+    shared memory the same whatever the block, the rows shared out among the threads).
+
+    Where a key or a value is 8 bytes, the tile's staging (8192 x 18 bytes at 9 bits) leaves
+    room for one block an SM: 1024 threads of 8 rows keep twice the warps of 512 of 16 there. On
+    one H200, a 9-bit pass over 2^28 int64 keys and payloads took 4.61-4.70 ms against
+    5.75-5.87 (1.85 against 1.48 TB/s), the 17-bit partition 10.96 against 12.95 ms, and PHJ-TR's
+    join of 2^28 rows a side 29.2-29.6 against 33.6-34.0 (scripts/profile_unstable_block.py).
+    Narrower rows fit two blocks of 512 an SM already.  GPUJOIN_UNSTABLE_BLOCK (512 or 1024)
+    overrides it, for measuring."""
+    given = os.environ.get("GPUJOIN_UNSTABLE_BLOCK")
+    if given in ("512", "1024"):
+        return int(given)
+    return 1024 if "64" in key or "64" in value else 512
 
 
 def pass_count(bits: int, unstable: bool) -> int:
@@ -63,7 +80,7 @@ def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits:
     when both fit, with a register budget; else radix_scatter_unstable, for digits of at most 8
     bits or of 9)."""
     if not stable:
-        return f"radix_scatter_unstable<{key}, {value}, {9 if bits > 8 else 8}>"
+        return f"radix_scatter_unstable<{key}, {value}, {9 if bits > 8 else 8}, {unstable_block(key, value)}>"
     stage = "u32" if key == "i32" and value in ("u8", "u16", "u32") else "u64"
     return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
 

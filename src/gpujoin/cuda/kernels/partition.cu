@@ -18,9 +18,7 @@
 #define RADIX 256
 #define RADIX_MAX 512  // digits of a 9-bit unstable pass
 #define NO_DIGIT 0xffffffffu
-#define UNSTABLE_BLOCK 512
-#define UNSTABLE_ITEMS 16
-#define UNSTABLE_TILE (UNSTABLE_BLOCK * UNSTABLE_ITEMS)
+#define UNSTABLE_TILE 8192  // radix_scatter_unstable's tile, whatever its BLOCK
 
 // use_hash 2: murmur3 of the key xor a seed, a hash independent of the unseeded one that the
 // in-core joins, group-bys and HyperLogLog sketches use, so that the out-of-core pass 1 leaves
@@ -284,7 +282,8 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
 
 // The same scatter with the tile ranked by shared atomics on the block's counters, in whatever
 // order they land (unstable: for a first LSD pass, or a partition that needs no order within a
-// partition), tiles of 8192 rows, 512 threads of 16 (more warps an SM, runs of 32 rows a digit,
+// partition), tiles of 8192 rows, BLOCK threads (512 of 16 rows, or 1024 of 8 where 8-byte
+// columns leave room for one block an SM: kernels.unstable_block) (more warps an SM, runs of 32 rows a digit,
 // half the tiles' counters; no per-warp counters to scan).  On one H200, PGB-TR at g = 2^16 took
 // 6.30-7.01 ms with it against 7.51-8.30 with the same ranking on 4096-row tiles; the joins keep
 // stable passes (the 4096-row version cost the narrow PHJ-TR 0.3 ms, and this one was not
@@ -293,14 +292,14 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
 // writes the key and the first column.  DBITS: the most digit bits it takes, 8 or 9 (a thread a
 // digit; a 9-bit digit is staged in 2 bytes).  Shared memory (dynamic):
 // UNSTABLE_TILE * (sizeof(K) + sizeof(V) + DBITS / 8) bytes.
-template <typename K, typename V, int DBITS>
-__global__ void __launch_bounds__(UNSTABLE_BLOCK)
+template <typename K, typename V, int DBITS, int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
 radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
                        int shift, int bits, const i64* __restrict__ offsets, int nblocks,
                        const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
                        int write_keys, const i64* __restrict__ seg_off, const i32* __restrict__ tile_start,
                        int nseg, const i64* __restrict__ run_end, int runs) {
-    constexpr int BLOCK = UNSTABLE_BLOCK, ITEMS = UNSTABLE_ITEMS, TILE = UNSTABLE_TILE, NDIG = 1 << DBITS;
+    constexpr int TILE = UNSTABLE_TILE, ITEMS = TILE / BLOCK, NDIG = 1 << DBITS;
     static_assert(NDIG <= BLOCK && NDIG <= RADIX_MAX, "a thread a digit");
     using D = typename DigitWord<(DBITS > 8)>::type;
     TileMap t;
