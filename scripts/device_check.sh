@@ -205,7 +205,7 @@ if [[ $stage == radix-shuffle ]]; then
     echo "== $try"
     env "$try" timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli \
       bench dist --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle one-level --shuffle-radix auto \
-      --runs ${RUNS:-3} -o $OUT/bench_dist_${try%%=*}.jsonl" 2>&1 | grep -v "^\s*$" | tail -6
+      --runs ${RUNS:-3} -o $OUT/bench_dist_${try%%=*}.jsonl" 2>&1 | grep -v "^\s*$" | tail -${TRY_LINES:-6}
   done
 fi
 if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline || $stage == tpch-dist ]]; then

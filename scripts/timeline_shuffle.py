@@ -4,7 +4,11 @@ CUPTI (PyTorch's profiler, which sees CuPy's and NCCL's kernels): when each ran 
 (ms from the first), so that one sees whether the chunks' partitions and NCCL groups overlap.
 A third argument RADIX_BITS times the shuffle whose pass is the local PHJ's first
 (``radix_shuffle.exchange_partitioned``, the first table finished on the way) instead: how long
-each chunk's scatter takes beside NCCL's kernels, and alone under GPUJOIN_SHUFFLE_OVERLAP=0."""
+each chunk's scatter takes beside NCCL's kernels, and alone under GPUJOIN_SHUFFLE_OVERLAP=0.
+A fourth argument "join" traces the whole ``gpujoin.dist.join`` of the two tables instead (that
+shuffle, then the local join), and lists where no kernel or copy ran on the GPU (the host's gaps).
+
+    mpirun -n 2 python3 scripts/timeline_shuffle.py LOG2N [LOG2C [RADIX_BITS [join]]]"""
 import json
 import os
 import sys
@@ -24,8 +28,16 @@ comm = Communicator.from_mpi()
 n = 1 << int(sys.argv[1])
 chunk = 1 << int(sys.argv[2]) if len(sys.argv) > 2 else ds.CHUNK_ROWS
 radix_bits = int(sys.argv[3]) if len(sys.argv) > 3 else None
+whole = len(sys.argv) > 4 and sys.argv[4] == "join"
 build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
-if radix_bits:
+if whole:
+    from gpujoin.dist import join
+
+    os.environ["GPUJOIN_SHUFFLE_CHUNK_ROWS"] = str(chunk)
+
+    def shuffle():
+        return join(probe, build, "k", comm=comm, shuffle="one-level", radix_bits=radix_bits)
+elif radix_bits:
     from gpujoin.dist import radix_shuffle
 
     def shuffle():
@@ -79,6 +91,12 @@ for e in events:
     busy[name] = busy.get(name, 0.0) + e["dur"] / 1e3
     if e["dur"] >= 30:
         lines.append(f"  {(e['ts'] - t0) / 1e3:7.3f} +{e['dur'] / 1e3:6.3f}  s{e['args'].get('stream', '?'):<3} {name}")
+idle, reach = [], t0  # spans of 50 us or more with nothing on the GPU
+for e in events:
+    if e["ts"] - reach >= 50:
+        idle.append(f"{(reach - t0) / 1e3:.2f}+{(e['ts'] - reach) / 1e3:.2f}")
+    reach = max(reach, e["ts"] + e["dur"])
+lines.append("  GPU idle (ms from the first, ms): " + (", ".join(idle) or "none"))
 host.sort(key=lambda h: h[1])
 h0 = host[0][1] if host else 0
 lines.append("  host calls (start ms from the first, ms): " + ", ".join(f"{w} {(t - h0) * 1e3:.2f}+{d * 1e3:.2f}"

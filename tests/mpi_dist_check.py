@@ -118,7 +118,7 @@ def main():
     print(f"rank {comm.rank} ok", flush=True)
 
 
-def null_keys_equal(comm, extra, left, right, form, device=None):
+def null_keys_equal(comm, extra, left, right, form, device="auto"):
     """nulls_equal=True with null keys on both sides (``form``: a rank's slice as passed to the
     join): every row with one goes to rank 0, where they meet."""
     rng = np.random.default_rng(3)

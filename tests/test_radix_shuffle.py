@@ -36,9 +36,12 @@ def test_the_timeline_reads_as_passes_messages_and_the_finish(monkeypatch):
     # 839df0b's rank 0 at 2^28 rows a rank: each step from the mark before it on its stream
     tl = {"counted": 2.39, "partitioned 0.0": 6.19, "sent 0.0": 9.39, "partitioned 0.1": 9.99, "sent 0.1": 13.19,
           "partitioned 1.0": 13.83, "sent 1.0": 16.99, "partitioned 1.1": 17.63, "sent 1.1": 20.77, "finished 0": 25.55}
-    assert radix_shuffle.timeline_summary(tl) == ("counts 2.39, passes [3.8, 3.8, 3.84, 3.8], messages [3.2, 3.2, "
-                                                  "3.16, 3.14], first table finished 7.92 (+4.78 after the last "
-                                                  "message)")
+    assert radix_shuffle.timeline_summary(tl) == ("counts 2.39, laid out 0.00, passes [3.8, 3.8, 3.84, 3.8], "
+                                                  "messages [3.2, 3.2, 3.16, 3.14], first table finished 7.92 "
+                                                  "(+4.78 after the last message)")
+    # the host's layouts before the first pass, where marked, are not the pass's
+    tl = {"counted": 2.39, "planned": 2.89, **{k: v for k, v in tl.items() if k != "counted"}}
+    assert radix_shuffle.timeline_summary(tl).startswith("counts 2.39, laid out 0.50, passes [3.3, 3.8,")
     assert radix_shuffle.overlapped()
     monkeypatch.setenv("GPUJOIN_SHUFFLE_OVERLAP", "0")
     assert not radix_shuffle.overlapped()

@@ -118,59 +118,79 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     # sent apart, so that the links start after a chunk's pass rather than a table's
     C = max(1, -(-int(comm.allgather_array(np.array([max(t.num_rows for t in tables)], np.int64)).max())
                  // (chunk_rows or chunk_rows_default())))
-    parts = []  # per table: key, values, per chunk (lo, hi, counts a tile or None)
-    for t, k in zip(tables, keys):
+    parts, sums, ready = [], [], []  # per table: (key, values, per chunk (lo, hi, counts a tile or None)),
+    for t, k in zip(tables, keys):  # its rows a (chunk, destination, top digit), and when those are known
         vals = [t[n] for n in t.column_names if n != k]
-        parts.append((t[k], vals, [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits,
-                                                            stable=False) if hi > lo else None)
-                                   for lo, hi in chunk_bounds(t.num_rows, C, CHUNK_ALIGN)]))
-    # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
-    mine = [c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:P * G] if c is not None else cp.zeros(P * G, cp.int64)
-            for _, _, chunks in parts for _, _, c in chunks]
-    everyone = comm.allgather_array(np.append(cp.asnumpy(cp.concatenate(mine)), free_bytes()))
-    cnt = everyone[:, :-1].reshape(P, T, C, P, G)
-    rows = cnt.sum(axis=4)  # (rank, table, chunk, destination)
+        chunks = [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits, stable=False)
+                   if hi > lo else None) for lo, hi in chunk_bounds(t.num_rows, C, CHUNK_ALIGN)]
+        parts.append((t[k], vals, chunks))
+        sums.append(cp.concatenate([c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:P * G] if c is not None
+                                    else cp.zeros(P * G, cp.int64) for _, _, c in chunks]))
+        ready.append(main.record())
     width = [t[k].dtype.itemsize + sum(v.dtype.itemsize for v in vals) for t, k, (_, vals, _) in
              zip(tables, keys, parts)]
-    for r in range(P):  # every rank checks every rank's room alike (and the first table's copy, finished)
-        need = sum(w * int(rows[r, i].sum() - rows[r, i, :, r].sum()
-                           + rows[:, i, :, r].sum() * (1 + (finish_first and i == 0))) for i, w in enumerate(width))
-        if need > int(everyone[r, -1]):
-            raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its send "
-                              f"buffers and the rows it receives, {int(everyone[r, -1]) / 2**30:.2f} GiB is free: "
-                              f"use more ranks")
-    marks = [("start", start), ("counted", main.record())] if stats is not None else None
-    # every buffer made and every place laid out before the first pass: an allocation that the
-    # pool must take from the driver (cudaMalloc) waits for the GPU, which would hold the later
-    # passes back until the NCCL groups before them had ended
-    plans = []
-    for i in range(T):
-        layout, send_at, base = _layout(rows[:, i], me)
-        bufs = [cp.empty(base + layout.rows, a.dtype) for a in [parts[i][0]] + parts[i][1]]
-        units = []
-        for c, (lo, hi, counts) in enumerate(parts[i][2]):
-            sends, recvs, (_, own_at, own_rows) = layout.unit(c)
-            offs = None
-            if counts is not None:
-                # each digit's tiles' places: the scan of the chunk's counts moved to the chunk's
-                # part of the send buffer, this rank's digits to their place in the receive buffer
-                # and the later ranks' down over the gap they leave
-                offs = exclusive_scan(counts)
-                tiles = counts.size // radix
-                a, b = me * G * tiles, (me + 1) * G * tiles
-                offs[:a] += send_at[c]
-                offs[a:b] += base + own_at - int(rows[me, i, c, :me].sum())
-                offs[b:] += send_at[c] - own_rows
-            units.append((lo, hi, offs, sends, recvs))
-        plans.append((layout, base, bufs, units))
+
+    def placed(i: int, c: int):
+        """Unit (table i, chunk c)'s scatter offsets: the scan of the chunk's counts moved to the
+        chunk's part of the send buffer, this rank's digits to their place in the receive buffer
+        and the later ranks' down over the gap they leave."""
+        layout, send_at, base, _, units = plans[i]
+        _, _, counts, offs = units[c]
+        own_at, own_rows = layout.unit(c)[2][1:]
+        exclusive_scan(counts, out=offs)
+        tiles = counts.size // radix
+        a, b = me * G * tiles, (me + 1) * G * tiles
+        offs[:a] += send_at[c]
+        offs[a:b] += base + own_at - int(rows[me, i, c, :me].sum())
+        offs[b:] += send_at[c] - own_rows
+        return offs
+
+    # The first table's counts are gathered, its buffers made and its first chunk's pass launched
+    # while the GPU still counts the later tables: the host's part (the counts to the host, their
+    # allgather, the layouts) had left the GPU idle about 1 ms.  The later tables' counts are
+    # gathered before any message is posted, so that a MemoryError still comes on every rank
+    # before data moves.  Every buffer is made before the passes it waits on (an allocation that
+    # the pool must take from the driver, cudaMalloc, waits for the GPU, which would hold the
+    # later passes back until the NCCL groups before them had ended); a chunk's places are
+    # computed just before its pass, so that the host lays out the later chunks while the GPU
+    # runs the passes before.
+    side = cp.cuda.Stream(non_blocking=True)
+    plans, gathered, marks, free, early = [None] * T, [], None, None, False
+    for members in ([0], list(range(1, T))) if T > 1 else ([0],):
+        side.wait_event(ready[members[-1]])
+        with side:  # (not behind the later tables' counts on the main stream)
+            mine = cp.asnumpy(cp.concatenate([sums[i] for i in members]))
+        got = comm.allgather_array(np.append(mine, free_bytes() if free is None else 0))
+        free = got[:, -1] if free is None else free
+        gathered.append(got[:, :-1].reshape(P, len(members), C, P, G))
+        cnt = np.concatenate(gathered, axis=1)  # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
+        rows = cnt.sum(axis=4)  # (rank, table, chunk, destination)
+        _check_room(rows, width, free, finish_first)
+        if marks is None and stats is not None:
+            marks = [("start", start), ("counted", main.record())]
+        for i in members:
+            layout, send_at, base = _layout(rows[:, i], me)
+            bufs = [cp.empty(base + layout.rows, a.dtype) for a in [parts[i][0]] + parts[i][1]]
+            units = [(lo, hi, counts, None if counts is None else cp.empty(counts.size + 1, cp.int64))
+                     for lo, hi, counts in parts[i][2]]
+            plans[i] = (layout, send_at, base, bufs, units)
+        if not early and parts[0][2][0][2] is not None:
+            if stats is not None:
+                marks.append(("planned", main.record()))
+            lo, hi, _ = parts[0][2][0]
+            scatter_placed(parts[0][0][lo:hi], [v[lo:hi] for v in parts[0][1]], digits, placed(0, 0),
+                           plans[0][3][0], plans[0][3][1:])
+            early = True
+
     out, arrived, overlap = [], [], overlapped()
     for i, (t, k) in enumerate(zip(tables, keys)):
         key, vals, _ = parts[i]
-        layout, base, bufs, units = plans[i]
+        layout, _, base, bufs, units = plans[i]
         got = [b[base:] for b in bufs]
-        for c, (lo, hi, offs, sends, recvs) in enumerate(units):
-            if offs is not None:
-                scatter_placed(key[lo:hi], [v[lo:hi] for v in vals], digits, offs, bufs[0], bufs[1:])
+        for c, (lo, hi, counts, _) in enumerate(units):
+            if counts is not None and not (early and i == c == 0):
+                scatter_placed(key[lo:hi], [v[lo:hi] for v in vals], digits, placed(i, c), bufs[0], bufs[1:])
+            sends, recvs, _ = layout.unit(c)
             partitioned = main.record()
             net.wait_event(partitioned)
             with net:
@@ -199,6 +219,21 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         stats["shuffle_marks"] = marks
         stats["shuffle_chunks"] = C
     return out
+
+
+def _check_room(rows: np.ndarray, width: list[int], free: np.ndarray, finish_first: bool) -> None:
+    """MemoryError, alike on every rank, where some rank's send buffers and received rows of the
+    tables counted so far (``rows``: (rank, table, chunk, destination), the first tables') would
+    not fit the GPU memory it had free (``free``, bytes a rank); the first table's rows twice
+    where ``finish_first`` (its finished copy)."""
+    for r in range(rows.shape[0]):
+        need = sum(w * int(rows[r, i].sum() - rows[r, i, :, r].sum()
+                           + rows[:, i, :, r].sum() * (1 + (finish_first and i == 0)))
+                   for i, w in zip(range(rows.shape[1]), width))
+        if need > int(free[r]):
+            raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its send "
+                              f"buffers and the rows it receives, {int(free[r]) / 2**30:.2f} GiB is free: "
+                              f"use more ranks")
 
 
 def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, np.ndarray, int]:
@@ -292,8 +327,10 @@ def timeline_summary(ms: dict) -> str:
     """One line of :func:`timeline_ms`'s marks: the counts' time, each chunk's pass (from the mark
     before it on the GPU's main stream: the counts, or the pass before) and messages (from its
     pass's end, or the messages before, whichever is later), and the first table's finishing
-    pass (from the later of the last pass and that table's last message), in ms."""
-    passes, sends, last_pass, last_sent, sent = [], [], ms.get("counted", 0.0), 0.0, {}
+    pass (from the later of the last pass and that table's last message), in ms; "laid out": the
+    host's buffers and layouts between the counts and the first pass (the GPU idle)."""
+    counted = ms.get("counted", 0.0)
+    passes, sends, last_pass, last_sent, sent = [], [], ms.get("planned", counted), 0.0, {}
     for name, t in ms.items():
         if name.startswith("partitioned "):
             passes.append(t - last_pass)
@@ -301,7 +338,7 @@ def timeline_summary(ms: dict) -> str:
         elif name.startswith("sent "):
             sends.append(t - max(last_pass, last_sent))
             last_sent = sent[name.split()[1].split(".")[0]] = t
-    out = f"counts {ms.get('counted', 0.0):.2f}, passes {[round(x, 2) for x in passes]}, " \
+    out = f"counts {counted:.2f}, laid out {ms.get('planned', counted) - counted:.2f}, passes {[round(x, 2) for x in passes]}, " \
           f"messages {[round(x, 2) for x in sends]}"
     if "finished 0" in ms:
         begin = max(last_pass, sent.get("0", 0.0))
