@@ -15,8 +15,8 @@ the receive buffer (no self-copy), messages are cut into 16-byte-aligned bodies 
 heads and tails (``comm.DeviceLayout``), and each table goes in chunks, a chunk partitioned
 while the chunk before is on the links.  Then the first table's remaining pass runs while the
 second table's messages are still on the links (:func:`finished`), so the local join partitions
-only the second.  On two H200s at 2^28 rows a rank: 42.0 ms against 53.2 for the shuffle
-without the pass, 1.65x the one GPU's join of the whole job (docs/BENCHMARKS.md).
+only the second.  On two H200s at 2^28 rows a rank: 36.0 ms against 47.9 for the shuffle
+without the pass, 1.69x the one GPU's join of the whole job (docs/BENCHMARKS.md).
 
 Reusable: ``radix_partition(runs=...)`` (a partition that starts from pieces of rows grouped on
 their top digits, wherever they lie), ``scatter_placed`` (one pass whose output places the caller

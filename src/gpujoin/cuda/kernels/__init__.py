@@ -46,8 +46,11 @@ def unstable_block(key: str, value: str) -> int:
     one H200, a 9-bit pass over 2^28 int64 keys and payloads took 4.61-4.70 ms against
     5.75-5.87 (1.85 against 1.48 TB/s), the 17-bit partition 10.96 against 12.95 ms, and PHJ-TR's
     join of 2^28 rows a side 29.2-29.6 against 33.6-34.0 (scripts/profile_unstable_block.py).
-    Narrower rows fit two blocks of 512 an SM already.  GPUJOIN_UNSTABLE_BLOCK (512 or 1024)
-    overrides it, for measuring."""
+    Narrower rows fit two blocks of 512 an SM already, and 1024 threads there were slower on the
+    same H200 (int32 keys and values at 2^28: an 8-bit pass 4.01 against 3.59 ms, PGB-TR at
+    g = 2^16 7.59 against 6.86, the narrow PHJ-TR at 2^27 10.10 against 9.42;
+    scripts/profile_scatter.py).  GPUJOIN_UNSTABLE_BLOCK (512 or 1024) overrides it, for
+    measuring."""
     given = os.environ.get("GPUJOIN_UNSTABLE_BLOCK")
     if given in ("512", "1024"):
         return int(given)
