@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import registered
 from .comm import ALIGN_ROWS, Communicator, DeviceLayout
 
 
@@ -85,7 +86,9 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     beside the chunk before's NCCL group (after it where not :func:`overlapped`).
 
     ``stats`` gains bytes_sent, wire_bytes_sent and bytes_received (rows of other ranks only).
-    GPU memory: each table's send buffer (the rows for other ranks) and its received rows.
+    GPU memory: each table's send buffer (the rows for other ranks) and its received rows, in
+    one allocation a column (registered with NCCL under GPUJOIN_NCCL_REGISTER=1:
+    ``dist.registered``).
 
     Raises
     ------
@@ -155,6 +158,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     # computed just before its pass, so that the host lays out the later chunks while the GPU
     # runs the passes before.
     side = cp.cuda.Stream(non_blocking=True)
+    new = (lambda n, dtype: registered.empty(comm.nccl(), n, dtype)) if registered.enabled() else cp.empty
     plans, gathered, marks, free, early = [None] * T, [], None, None, False
     for members in ([0], list(range(1, T))) if T > 1 else ([0],):
         # copies only on the side stream (not behind the later tables' counts on the main stream;
@@ -171,7 +175,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
             marks = [("start", start), ("counted", main.record())]
         for i in members:
             layout, send_at, base = _layout(rows[:, i], me)
-            bufs = [cp.empty(base + layout.rows, a.dtype) for a in [parts[i][0]] + parts[i][1]]
+            bufs = [new(base + layout.rows, a.dtype) for a in [parts[i][0]] + parts[i][1]]
             units = [(lo, hi, counts, None if counts is None else cp.empty(counts.size + 1, cp.int64))
                      for lo, hi, counts in parts[i][2]]
             plans[i] = (layout, send_at, base, bufs, units)
