@@ -5,7 +5,8 @@ standing in for CuPy: from and back to Arrow with nulls, two tables' dictionarie
 of equal bytes equal), concatenated, strings and binaries refused together; and the device
 group-by's refusal of aggregates a column's type lacks (sum of strings, mean of dates, max of
 binaries), as the host engine refuses them; all-null columns; and join keys whose stored
-integers mean different things (decimal scales, timestamp units), refused.  Their joins and
+integers mean different things (decimal scales, timestamp units), rescaled into the host's
+promoted type, or refused where a value would not fit 64 bits there.  Their joins and
 group-bys on the GPU: tests/test_cuda_device_tables.py (marker gpu)."""
 
 import numpy_as_cupy
@@ -99,8 +100,9 @@ def main():
         got, _ = device_join.execute_device_join(db, DeviceTable.from_arrow(lt), "k", how=how)
         assert_tables_equal(got.to_arrow(), gpujoin.join(blank, lt, "k", how=how, device="cpu"))
     # keys whose stored integers mean different things (decimals of other scales, timestamps of
-    # other units, a date against an integer) are refused, not compared as they lie; of one
-    # scale or unit, or integers of any widths, they join as on the host
+    # other units) are compared in the host's promoted type, their integers rescaled on the GPU;
+    # a date against an integer is refused as on the host, and a value past 64 bits once
+    # rescaled by name; of one scale or unit, or integers of any widths, they join as they lie
     import datetime
 
     from gpujoin.errors import SchemaError
@@ -109,9 +111,11 @@ def main():
         return pa.table({"k": arr, "i": np.arange(len(arr))})
 
     dec = [1, 2, None]
-    cases = {"decimal scales": (pa.array(dec, pa.decimal128(10, 2)), pa.array(dec, pa.decimal128(10, 3)), False),
+    cases = {"decimal scales": (pa.array(dec, pa.decimal128(10, 2)), pa.array(dec, pa.decimal128(10, 3)), True),
              "decimal precisions": (pa.array(dec, pa.decimal128(10, 2)), pa.array(dec, pa.decimal128(18, 2)), True),
-             "timestamp units": (pa.array([1, 2], pa.timestamp("ms")), pa.array([1, 2], pa.timestamp("us")), False),
+             "timestamp units": (pa.array([1, 2], pa.timestamp("ms")), pa.array([1, 2], pa.timestamp("us")), True),
+             "past 64 bits rescaled": (pa.array([10**17, 1], pa.decimal128(18, 0)),
+                                       pa.array([1, 2], pa.decimal128(18, 3)), False),
              "date and int": (pa.array([datetime.date(2020, 1, 2)]), pa.array([18263], pa.int32()), False),
              "int widths": (pa.array([1, 2], pa.int32()), pa.array([2, 3], pa.int64()), True),
              "decimal and int": (pa.array([1, 2], pa.decimal128(10, 0)), pa.array([1, 2], pa.int64()), False)}

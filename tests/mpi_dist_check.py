@@ -167,6 +167,17 @@ def device_tables(comm, extra, left, right):
     right = right.append_column("c", pa.array(np.arange(right.num_rows) % 7, mask=np.arange(right.num_rows) % 5 == 0))
     dev = lambda t: DeviceTable.from_arrow(extra(t))  # noqa: E731
     null_keys_equal(comm, extra, left, right, DeviceTable.from_arrow)
+    # keys of two decimal scales: rescaled before the shuffle, so that 1.00 and 1.000 meet on one
+    # rank (the radix shuffle too: "one-level"); each side's own key kept where not coalesced
+    dl = left.set_column(0, "k", left["k"].cast(pa.int32()).cast(pa.decimal128(12, 2)))
+    dr = right.set_column(0, "k", right["k"].cast(pa.int32()).cast(pa.decimal128(14, 3)))
+    for how, coalesce in (("inner", None), ("full", False), ("left", True), ("anti", None)):
+        for method in ("one-level", "two-level"):
+            got = gathered(comm, join(dev(dl), dev(dr), "k", how=how, comm=comm, shuffle=method,
+                                      coalesce=coalesce).to_arrow())
+            if comm.rank == 0:
+                print(f"device scales {method} {how} coalesce={coalesce}", flush=True)
+                assert_tables_equal(got, gpujoin.join(dl, dr, "k", how=how, coalesce=coalesce, device="cpu"))
     for method in ("one-level", "two-level"):
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):

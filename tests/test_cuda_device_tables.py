@@ -176,15 +176,39 @@ def test_device_key_errors_are_clear():
     with pytest.raises(gpujoin.SchemaError, match=r"'k' is a string \(or binary\) column and 'k' is not"):
         gpujoin.join(a, n, "k")
     assert_tables_equal(gpujoin.join(a, a, "k").to_arrow(), pa.table({"k": ["p", "q"]}))
-    # decimal keys of two scales: their stored integers mean different things (had been joined as they lie)
-    d2 = DeviceTable.from_arrow(pa.table({"k": pa.array([1, 2], pa.decimal128(10, 2))}))
-    d3 = DeviceTable.from_arrow(pa.table({"k": pa.array([1, 2], pa.decimal128(10, 3))}))
-    with pytest.raises(gpujoin.SchemaError, match="different units"):
-        gpujoin.join(d2, d3, "k")
+    # a decimal key rescaled past 64 bits to meet the other's scale: refused by name (the host
+    # compares it in 128 bits)
+    big = DeviceTable.from_arrow(pa.table({"k": pa.array([10**17, 1], pa.decimal128(18, 0))}))
+    d4 = DeviceTable.from_arrow(pa.table({"k": pa.array([1, 2], pa.decimal128(18, 4))}))
+    with pytest.raises(gpujoin.SchemaError, match="'k' .*do not fit 64 bits"):
+        gpujoin.join(big, d4, "k")
     # aggregates a column's type lacks, refused as on the host (the codes had been summed)
     s = DeviceTable.from_arrow(pa.table({"k": [1, 2], "s": ["p", "q"]}))
     with pytest.raises(gpujoin.InvalidOperationError, match="strings support"):
         gpujoin.group_by(s, "k").agg(t=("s", "sum"))
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("coalesce", [None, False])
+def test_keys_of_two_scales_or_units_join_as_on_the_host(how, coalesce):
+    """Decimal keys of two scales, an integer against a decimal, timestamps and times of two
+    units: the stored integers rescaled on the GPU into the host's promoted type, so that 1.00
+    meets 1.000 and not 0.100; a coalesced key in that type, each side's own kept as it was."""
+    rng = np.random.default_rng(5)
+    x, y = rng.integers(0, 50, 4000, dtype=np.int32), rng.integers(0, 50, 3000, dtype=np.int32)
+    pairs = {"scales": (pa.array(x).cast(pa.decimal128(14, 2)), pa.array(y).cast(pa.decimal128(15, 3))),
+             "int-decimal": (pa.array(x, pa.int32()), pa.array(y).cast(pa.decimal128(16, 2))),
+             "timestamps": (pa.array(x.astype(np.int64)).view(pa.timestamp("ms")),
+                            pa.array(y.astype(np.int64) * 1000).view(pa.timestamp("us"))),
+             "times": (pa.array(x).view(pa.time32("s")), pa.array(y.astype(np.int64) * 10**6).view(pa.time64("us")))}
+    for name, (a, b) in pairs.items():
+        m = rng.random(len(a)) < 0.05
+        left = pa.table({"k": pa.array(a.to_pylist(), a.type, mask=m), "i": np.arange(len(a))})
+        right = pa.table({"k": b, "j": np.arange(len(b))})
+        want = gpujoin.join(left, right, "k", how=how, coalesce=coalesce, device="cpu")
+        got = gpujoin.join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), "k", how=how, coalesce=coalesce)
+        assert want.num_rows, name
+        assert_tables_equal(got.to_arrow(), want)
 
 
 @pytest.mark.parametrize("how", HOWS)

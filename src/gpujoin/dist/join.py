@@ -261,6 +261,26 @@ def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> l
     return unify_dictionaries(tables, groups, comm)
 
 
+def _rescaled(lt, lk: list[str], rt, rk: list[str], comm: Communicator):
+    """``plan.device_join.rescale_keys`` before the shuffle, so that the ranks hash keys of two
+    decimal scales or time units in the type they are compared in (1.00 and 1.000 meet on one
+    rank); a value that does not fit 64 bits so is a SchemaError on every rank."""
+    from ..errors import SchemaError
+    from ..plan.device_join import rescale_keys
+
+    try:
+        lt, rt, scaled = rescale_keys(lt, lk, rt, rk)
+        failed = None
+    except SchemaError as err:
+        lt = rt = scaled = None
+        failed = str(err)
+    every = comm.allgather(failed)
+    for rank, message in enumerate(every):
+        if message is not None:
+            raise SchemaError(f"rank {rank}: {message}")
+    return lt, rt, scaled
+
+
 def _coded(t, name: str) -> str:
     """What DeviceTable ``t``'s column ``name`` codes: "string", "binary" or nothing."""
     from ..table import is_string_type
@@ -313,8 +333,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
                  stats, kwargs):
     """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
     over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables), in hash buckets."""
-    from ..cuda.table import concat_tables, key_validity
-    from ..plan.join import _resolve_keys, execute_join
+    from ..cuda.table import DeviceTable, concat_tables, key_validity
+    from ..plan.join import _resolve_keys, execute_join, output_layout
     from . import device_shuffle
     from .shuffle import auto_method
 
@@ -328,6 +348,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     marks = [_mark()]
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     lt, rt = _device_tables([left, right], [lk, rk], comm)
+    lt, rt, scaled = _rescaled(lt, lk, rt, rk, comm)
     rows = max(comm.allgather(max(lt.num_rows, rt.num_rows)))
     if shuffle == "auto":
         uniform = comm.nodes < 2 or len(set(comm.allgather(comm.local_size))) == 1
@@ -359,6 +380,15 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         del lt2, rt2
     # (device="cpu" joins on the host: Arrow tables)
     out = pa.concat_tables(outs) if isinstance(outs[0], pa.Table) else concat_tables(outs)
+    if scaled:  # (each side's own key columns back in their own values and types)
+        from ..plan.device_join import unscale_keys
+
+        coalesced = how != "full" if kwargs.get("coalesce") is None else kwargs["coalesce"]
+        layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesced)
+        if isinstance(out, pa.Table):
+            out = unscale_keys(DeviceTable.from_arrow(out), scaled, layout).to_arrow()
+        else:
+            out = unscale_keys(out, scaled, layout)
     marks.append(_mark())
     _sync()
     if stats is not None:

@@ -61,9 +61,10 @@ def execute_device_join(left, right, on=None, *, left_on=None, right_on=None, ho
     ColumnNotFoundError, SchemaError, ValueError
         As for host tables; also for composite keys whose ranges span more than 63 bits (with
         ``nulls_equal=True`` and null keys, the rows with a null key: their keys and one bit a
-        nullable key), a string key joined with a key of another type, and keys whose stored
-        integers mean different things (decimals of two scales, timestamps of two units:
-        :func:`_check_key_types`).  (A null key matches nothing unless ``nulls_equal``: such
+        nullable key), a string key joined with a key of another type, and a key whose values
+        would not fit 64 bits in the type it is compared in (keys of two decimal scales or time
+        units are compared in the host's promoted type, their stored integers rescaled on the
+        GPU: :func:`rescale_keys`).  (A null key matches nothing unless ``nulls_equal``: such
         rows are an outer side's unmatched rows.)
     RuntimeError
         device="cpu" with device-resident inputs.
@@ -92,17 +93,35 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     joined (:func:`_execute_device_join`), then each outer side's (and an anti join's left)
     rows with a null key appended, the other side's columns null, as the host path's
     ``plan.join._match`` adds them; with ``nulls_equal``, the rows with a null key joined among
-    themselves (:func:`_join_null_rows`) instead."""
-    from ..cuda.table import as_device_table, concat_tables, key_validity
+    themselves (:func:`_join_null_rows`) instead.  Keys of two scales or units are compared in
+    the promoted type (:func:`rescale_keys`), and kept in their own where the output keeps
+    each side's (:func:`unscale_keys`)."""
+    from ..cuda.table import as_device_table
 
     lt, rt = as_device_table(left), as_device_table(right)
-    if how != "cross":
-        lk, rk = _resolve_keys(on, left_on, right_on, how)
-        check_columns(lt, lk, "left")
-        check_columns(rt, rk, "right")
-        for a, b in zip(lk, rk):
-            _check_key_types(lt, a, rt, b)
-    if how == "cross" or not (lt.validity or rt.validity):  # (no masks at all: nothing more to look at)
+    if how == "cross":
+        return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
+                                    radix_bits)
+    lk, rk = _resolve_keys(on, left_on, right_on, how)
+    check_columns(lt, lk, "left")
+    check_columns(rt, rk, "right")
+    lt, rt, scaled = rescale_keys(lt, lk, rt, rk)
+    out, stats = _join_present_keys(lt, rt, lk, rk, on, left_on, right_on, how, suffix, nulls_equal, validate,
+                                    coalesce, algo, dev, radix_bits)
+    if scaled:
+        coalesced = how != "full" if coalesce is None else coalesce
+        out = unscale_keys(out, scaled, output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesced))
+    return out, stats
+
+
+def _join_present_keys(lt, rt, lk, rk, on, left_on, right_on, how, suffix, nulls_equal, validate, coalesce, algo,
+                       dev, radix_bits):
+    """:func:`_join_null_keys` once the keys compare as stored: the rows whose keys are all
+    present joined, then the others as an outer side's unmatched rows or, with ``nulls_equal``,
+    among themselves."""
+    from ..cuda.table import concat_tables, key_validity
+
+    if not (lt.validity or rt.validity):  # (no masks at all: nothing more to look at)
         return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
                                     radix_bits)
     lvalid, rvalid = key_validity(lt, lk), key_validity(rt, rk)
@@ -130,13 +149,21 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     return out, stats
 
 
-def _check_key_types(lt, a: str, rt, b: str) -> None:
-    """SchemaError where key ``a`` of ``lt`` and ``b`` of ``rt`` (DeviceTables) hold values the
-    GPU would compare wrongly as they lie: types the host refuses to compare (a date with an
-    integer: ``plan.keys.promote_key_types``), and types it compares after a rescale (decimals of
-    different scales, timestamps or times of different units, an integer against a decimal of a
-    nonzero scale), which a DeviceTable's stored integers are not.  (String keys: their
-    dictionaries' check; floats: the key dtype's.)"""
+#: Ticks a second of each time unit.
+_UNITS = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def _key_target(lt, a: str, rt, b: str) -> pa.DataType | None:
+    """The type that key ``a`` of ``lt`` and ``b`` of ``rt`` (DeviceTables) compare in, where
+    their stored integers need a rescale first (the host's promoted type: decimals of two scales,
+    an integer against a decimal of a nonzero scale, timestamps, times or durations of two
+    units); None where they compare as stored.
+
+    Raises
+    ------
+    SchemaError
+        Types the host refuses to compare (a date with an integer: ``plan.keys.promote_key_types``).
+    """
     from ..cuda.table import arrow_type, coded_type
     from .keys import promote_key_types
 
@@ -144,17 +171,87 @@ def _check_key_types(lt, a: str, rt, b: str) -> None:
     if ta == tb or ta is None or tb is None or coded_type(ta) or coded_type(tb) or pa.types.is_null(ta) \
             or pa.types.is_null(tb) or (pa.types.is_integer(ta) and pa.types.is_integer(tb)) \
             or pa.types.is_floating(ta) or pa.types.is_floating(tb):  # (floats: the key dtype's own refusal)
-        return
-    promote_key_types(a, ta, b, tb)  # (raises for kinds that never compare)
-    scale = {t.scale if pa.types.is_decimal(t) else 0 for t in (ta, tb) if pa.types.is_decimal(t) or
-             pa.types.is_integer(t)}
-    same = (len(scale) == 1 and all(pa.types.is_decimal(t) or pa.types.is_integer(t) for t in (ta, tb))) or \
-        ((pa.types.is_timestamp(ta) or pa.types.is_time(ta) or pa.types.is_duration(ta))
-         and type(ta) is type(tb) and ta.unit == tb.unit) or \
-        (pa.types.is_boolean(ta) and pa.types.is_boolean(tb))
-    if not same:
-        raise SchemaError(f"join keys {a!r} ({ta}) and {b!r} ({tb}) are stored in different units in GPU memory; "
-                          f"cast one to the other's type before DeviceTable.from_arrow (or pass Arrow tables)")
+        return None
+    target = promote_key_types(a, ta, b, tb)  # (raises for kinds that never compare)
+    return None if _scale_factor(ta, target) == _scale_factor(tb, target) == 1 else target
+
+
+def _scale_factor(t: pa.DataType, target: pa.DataType) -> int | None:
+    """What a stored integer of type ``t`` is multiplied by to be one of ``target`` (1: the
+    same), or None where no such factor exists."""
+    if pa.types.is_decimal(target) and (pa.types.is_decimal(t) or pa.types.is_integer(t)):
+        step = target.scale - (t.scale if pa.types.is_decimal(t) else 0)
+        return 10**step if step >= 0 else None
+    for family in (pa.types.is_timestamp, pa.types.is_time, pa.types.is_duration):
+        if family(t) and family(target):
+            up, down = _UNITS[target.unit], _UNITS[t.unit]
+            return up // down if up % down == 0 else None
+    return 1 if t == target or (pa.types.is_boolean(t) and pa.types.is_boolean(target)) else None
+
+
+def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
+    """(lt, rt, scaled): the DeviceTables with each key column whose stored integers need a
+    rescale (:func:`_key_target`) multiplied into the promoted type, as an int64 column of that
+    Arrow type, so that the GPU compares what the host compares; ``scaled``: {(side "l"/"r",
+    name): (factor, original type, original dtype)} for :func:`unscale_keys`.
+
+    Raises
+    ------
+    SchemaError
+        Keys that never compare, a key column joined with two keys of different units, or a
+        value that the rescale takes past 64 bits (naming the column and both types).
+    """
+    import cupy as cp
+
+    from ..cuda.table import DeviceTable, arrow_type
+
+    goal: dict = {}  # (side, name) -> target type
+    for a, b in zip(lk, rk):
+        target = _key_target(lt, a, rt, b)
+        if target is None:
+            continue
+        for key in (("l", a), ("r", b)):
+            if goal.setdefault(key, target) != target:
+                raise SchemaError(f"join key {key[1]!r} is compared in two types ({goal[key]} and {target}); "
+                                  f"cast the keys to one type first")
+    scaled, tables = {}, {"l": lt, "r": rt}
+    for (side, name), target in goal.items():
+        t = tables[side]
+        was = arrow_type(t, name)
+        f = _scale_factor(was, target)
+        if f is None:
+            raise SchemaError(f"join key {name!r} ({was}) cannot be compared as {target} in GPU memory; cast it "
+                              f"before DeviceTable.from_arrow (or pass Arrow tables)")
+        x, v = t[name], t.validity.get(name)
+        present = x if v is None else x[v.astype(bool)]
+        limit = np.iinfo(np.int64).max // f
+        if present.size and (f > 1 or x.dtype == np.uint64):
+            lo, hi = (int(cp.asnumpy(m)) for m in (present.min(), present.max()))
+            if max(abs(lo), abs(hi)) > limit:
+                raise SchemaError(f"join key {name!r} ({was}): its values past {limit:,} do not fit 64 bits as "
+                                  f"{target}, the type it is compared in; pass Arrow tables (the host compares "
+                                  f"them in 128 bits)")
+        # (a factor past 64 bits leaves only zeros present: the masked slots' values do not matter)
+        col = x.astype(cp.int64) * f if 1 < f <= np.iinfo(np.int64).max else \
+            cp.zeros(x.size, cp.int64) if f > 1 else x.astype(cp.int64, copy=False)
+        tables[side] = DeviceTable({**t.columns, name: col}, t.validity, {**t.types, name: target}, t.dictionaries)
+        scaled[(side, name)] = (f, was, x.dtype)
+    return tables["l"], tables["r"], scaled
+
+
+def unscale_keys(out, scaled: dict, layout: list):
+    """``out`` with each output column that is a rescaled key kept as a column of its side (not a
+    coalesced key: ``layout``, output_layout's) back in its own values and type, as the host
+    keeps it: divided by the factor :func:`rescale_keys` multiplied it by (exactly)."""
+    from ..cuda.table import DeviceTable
+
+    cols, types = dict(out.columns), dict(out.types)
+    for side, name, o, key in layout:
+        if not key and (side, name) in scaled:
+            f, was, dtype = scaled[(side, name)]
+            cols[o] = (cols[o] // f if f > 1 else cols[o]).astype(dtype, copy=False)
+            types[o] = was
+    return DeviceTable(cols, out.validity, types, out.dictionaries)
 
 
 def _key_type(lt, a: str, rt, b: str, out: str) -> dict:
