@@ -116,18 +116,34 @@ def main():
              "timestamp units": (pa.array([1, 2], pa.timestamp("ms")), pa.array([1, 2], pa.timestamp("us")), True),
              "past 64 bits rescaled": (pa.array([10**17, 1], pa.decimal128(18, 0)),
                                        pa.array([1, 2], pa.decimal128(18, 3)), False),
+             # a factor of 10^19, past 64 bits, over keys that are all 0: they still join
+             "factor past 64 bits": (pa.array([0, 0, None], pa.int64()), pa.array([0, None], pa.decimal128(38, 19)), True),
+             "int and decimal of scale 0": (pa.array([1, 2], pa.int16()), pa.array([2, 3], pa.decimal128(12, 0)), True),
              "date and int": (pa.array([datetime.date(2020, 1, 2)]), pa.array([18263], pa.int32()), False),
              "int widths": (pa.array([1, 2], pa.int32()), pa.array([2, 3], pa.int64()), True),
              "decimal and int": (pa.array([1, 2], pa.decimal128(10, 0)), pa.array([1, 2], pa.int64()), False)}
     for name, (x, y, joins) in cases.items():
         lx, ry = keyed(x), keyed(y)
-        try:
-            got, _ = device_join.execute_device_join(DeviceTable.from_arrow(lx), DeviceTable.from_arrow(ry), "k")
-        except SchemaError as err:
-            assert not joins and "'k'" in str(err), (name, err)
-            continue
-        assert joins, f"{name}: joined on stored integers"
-        assert_tables_equal(got.to_arrow(), gpujoin.join(lx, ry, "k", device="cpu"))
+        for how, coalesce in (("inner", None), ("full", None), ("semi", None), ("left", False)):
+            try:
+                got, _ = device_join.execute_device_join(DeviceTable.from_arrow(lx), DeviceTable.from_arrow(ry), "k",
+                                                         how=how, coalesce=coalesce)
+            except SchemaError as err:
+                assert not joins and "'k'" in str(err), (name, err)
+                continue
+            assert joins, f"{name}: joined on stored integers"
+            assert_tables_equal(got.to_arrow(), gpujoin.join(lx, ry, "k", how=how, coalesce=coalesce, device="cpu"))
+    # a key column in two pairs that compare it in two types (rescaled for one, as stored for the
+    # other) is refused: it had been rescaled for both, and the second pair matched nothing
+    two = pa.table({"a": pa.array([1, 2], pa.decimal128(10, 2))})
+    other = pa.table({"x": pa.array([1, 2], pa.decimal128(10, 4)), "y": pa.array([1, 2], pa.decimal128(10, 2))})
+    try:
+        device_join.execute_device_join(DeviceTable.from_arrow(two), DeviceTable.from_arrow(other),
+                                        left_on=["a", "a"], right_on=["x", "y"])
+    except SchemaError as err:
+        assert "'a' is compared in two types" in str(err), err
+    else:
+        raise AssertionError("a key compared in two types was joined")
     # aggregates a column's type lacks are refused before any work, as on the host (a string's
     # codes or a date's days had been summed as numbers)
     from gpujoin.errors import InvalidOperationError

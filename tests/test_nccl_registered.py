@@ -37,19 +37,25 @@ class FakeNccl:
 
 
 def test_blocks_are_rounded_registered_and_reused_by_size():
+    g = registered.GRANULE
     lib = FakeNccl()
     pool = registered.Pool(lib, 77)
     a = pool.take(1)
-    assert a[2] == registered.GRANULE and lib.registered == [(77, a[0], registered.GRANULE)]
-    b = pool.take(registered.GRANULE + 1)
-    assert b[2] == 2 * registered.GRANULE and b[0] != a[0]
+    assert a[2] == g and lib.registered == [(77, a[0], g)]
+    b = pool.take(g + 1)
+    assert b[2] == 2 * g and b[0] != a[0]
     pool.give(a)
     assert pool.take(100) == a  # (the free block of that size, not a new registration)
-    assert len(lib.registered) == 2 and pool.made == 3 * registered.GRANULE
+    pool.give(b)
+    assert pool.take(1) == b  # (the smallest free block that holds it, at most twice its size)
+    big = pool.take(4 * g)
+    pool.give(big)
+    assert pool.take(1)[2] == g and len(lib.registered) == 4  # (not one past twice the size: a new one)
+    assert pool.take(3 * g) == big
     # an array's owner gives its block back once nothing refers to it
     owner = registered._Owner(pool, b)
     del owner
-    assert pool.take(registered.GRANULE + 5) == b
+    assert pool.take(2 * g) == b and pool.made == 8 * g
 
 
 @pytest.mark.parametrize("fail,message", [("alloc", "ncclMemAlloc"), ("register", "ncclCommRegister")])

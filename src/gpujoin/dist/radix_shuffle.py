@@ -158,7 +158,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     # computed just before its pass, so that the host lays out the later chunks while the GPU
     # runs the passes before.
     side = cp.cuda.Stream(non_blocking=True)
-    new = (lambda n, dtype: registered.empty(comm.nccl(), n, dtype)) if registered.enabled() else cp.empty
+    new = (lambda n, dtype: registered.empty(comm, n, dtype)) if registered.enabled() else cp.empty
     plans, gathered, marks, free, early = [None] * T, [], None, None, False
     for members in ([0], list(range(1, T))) if T > 1 else ([0],):
         # copies only on the side stream (not behind the later tables' counts on the main stream;

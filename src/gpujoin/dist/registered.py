@@ -11,10 +11,11 @@ sent from and received into directly, with fewer of NCCL's blocks.
 ``GPUJOIN_NCCL_REGISTER=1``, the same on every rank (NCCL requires that every rank pass registered
 buffers where one does), makes :func:`empty` return such buffers; ``dist.radix_shuffle`` takes its
 send and receive buffers from it.  A registration maps the block into every peer, so blocks are
-not freed but kept per communicator and reused for a request of the same rounded size
-(:class:`Pool`): memory that the shuffle's free-memory check and CuPy's pool do not see, until the
-process ends.  NCCL is reached through ctypes (CuPy's binding has no registration calls), in the
-library CuPy loaded.
+not freed but kept by the communicator and reused for a request they hold (:class:`Pool`):
+memory that the shuffle's free-memory check and CuPy's pool do not see while the communicator
+lives.  Not for production yet: an ncclMemAlloc that fails on one rank leaves the others waiting
+in the shuffle's collectives.  NCCL is reached through ctypes (CuPy's binding has no
+registration calls), in the library CuPy loaded.
 
 Reusable: :func:`empty` for any buffer that NCCL messages leave or land in.
 """
@@ -40,7 +41,8 @@ def rounded(nbytes: int) -> int:
 
 class Pool:
     """Registered blocks of one communicator (``comm_ptr``: its ``ncclComm_t``), by rounded
-    size: :meth:`take` reuses a free block of the size or allocates and registers one through
+    size: :meth:`take` reuses the smallest free block that holds the request (at most twice its
+    size) or allocates and registers one through
     ``lib`` (the NCCL library's ctypes handle, or a stand-in with the same calls);
     :meth:`give` returns a block once nothing refers to it."""
 
@@ -56,8 +58,9 @@ class Pool:
             ncclMemAlloc or ncclCommRegister failed (their message named).
         """
         size = rounded(nbytes)
-        if self.free.get(size):
-            return self.free[size].pop()
+        fits = [k for k, blocks in self.free.items() if blocks and size <= k <= 2 * size]
+        if fits:  # (the smallest free block that holds it: sizes follow the data, rank by rank)
+            return self.free[min(fits)].pop()
         ptr, handle = ctypes.c_void_p(), ctypes.c_void_p()
         _check(self.lib, self.lib.ncclMemAlloc(ctypes.byref(ptr), ctypes.c_size_t(size)), f"ncclMemAlloc({size})")
         rc = self.lib.ncclCommRegister(ctypes.c_void_p(self.comm), ptr, ctypes.c_size_t(size), ctypes.byref(handle))
@@ -81,12 +84,11 @@ class _Owner:
         self.pool.give(self.block)
 
 
-_POOLS: dict[int, Pool] = {}
-
-
-def empty(nccl_comm, n: int, dtype):
-    """A CuPy array of ``n`` items of ``dtype`` (uninitialized) in a block registered with
-    ``nccl_comm`` (``cupy.cuda.nccl.NcclCommunicator``), for NCCL's sends and receives.
+def empty(comm, n: int, dtype):
+    """A CuPy array of ``n`` items of ``dtype`` (uninitialized) in a block registered with the
+    NCCL communicator of ``comm`` (``dist.Communicator``, whose pool it is: blocks live as long
+    as it), for NCCL's sends and receives.  A block comes back to the pool when the arrays over
+    it are gone, and is reused in stream order on the current stream (the shuffle's).
 
     Raises
     ------
@@ -96,9 +98,9 @@ def empty(nccl_comm, n: int, dtype):
     import cupy as cp
     import numpy as np
 
-    pool = _POOLS.get(nccl_comm.comm)
+    pool = comm.__dict__.get("_registered")
     if pool is None:
-        pool = _POOLS[nccl_comm.comm] = Pool(_library(), nccl_comm.comm)
+        pool = comm.__dict__["_registered"] = Pool(_library(), comm.nccl().comm)
     dtype = np.dtype(dtype)
     block = pool.take(n * dtype.itemsize)
     mem = cp.cuda.UnownedMemory(block[0], block[2], _Owner(pool, block))

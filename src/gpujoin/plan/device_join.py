@@ -154,18 +154,20 @@ _UNITS = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 
 
 def _key_target(lt, a: str, rt, b: str) -> pa.DataType | None:
-    """The type that key ``a`` of ``lt`` and ``b`` of ``rt`` (DeviceTables) compare in, where
-    their stored integers need a rescale first (the host's promoted type: decimals of two scales,
-    an integer against a decimal of a nonzero scale, timestamps, times or durations of two
-    units); None where they compare as stored.
+    """The type that key ``a`` of ``lt`` and ``b`` of ``rt`` (DeviceTables) compare in where
+    their types differ (the host's promoted type: decimals of two scales or precisions, an
+    integer against a decimal, timestamps, times or durations of two units), which a coalesced
+    key comes out in; None where they compare as stored and keep their type (the same type,
+    integers of two widths: ``_key_type``, floats, strings and binaries, all-null columns).
 
     Raises
     ------
     SchemaError
-        Types the host refuses to compare (a date with an integer: ``plan.keys.promote_key_types``).
+        Types the host refuses to compare (a date with an integer: ``plan.keys.promote_key_types``;
+        an int64 against a decimal(18, 0), which ``cast_key`` refuses by type).
     """
     from ..cuda.table import arrow_type, coded_type
-    from .keys import promote_key_types
+    from .keys import cast_key, promote_key_types
 
     ta, tb = arrow_type(lt, a), arrow_type(rt, b)
     if ta == tb or ta is None or tb is None or coded_type(ta) or coded_type(tb) or pa.types.is_null(ta) \
@@ -173,7 +175,9 @@ def _key_target(lt, a: str, rt, b: str) -> pa.DataType | None:
             or pa.types.is_floating(ta) or pa.types.is_floating(tb):  # (floats: the key dtype's own refusal)
         return None
     target = promote_key_types(a, ta, b, tb)  # (raises for kinds that never compare)
-    return None if _scale_factor(ta, target) == _scale_factor(tb, target) == 1 else target
+    for name, t in ((a, ta), (b, tb)):  # the host's cast refuses some by type alone (int64 to decimal(18, 0))
+        cast_key(name, pa.array([None], t), target)
+    return target
 
 
 def _scale_factor(t: pa.DataType, target: pa.DataType) -> int | None:
@@ -190,10 +194,11 @@ def _scale_factor(t: pa.DataType, target: pa.DataType) -> int | None:
 
 
 def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
-    """(lt, rt, scaled): the DeviceTables with each key column whose stored integers need a
-    rescale (:func:`_key_target`) multiplied into the promoted type, as an int64 column of that
-    Arrow type, so that the GPU compares what the host compares; ``scaled``: {(side "l"/"r",
-    name): (factor, original type, original dtype)} for :func:`unscale_keys`.
+    """(lt, rt, scaled): the DeviceTables with each key column whose type differs from the other
+    side's (:func:`_key_target`) in the promoted type, its stored integers multiplied where the
+    scale or unit differs (an int64 column, int32 for time32), so that the GPU compares what the
+    host compares and a coalesced key has the host's type; ``scaled``: {(side "l"/"r", name):
+    (factor, original type, original dtype)} for :func:`unscale_keys`.
 
     Raises
     ------
@@ -205,17 +210,17 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
 
     from ..cuda.table import DeviceTable, arrow_type
 
-    goal: dict = {}  # (side, name) -> target type
+    goal: dict = {}  # (side, name) -> the type it is compared in (None: as it is), alike in every pair
     for a, b in zip(lk, rk):
         target = _key_target(lt, a, rt, b)
-        if target is None:
-            continue
         for key in (("l", a), ("r", b)):
             if goal.setdefault(key, target) != target:
-                raise SchemaError(f"join key {key[1]!r} is compared in two types ({goal[key]} and {target}); "
-                                  f"cast the keys to one type first")
+                raise SchemaError(f"join key {key[1]!r} is compared in two types ({goal[key] or 'its own'} and "
+                                  f"{target or 'its own'}) by two key pairs; cast the keys to one type first")
     scaled, tables = {}, {"l": lt, "r": rt}
     for (side, name), target in goal.items():
+        if target is None:
+            continue
         t = tables[side]
         was = arrow_type(t, name)
         f = _scale_factor(was, target)
@@ -224,16 +229,17 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
                               f"before DeviceTable.from_arrow (or pass Arrow tables)")
         x, v = t[name], t.validity.get(name)
         present = x if v is None else x[v.astype(bool)]
-        limit = np.iinfo(np.int64).max // f
-        if present.size and (f > 1 or x.dtype == np.uint64):
+        store = np.dtype(np.int32 if getattr(target, "bit_width", 64) == 32 else np.int64)  # (time32's int32)
+        limit = np.iinfo(store).max // f
+        if present.size and (f > 1 or x.dtype.itemsize >= store.itemsize and x.dtype.kind == "u"):
             lo, hi = (int(cp.asnumpy(m)) for m in (present.min(), present.max()))
             if max(abs(lo), abs(hi)) > limit:
                 raise SchemaError(f"join key {name!r} ({was}): its values past {limit:,} do not fit 64 bits as "
                                   f"{target}, the type it is compared in; pass Arrow tables (the host compares "
                                   f"them in 128 bits)")
         # (a factor past 64 bits leaves only zeros present: the masked slots' values do not matter)
-        col = x.astype(cp.int64) * f if 1 < f <= np.iinfo(np.int64).max else \
-            cp.zeros(x.size, cp.int64) if f > 1 else x.astype(cp.int64, copy=False)
+        col = x.astype(store) * f if 1 < f <= np.iinfo(store).max else \
+            cp.zeros(x.size, store) if f > 1 else x.astype(store, copy=False)
         tables[side] = DeviceTable({**t.columns, name: col}, t.validity, {**t.types, name: target}, t.dictionaries)
         scaled[(side, name)] = (f, was, x.dtype)
     return tables["l"], tables["r"], scaled
@@ -249,7 +255,8 @@ def unscale_keys(out, scaled: dict, layout: list):
     for side, name, o, key in layout:
         if not key and (side, name) in scaled:
             f, was, dtype = scaled[(side, name)]
-            cols[o] = (cols[o] // f if f > 1 else cols[o]).astype(dtype, copy=False)
+            back = cols[o] // f if 1 < f <= np.iinfo(cols[o].dtype).max else cols[o] * 0 if f > 1 else cols[o]
+            cols[o] = back.astype(dtype, copy=False)  # (past 64 bits: only zeros were present)
             types[o] = was
     return DeviceTable(cols, out.validity, types, out.dictionaries)
 
