@@ -35,6 +35,32 @@ def test_hashes_agree_across_key_types_and_spread_evenly():
     assert composite[0] != composite[1]
 
 
+def test_null_keys_under_nulls_equal_hash_alike_and_spread():
+    # nulls_equal=True: a null hashes as a zero word of its column whatever its type (what lies
+    # under a null slot is anything), so equal keys with nulls in the same places meet on one
+    # rank, and a composite key's rows with a null in one column spread over the ranks (they had
+    # all gone to rank 0)
+    n = 4000
+    b = np.arange(n)
+    left = pa.table({"a": pa.array(np.zeros(n, np.int64), mask=np.ones(n, bool)), "b": b})
+    right = pa.table({"a": pa.array(np.arange(n), mask=np.ones(n, bool)), "b": b})  # (other values under the nulls)
+    same = [key_hashes([t["a"], t["b"]], 5, nulls_as_zero=True) for t in (left, right)]
+    assert (same[0] == same[1]).all()
+    assert (same[0] == key_hashes([pa.array(np.zeros(n, np.int64)), pa.array(b)], 5)).all()
+    strings = [key_hashes([pa.array([v] * n, pa.string(), mask=np.ones(n, bool)), t["b"]], 5, nulls_as_zero=True)
+               for v, t in (("x", left), ("yyy", right))]
+    assert (strings[0] == strings[1]).all()
+
+    class Four:
+        size = 4
+
+    from gpujoin.dist.join import _destinations
+
+    ranks = _destinations(left, ["a", "b"], [pa.int64(), pa.int64()], Four(), None)
+    assert np.bincount(ranks, minlength=4).min() > n // 8
+    assert (ranks == _destinations(right, ["a", "b"], [pa.int64(), pa.int64()], Four(), None)).all()
+
+
 def test_one_rank_job_equals_the_join():
     comm = Communicator.single()
     assert (comm.rank, comm.size, comm.nodes, comm.local_size) == (0, 1, 1, 1)

@@ -243,7 +243,7 @@ def _table(t, vnames: list, got: list):
 def bucket_destinations(columns: list, seed: int, parts: int, buckets: int, rank: int, valid=None):
     """:func:`destinations` into ``parts * buckets`` hash buckets, bucket-major: row i's rank is
     d[i] % parts and its bucket d[i] // parts (equal keys: one rank, one bucket); rows where
-    ``valid`` is false go to ``rank`` (their own, or rank 0 where null keys meet), in bucket 0.
+    ``valid`` is false go to ``rank`` (their own: null keys that match nothing), in bucket 0.
     uint8 up to 256 buckets in all."""
     return destinations(columns, seed, parts * buckets, valid, rank)
 

@@ -8,9 +8,10 @@ rank joins what it received with gpujoin's engine (``gpujoin.join``: the planner
 algorithm on the rank's GPU, or the CPU engine).  Rows of equal keys meet on one rank, so every
 join type keeps its meaning: inner, left, right, full, semi and anti (a row without a partner is
 on exactly one rank, which emits it once).  Rows with a null key never match: they stay on their
-rank (and are emitted there by the outer and anti joins); with ``nulls_equal=True`` they all go to
-rank 0, where they meet each other (as the group-by's null keys, one group, do).  ``how="cross"``
-is not a repartitioned join and is refused.
+rank (and are emitted there by the outer and anti joins); with ``nulls_equal=True`` they hash with
+each null read as a zero, so that equal keys with nulls in the same places meet on one rank (a
+single key's null rows all on one, as the group-by's null group).  ``how="cross"`` is not a
+repartitioned join and is refused.
 """
 
 from __future__ import annotations
@@ -41,11 +42,15 @@ def default_communicator() -> Communicator:
     return Communicator.from_mpi()
 
 
-def _destinations(table: pa.Table, names: list[str], types: list, comm: Communicator, null_rank: int) -> np.ndarray:
-    """Each row's rank: its key's first-level hash, or ``null_rank`` for a null in any key column."""
+def _destinations(table: pa.Table, names: list[str], types: list, comm: Communicator,
+                  null_rank: int | None) -> np.ndarray:
+    """Each row's rank: its key's first-level hash, or ``null_rank`` for a null in any key column
+    (None: nulls hashed as zeros, :func:`_null_rank`)."""
     from ..plan.keys import cast_key
 
     cols = [cast_key(n, combined(table, n), t) for n, t in zip(names, types)]
+    if null_rank is None:
+        return destinations(key_hashes(cols, SEED_FIRST, nulls_as_zero=True), comm.size)
     dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
     valid = None
     for c in cols:
@@ -92,10 +97,13 @@ def _check_how(how: str) -> None:
         raise ValueError(f"dist.join answers how in {list(HOWS)}, got {how!r} (a cross join is not repartitioned)")
 
 
-def _null_rank(comm: Communicator, kwargs: dict) -> int:
-    """Where a row with a null key goes: nowhere (it matches nothing), or with ``nulls_equal``
-    rank 0, where every null key meets every other."""
-    return 0 if kwargs.get("nulls_equal", False) else comm.rank
+def _null_rank(comm: Communicator, kwargs: dict) -> int | None:
+    """Where a row with a null key goes: nowhere (it matches nothing: this rank), or with
+    ``nulls_equal`` (None) where its key hashes with each null read as a zero, on both sides
+    alike: equal keys, nulls in the same places, meet on one rank, and a composite key's rows with
+    a null in one column spread over the ranks as the others do (they had all gone to rank 0).
+    (A zero and a null may share a rank; the local join tells them apart.)"""
+    return None if kwargs.get("nulls_equal", False) else comm.rank
 
 
 def check_inputs(left, right, on=None, left_on=None, right_on=None, how: str = "inner"):
@@ -156,8 +164,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         "local_join" the rest; with the radix pass in the shuffle, "shuffle" includes the first
         table's remaining passes, run while the second is on the links, and
         "shuffle_timeline_ms" when each chunk was partitioned and sent)
-    kwargs : passed to ``gpujoin.join`` (``nulls_equal=True``: the rows with a null key are
-        joined on rank 0)
+    kwargs : passed to ``gpujoin.join`` (``nulls_equal=True``: a row with a null key goes where
+        its key hashes with each null read as a zero)
 
     Returns
     -------
@@ -261,6 +269,15 @@ def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> l
     return unify_dictionaries(tables, groups, comm)
 
 
+def _zero_nulls(t, names: list[str]) -> list:
+    """DeviceTable ``t``'s key columns ``names`` with their null slots zeroed (what a masked slot
+    holds is anything): hashed so, equal keys with nulls in the same places meet."""
+    import cupy as cp
+
+    return [t[n] if n not in t.validity else cp.where(t.validity[n].astype(bool), t[n], t[n].dtype.type(0))
+            for n in names]
+
+
 def _rescaled(lt, lk: list[str], rt, rk: list[str], comm: Communicator):
     """``plan.device_join.rescale_keys`` before the shuffle, so that the ranks hash keys of two
     decimal scales or time units in the type they are compared in (1.00 and 1.000 meet on one
@@ -357,8 +374,10 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     bits = _shuffle_radix_bits(lt, rt, lk, rk, how, comm, kwargs) if (
         B == 1 and shuffle == "one-level" and compression == "none") else None
     if bits is None:
-        ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k], SEED_FIRST, comm.size, B,
-                                                     _null_rank(comm, kwargs), key_validity(t, k))
+        nr = _null_rank(comm, kwargs)
+        ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k] if nr is not None else _zero_nulls(t, k),
+                                                     SEED_FIRST, comm.size, B, nr,
+                                                     key_validity(t, k) if nr is not None else None)
                   for t, k in ((lt, lk), (rt, rk))]
     marks.append(_mark())
     moved: dict = {}

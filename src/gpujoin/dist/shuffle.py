@@ -70,9 +70,11 @@ def _string_hash(arr: pa.Array) -> np.ndarray:
     return out
 
 
-def key_hashes(columns: list[pa.Array], seed: int) -> np.ndarray:
+def key_hashes(columns: list[pa.Array], seed: int, nulls_as_zero: bool = False) -> np.ndarray:
     """uint64 hash of each row's key (``columns``, already cast to the types both sides share);
-    null slots hash to unspecified values (the caller keeps those rows where they are)."""
+    null slots hash to unspecified values (the caller keeps those rows where they are), or with
+    ``nulls_as_zero`` as a zero word of their column, whatever its type (``nulls_equal``: equal
+    keys with nulls in the same places hash alike)."""
     from ..plan.keys import is_binary_type, physical
     from ..table import decoded, is_string_type
 
@@ -83,6 +85,9 @@ def key_hashes(columns: list[pa.Array], seed: int) -> np.ndarray:
             words = [_string_hash(c)]
         else:
             words = [w.view(np.uint64) for w in physical(c)]
+        if nulls_as_zero and c.null_count:
+            valid = np.asarray(c.is_valid())
+            words = [np.where(valid, w, np.uint64(0)) for w in words]
         for w in words:
             with np.errstate(over="ignore"):
                 h = fmix64(h * np.uint64(31) ^ w)
