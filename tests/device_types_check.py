@@ -117,7 +117,8 @@ def main():
              "past 64 bits rescaled": (pa.array([10**17, 1], pa.decimal128(18, 0)),
                                        pa.array([1, 2], pa.decimal128(18, 3)), False),
              # a factor of 10^19, past 64 bits, over keys that are all 0: they still join
-             "factor past 64 bits": (pa.array([0, 0, None], pa.int64()), pa.array([0, None], pa.decimal128(38, 19)), True),
+             "factor past 64 bits": (pa.array([0, 0, None], pa.int64()), pa.array([0, None], pa.decimal128(38, 19)),
+                                     True),
              "int and decimal of scale 0": (pa.array([1, 2], pa.int16()), pa.array([2, 3], pa.decimal128(12, 0)), True),
              "date and int": (pa.array([datetime.date(2020, 1, 2)]), pa.array([18263], pa.int32()), False),
              "int widths": (pa.array([1, 2], pa.int32()), pa.array([2, 3], pa.int64()), True),

@@ -168,7 +168,8 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         got = comm.allgather_array(np.append(mine, free_bytes() if free is None else 0))
         free = got[:, -1] if free is None else free
         gathered.append(got[:, :-1].reshape(P, len(members), C, P, G))
-        cnt = np.concatenate(gathered, axis=1)  # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
+        # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
+        cnt = np.concatenate(gathered, axis=1)
         rows = cnt.sum(axis=4)  # (rank, table, chunk, destination)
         _check_room(rows, width, free, finish_first)
         if marks is None and stats is not None:
@@ -332,8 +333,8 @@ def timeline_summary(ms: dict) -> str:
     """One line of :func:`timeline_ms`'s marks: the counts' time, each chunk's pass (from the mark
     before it on the GPU's main stream: the counts, or the pass before) and messages (from its
     pass's end, or the messages before, whichever is later), and the first table's finishing
-    pass (from the later of the last pass and that table's last message), in ms; "laid out": the
-    host's buffers and layouts between the counts and the first pass (the GPU idle)."""
+    pass (from the later of the last pass and that table's last message), in ms; "laid out": from
+    the counts to the first pass's launch (the host's buffers and layouts, where the GPU waits)."""
     counted = ms.get("counted", 0.0)
     passes, sends, last_pass, last_sent, sent = [], [], ms.get("planned", counted), 0.0, {}
     for name, t in ms.items():
@@ -343,8 +344,8 @@ def timeline_summary(ms: dict) -> str:
         elif name.startswith("sent "):
             sends.append(t - max(last_pass, last_sent))
             last_sent = sent[name.split()[1].split(".")[0]] = t
-    out = f"counts {counted:.2f}, laid out {ms.get('planned', counted) - counted:.2f}, passes {[round(x, 2) for x in passes]}, " \
-          f"messages {[round(x, 2) for x in sends]}"
+    out = f"counts {counted:.2f}, laid out {ms.get('planned', counted) - counted:.2f}, " \
+          f"passes {[round(x, 2) for x in passes]}, messages {[round(x, 2) for x in sends]}"
     if "finished 0" in ms:
         begin = max(last_pass, sent.get("0", 0.0))
         out += f", first table finished {ms['finished 0'] - begin:.2f} ({ms['finished 0'] - last_sent:+.2f} after " \

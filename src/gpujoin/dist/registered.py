@@ -120,11 +120,12 @@ def _library():
         importlib.import_module("cupy.cuda.nccl")  # (loads libnccl)
         with open("/proc/self/maps") as maps:
             paths = sorted({line.split()[-1] for line in maps if "libnccl.so" in line})
-        lib = ctypes.CDLL(paths[0] if paths else "libnccl.so.2")
+        where = paths[0] if paths else "libnccl.so.2"
+        lib = ctypes.CDLL(where)
         for name in ("ncclMemAlloc", "ncclMemFree", "ncclCommRegister"):
             if not hasattr(lib, name):
-                raise RuntimeError(f"GPUJOIN_NCCL_REGISTER=1: the NCCL library ({paths[0] if paths else 'libnccl.so.2'})"
-                                   f" has no {name} (NCCL 2.19 or later has it); unset GPUJOIN_NCCL_REGISTER")
+                raise RuntimeError(f"GPUJOIN_NCCL_REGISTER=1: the NCCL library ({where}) has no {name} (NCCL 2.19 "
+                                   f"or later has it); unset GPUJOIN_NCCL_REGISTER")
         lib.ncclMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         lib.ncclMemFree.argtypes = [ctypes.c_void_p]
         lib.ncclCommRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
