@@ -203,8 +203,9 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
     Raises
     ------
     SchemaError
-        Keys that never compare, a key column joined with two keys of different units, or a
-        value that the rescale takes past 64 bits (naming the column and both types).
+        Keys that never compare, a key column that two key pairs compare in two types, or a
+        value that the rescale takes past 64 bits (32 for time32; naming the column and both
+        types).
     """
     import cupy as cp
 
@@ -234,9 +235,9 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
         if present.size and (f > 1 or x.dtype.itemsize >= store.itemsize and x.dtype.kind == "u"):
             lo, hi = (int(cp.asnumpy(m)) for m in (present.min(), present.max()))
             if max(abs(lo), abs(hi)) > limit:
-                raise SchemaError(f"join key {name!r} ({was}): its values past {limit:,} do not fit 64 bits as "
-                                  f"{target}, the type it is compared in; pass Arrow tables (the host compares "
-                                  f"them in 128 bits)")
+                raise SchemaError(f"join key {name!r} ({was}): its values past {limit:,} do not fit "
+                                  f"{8 * store.itemsize} bits as {target}, the type it is compared in; pass Arrow "
+                                  f"tables (the host compares them in its own types)")
         # (a factor past 64 bits leaves only zeros present: the masked slots' values do not matter)
         col = x.astype(store) * f if 1 < f <= np.iinfo(store).max else \
             cp.zeros(x.size, store) if f > 1 else x.astype(store, copy=False)
