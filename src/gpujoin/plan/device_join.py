@@ -203,7 +203,8 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
     Raises
     ------
     SchemaError
-        Keys that never compare, a key column that two key pairs compare in two types, or a
+        Keys that never compare, a key column that two key pairs compare in types of different
+        scales or units (one stored integer cannot be both), or a
         value that the rescale takes past 64 bits (32 for time32; naming the column and both
         types).
     """
@@ -211,23 +212,26 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
 
     from ..cuda.table import DeviceTable, arrow_type
 
-    goal: dict = {}  # (side, name) -> the type it is compared in (None: as it is), alike in every pair
+    goal: dict = {}  # (side, name) -> the types each key pair compares it in (None: its own), in order
     for a, b in zip(lk, rk):
         target = _key_target(lt, a, rt, b)
         for key in (("l", a), ("r", b)):
-            if goal.setdefault(key, target) != target:
-                raise SchemaError(f"join key {key[1]!r} is compared in two types ({goal[key] or 'its own'} and "
-                                  f"{target or 'its own'}) by two key pairs; cast the keys to one type first")
+            goal.setdefault(key, []).append(target)
     scaled, tables = {}, {"l": lt, "r": rt}
-    for (side, name), target in goal.items():
-        if target is None:
-            continue
+    for (side, name), targets in goal.items():
         t = tables[side]
         was = arrow_type(t, name)
-        f = _scale_factor(was, target)
-        if f is None:
-            raise SchemaError(f"join key {name!r} ({was}) cannot be compared as {target} in GPU memory; cast it "
-                              f"before DeviceTable.from_arrow (or pass Arrow tables)")
+        factors = {1 if u is None else _scale_factor(was, u) for u in targets}
+        if None in factors:
+            raise SchemaError(f"join key {name!r} ({was}) cannot be compared as {[u for u in targets if u]} in GPU "
+                              f"memory; cast it before DeviceTable.from_arrow (or pass Arrow tables)")
+        if len(factors) > 1:  # (one stored integer cannot be two values; types of one scale can share it)
+            raise SchemaError(f"join key {name!r} ({was}) is compared in types of different scales or units by two "
+                              f"key pairs ({', '.join(str(u or was) for u in targets)}); cast the keys to one type "
+                              f"first")
+        target, (f,) = targets[0], factors  # (the first pair's type, as the host's coalesced key takes it)
+        if target is None:
+            continue
         x, v = t[name], t.validity.get(name)
         present = x if v is None else x[v.astype(bool)]
         store = np.dtype(np.int32 if getattr(target, "bit_width", 64) == 32 else np.int64)  # (time32's int32)
