@@ -204,9 +204,8 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
     ------
     SchemaError
         Keys that never compare, a key column that two key pairs compare in types of different
-        scales or units (one stored integer cannot be both), or a
-        value that the rescale takes past 64 bits (32 for time32; naming the column and both
-        types).
+        scales or units (one stored integer cannot be both), or a value that the rescale takes
+        past 64 bits (32 for time32; naming the column and both types).
     """
     import cupy as cp
 
