@@ -854,8 +854,8 @@ def build_parser() -> argparse.ArgumentParser:
     dj.add_argument("--left-on")
     dj.add_argument("--right-on")
     dj.add_argument("--how", default="inner", choices=["inner", "left", "right", "full", "semi", "anti"])
-    dj.add_argument("--nulls-equal", action="store_true", help="a null key matches a null key (the rows with one "
-                    "are joined on rank 0)")
+    dj.add_argument("--nulls-equal", action="store_true", help="a null key matches a null key (a row with one goes "
+                    "where its key hashes with each null read as a zero)")
     dj.add_argument("--suffix", default="_right")
     dj.add_argument("--validate", default="m:m", choices=["m:m", "1:m", "m:1", "1:1"],
                     help="check the keys' multiplicity (each key's rows meet on one rank: checked there)")

@@ -429,8 +429,9 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
 def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "auto", compression: str = "none",
              device: str = "auto", algorithm: str = "auto", stats: dict | None = None):
     """This rank's groups of the group-by of every rank's ``table`` slice: rows hash-partitioned on
-    the key columns ``by`` (null keys on rank 0: they form one group), then grouped locally (a
-    table in GPU memory is shuffled over NCCL and grouped on the rank's GPU).
+    the key columns ``by`` (a null read as a zero: a group's rows, nulls in the same places, on
+    one rank), then grouped locally (a table in GPU memory is shuffled over NCCL and grouped on
+    the rank's GPU).
     Finish with ``.agg(...)`` as :func:`gpujoin.group_by` (every aggregate works: a group's rows
     are all on one rank).  ``shuffle`` and ``compression`` as :func:`join`'s; ``stats`` receives
     the shuffle's (bytes, each compressed column's figures), the phases' seconds ("partition":
@@ -452,23 +453,17 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     by = [by] if isinstance(by, str) else list(by)
     t0 = time.perf_counter()
     if _on_device(table, table, comm):  # in GPU memory: hashed there, shuffled over NCCL
-        from ..cuda.table import key_validity
         from . import device_shuffle
 
         (t,) = _device_tables([table], [by], comm)
-        dest = device_shuffle.destinations([t[b] for b in by], SEED_FIRST, comm.size,
-                                           key_validity(t, by), 0)
+        dest = device_shuffle.destinations(_zero_nulls(t, by), SEED_FIRST, comm.size)
         if stats is not None:  # (the phases timed: the destinations' kernels finished)
             _sync()
     else:
         t = _host_table(table)
         check_columns(t, by, "input")
         _same_on_every_rank([t.schema.field(b).type for b in by], comm)
-        cols = [combined(t, b) for b in by]
-        dest = destinations(key_hashes(cols, SEED_FIRST), comm.size)
-        for c in cols:  # a null key is one group: its rows go to rank 0 together
-            if c.null_count:
-                dest[~np.asarray(c.is_valid())] = 0
+        dest = destinations(key_hashes([combined(t, b) for b in by], SEED_FIRST, nulls_as_zero=True), comm.size)
     t1 = time.perf_counter()
     got = shuffle_rows(t, dest, comm, shuffle, compression, stats)
     if stats is not None:
