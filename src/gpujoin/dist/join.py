@@ -251,17 +251,20 @@ def _elapsed_s(a, b) -> float:
 
 
 def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> list:
-    """The DeviceTables of ``tables``, checked (columns, key dtypes the same on every rank) and
+    """The DeviceTables of ``tables``, checked (columns, key types the same on every rank) and
     with their string columns re-coded into dictionaries shared by every rank (the i-th key of
     every table in one dictionary)."""
-    from ..cuda.table import as_device_table
+    from ..cuda.table import arrow_type, as_device_table
     from ..table import check_columns
     from .device_shuffle import unify_dictionaries
 
     tables = [as_device_table(t) for t in tables]
     for t, k, side in zip(tables, keys, ("left", "right")):
         check_columns(t, k, side if len(tables) > 1 else "input")
-    _same_on_every_rank([f"gpu {t[n].dtype} {_coded(t, n)}" for t, k in zip(tables, keys) for n in k], comm)
+    # (a key's Arrow type too, where its stored integers' meaning hangs on it: decimal(10,2) on one
+    # rank and decimal(10,3) on another would hash 1.00 and 1.000 apart)
+    _same_on_every_rank([f"gpu {t[n].dtype} {_coded(t, n) or arrow_type(t, n)}" for t, k in zip(tables, keys)
+                         for n in k], comm)
     groups = [[(i, k[j]) for i, k in enumerate(keys)] for j in range(len(keys[0]))]
     groups = [g for g in groups if any(n in tables[i].dictionaries for i, n in g)]
     for i, t in enumerate(tables):
