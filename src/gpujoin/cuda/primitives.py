@@ -306,8 +306,8 @@ def _scatter(src_k: cp.ndarray, src_v: list, dst_k: cp.ndarray, dst_v: list, dig
             smem = tile * (kb + width + (2 if bits > 8 else 1))  # radix_scatter's is static
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
-            scatter((nblocks,), (unstable_block(kt, _WORD[width]),), args + (segments.args() if segments else _GLOBAL),
-                    shared_mem=smem)
+            scatter((nblocks,), (unstable_block(kt, _WORD[width]),),
+                    args + (segments.args() if segments else _GLOBAL), shared_mem=smem)
         else:
             scatter((nblocks,), (PART_BLOCK,), args)
 

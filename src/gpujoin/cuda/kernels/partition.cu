@@ -283,8 +283,8 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
 // The same scatter with the tile ranked by shared atomics on the block's counters, in whatever
 // order they land (unstable: for a first LSD pass, or a partition that needs no order within a
 // partition), tiles of 8192 rows, BLOCK threads (512 of 16 rows, or 1024 of 8 where 8-byte
-// columns leave room for one block an SM: kernels.unstable_block) (more warps an SM, runs of 32 rows a digit,
-// half the tiles' counters; no per-warp counters to scan).  On one H200, PGB-TR at g = 2^16 took
+// columns leave room for one block an SM: kernels.unstable_block; more warps an SM, runs of 32
+// rows a digit, half the tiles' counters, no per-warp counters to scan).  On one H200, PGB-TR at g = 2^16 took
 // 6.30-7.01 ms with it against 7.51-8.30 with the same ranking on 4096-row tiles; the joins keep
 // stable passes (the 4096-row version cost the narrow PHJ-TR 0.3 ms, and this one was not
 // measured there).  The first value column's loads are issued with the keys',
