@@ -354,7 +354,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     """:func:`join` of tables in GPU memory: hashed and partitioned on each rank's GPU, shuffled
     over NCCL, joined in GPU memory (``gpujoin.join`` on DeviceTables), in hash buckets."""
     from ..cuda.table import DeviceTable, concat_tables, key_validity
-    from ..plan.join import _resolve_keys, execute_join, output_layout
+    from ..plan.join import _resolve_keys, coalesced, execute_join, output_layout
     from . import device_shuffle
     from .shuffle import auto_method
 
@@ -405,8 +405,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     if scaled:  # (each side's own key columns back in their own values and types)
         from ..plan.device_join import unscale_keys
 
-        coalesced = how != "full" if kwargs.get("coalesce") is None else kwargs["coalesce"]
-        layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesced)
+        layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix,
+                               coalesced(how, kwargs.get("coalesce")))
         if isinstance(out, pa.Table):
             out = unscale_keys(DeviceTable.from_arrow(out), scaled, layout).to_arrow()
         else:

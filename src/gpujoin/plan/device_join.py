@@ -23,7 +23,7 @@ import pyarrow as pa
 from ..backend import HOST_STREAMING, resolve_algorithm, resolve_device
 from ..errors import ComputeError, SchemaError
 from ..table import check_columns, is_string_type
-from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, output_layout
+from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, coalesced, output_layout
 
 
 #: Key dtypes the planner's device samples take as they are (cuda.primitives.key_type's).
@@ -99,6 +99,7 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     from ..cuda.table import as_device_table
 
     lt, rt = as_device_table(left), as_device_table(right)
+    coalesce = coalesced(how, coalesce)
     if how == "cross":
         return _execute_device_join(lt, rt, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
                                     radix_bits)
@@ -109,8 +110,7 @@ def _join_null_keys(left, right, on, left_on, right_on, how, suffix, nulls_equal
     out, stats = _join_present_keys(lt, rt, lk, rk, on, left_on, right_on, how, suffix, nulls_equal, validate,
                                     coalesce, algo, dev, radix_bits)
     if scaled:
-        coalesced = how != "full" if coalesce is None else coalesce
-        out = unscale_keys(out, scaled, output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesced))
+        out = unscale_keys(out, scaled, output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce))
     return out, stats
 
 
@@ -131,15 +131,14 @@ def _join_present_keys(lt, rt, lk, rk, on, left_on, right_on, how, suffix, nulls
     present = [t if v is None else _without_masks(t.filter(v), k) for t, v, k in ((lt, lvalid, lk), (rt, rvalid, rk))]
     result, stats = _execute_device_join(*present, on, left_on, right_on, how, suffix, validate, coalesce, algo, dev,
                                          radix_bits)
-    coalesced = how != "full" if coalesce is None else coalesce
     parts = [result]
     # a null key equals a null key: where both sides have one, the rows with one join among
     # themselves as the rest do (else they match nothing, as without nulls_equal)
     if nulls_equal and all(v is not None and bool((~v).any()) for v in (lvalid, rvalid)):
         parts.append(_join_null_rows(lt.filter(~lvalid), rt.filter(~rvalid), lk, rk, how, suffix, validate,
-                                     coalesced, algo, dev))
+                                     coalesce, algo, dev))
     else:
-        layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesced)
+        layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce)
         for side, t, valid, keep in (("l", lt, lvalid, ("left", "full", "anti")), ("r", rt, rvalid, ("right", "full"))):
             if valid is not None and how in keep:
                 parts.append(_unmatched(t.filter(~valid), side, lk if side == "l" else rk, lk, rk, layout, result))
@@ -231,8 +230,7 @@ def rescale_keys(lt, lk: list[str], rt, rk: list[str]):
         target, (f,) = targets[0], factors  # (the first pair's type, as the host's coalesced key takes it)
         if target is None:
             continue
-        x, v = t[name], t.validity.get(name)
-        present = x if v is None else x[v.astype(bool)]
+        x, present = t[name], _present(t, name)
         store = np.dtype(np.int32 if getattr(target, "bit_width", 64) == 32 else np.int64)  # (time32's int32)
         limit = np.iinfo(store).max // f
         if present.size and (f > 1 or x.dtype.itemsize >= store.itemsize and x.dtype.kind == "u"):
@@ -359,13 +357,18 @@ def _null_fill(lt, rt, a: str, b: str) -> int:
     import cupy as cp
 
     for t, n in ((lt, a), (rt, b)):
-        x, v = t[n], t.validity.get(n)
-        present = x if v is None else x[v.astype(bool)]
+        present = _present(t, n)
         if present.size:
             lo = int(cp.asnumpy(present.min()))
             if all(_fits(lo, c.dtype) for c in (lt[a], rt[b])):
                 return lo
     return 0
+
+
+def _present(t, name: str):
+    """DeviceTable ``t``'s column ``name`` without its null slots (whose values are anything)."""
+    v = t.validity.get(name)
+    return t[name] if v is None else t[name][v.astype(bool)]
 
 
 def _fits(value: int, dtype) -> bool:
@@ -420,8 +423,6 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
     check_columns(rt, rk, "right")
-    if coalesce is None:
-        coalesce = how != "full"
     stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
     layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce)
     t0 = time.perf_counter()

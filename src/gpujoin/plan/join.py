@@ -144,8 +144,7 @@ def execute_join(left, right, on=None, *, left_on=None, right_on=None, how="inne
     if algo == "gsm" and how != "inner":
         raise ValueError(f"algorithm='gsm' (paper 000's global sort-merge join) answers inner joins, not "
                          f"how={how!r}; use algorithm='hybrid' or 'auto'")
-    if coalesce is None:
-        coalesce = how not in ("full",)
+    coalesce = coalesced(how, coalesce)
     stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
     if dev == "cuda":  # integer keys, fixed-width outputs: the columns themselves stream through the GPU
         from .host_join import columnar_gpu_join, eligible
@@ -316,6 +315,12 @@ def _match(lkeys, lvalid, rkeys, rvalid, how, radix_bits, stats, device="cpu", a
         if ridx is not None:
             ridx = np.concatenate([ridx, np.full(extra_l.size, -1, np.int64), extra_r])
     return lidx, ridx
+
+
+def coalesced(how: str, coalesce: bool | None) -> bool:
+    """Whether a join's key columns come out coalesced into one: ``coalesce``, or by default (None)
+    for every join type but a full join, as Polars does."""
+    return how != "full" if coalesce is None else bool(coalesce)
 
 
 def output_layout(lnames, rnames, lk, rk, how, suffix, coalesce) -> list[tuple[str, str, str, bool]]:
