@@ -28,6 +28,11 @@ class FakeNccl:
         handle._obj.value = len(self.registered)
         return 0
 
+    def ncclCommWindowRegister(self, comm, ptr, size, handle, flags):
+        self.registered.append((comm.value, ptr.value, size.value, flags))
+        handle._obj.value = len(self.registered)
+        return 0
+
     def ncclMemFree(self, ptr):
         self.live.discard(ptr.value)
         return 0
@@ -71,3 +76,68 @@ def test_off_unless_asked(monkeypatch):
     assert not registered.enabled()
     monkeypatch.setenv("GPUJOIN_NCCL_REGISTER", "1")
     assert registered.enabled()
+
+
+def test_windows_are_taken_alike_on_every_rank():
+    # a window's registration is a collective and NCCL finds a peer's buffer by it: every rank
+    # takes the same registration, reused where it is free on every rank, else a new one
+    g = registered.GRANULE
+    libs = [FakeNccl(), FakeNccl()]
+    pools = [registered.Pool(lib, 5, window=True) for lib in libs]
+
+    def take(nbytes):
+        size = registered.rounded(nbytes)
+        free = [sorted(b[3] for k, bs in p.free.items() if size <= k <= 2 * size for b in bs) for p in pools]
+
+        def common(numbers):  # the allgather: every rank's free blocks, or its allocation's success ([-1])
+            return numbers if numbers == [-1] else sorted(set(numbers).intersection(*map(set, free)))
+        return [p.take(nbytes, common) for p in pools]
+
+    a, b = take(1), take(1)
+    assert [x[3] for x in a] == [0, 0] and [x[3] for x in b] == [1, 1]
+    assert all(r[3] == registered.WIN_COLL_SYMMETRIC for lib in libs for r in lib.registered)
+    pools[0].give(a[0])
+    pools[0].give(b[0])
+    pools[1].give(b[1])  # rank 1 still holds registration 0: both ranks reuse registration 1
+    c = take(g)
+    assert c == [b[0], b[1]]
+    d = take(g)  # registration 0 is free on rank 0 only: a new one on both
+    assert [x[3] for x in d] == [2, 2] and len(libs[0].registered) == len(libs[1].registered) == 3
+    assert pools[0].free_bytes() == g and pools[1].free_bytes() == 0
+
+
+def test_a_window_that_one_rank_cannot_allocate_fails_on_every_rank():
+    lib = FakeNccl("alloc")
+    with pytest.raises(MemoryError, match="ncclMemAlloc of .* failed on a rank.*GPUJOIN_NCCL_CE=0"):
+        registered.Pool(lib, 1, window=True).take(10, lambda numbers: numbers)
+    ok = FakeNccl()
+    with pytest.raises(MemoryError):  # its own allocation freed when another rank's failed
+        registered.Pool(ok, 1, window=True).take(10, lambda numbers: [])
+    assert not ok.live and not ok.registered
+
+
+def test_the_copy_engine_is_asked_only_on_one_host_and_when_allowed(monkeypatch):
+    monkeypatch.delenv("NCCL_CTA_POLICY", raising=False)
+    monkeypatch.delenv("GPUJOIN_NCCL_CE", raising=False)
+    monkeypatch.setattr(registered, "_library", lambda: type("Lib", (), {"ncclAlltoAll": 1,
+                                                                           "ncclCommWindowRegister": 1})())
+    import sys  # (no NCCL here: its version is a stand-in's)
+    import types
+    fake = types.ModuleType("cupy.cuda.nccl")
+    fake.get_version = lambda: 22809
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", fake)
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.nccl = fake
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    sys.modules["cupy"].cuda = cuda
+    assert registered.copy_engine_wanted(True) and not registered.copy_engine_wanted(False)
+    monkeypatch.setenv("NCCL_CTA_POLICY", "1")  # the user's own policy stands
+    assert not registered.copy_engine_wanted(True)
+    monkeypatch.setenv("NCCL_CTA_POLICY", "2")
+    assert registered.copy_engine_wanted(True)
+    monkeypatch.setenv("GPUJOIN_NCCL_CE", "0")
+    assert not registered.copy_engine_wanted(True)
+    monkeypatch.delenv("GPUJOIN_NCCL_CE")
+    fake.get_version = lambda: 22703  # before ncclAlltoAll
+    assert not registered.copy_engine_wanted(True)

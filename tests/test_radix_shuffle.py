@@ -116,6 +116,95 @@ def test_each_digits_pieces_are_its_received_rows(P, C, top, data):
     np.testing.assert_array_equal(np.diff(part_off), np.bincount(digit, minlength=G))
 
 
+class _Ranks:
+    """What ``_block_layout`` reads of a Communicator."""
+
+    def __init__(self, rank, copy_engine=True):
+        self.rank, self.copy_engine = rank, copy_engine
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 3), st.integers(1, 3), st.data())
+def test_copy_engine_blocks_hold_every_message_where_both_ends_expect_it(P, C, top, data):
+    # BlockLayout (the copy-engine exchange): each rank's pass puts its rows for rank d where the
+    # scan of its digit-major counts plus shifts says, inside the block the collective moves
+    # (two ranks: its own block of the first region, which the in-place all-gather copies to the
+    # other rank, and its own rows to its block of the second region; more: block d of the
+    # first region, which the all-to-all copies to block (source) of rank d's second region);
+    # then each receiver's pieces cover exactly the rows of each digit it was sent
+    G = 1 << top
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    counts = rng.integers(0, 30, (P, C, P, G)) * (rng.random((P, C, P, G)) < 0.8)  # (src, chunk, dst, digit)
+    rows = counts.sum(axis=3)
+    layouts = [radix_shuffle.BlockLayout(rows, r) for r in range(P)]
+    B, at, R = layouts[0].blocks, layouts[0].at, layouts[0].rows
+    assert (B % 16 == 0).all() and (B >= rows.max(axis=(0, 2))).all() and R == P * B.sum()
+    assert layouts[0].gather == (P == 2)
+    win = [np.full(2 * R, -1) for _ in range(P)]  # each rank's window: each row's (source, destination, digit)
+    for s in range(P):
+        for c in range(C):
+            scan = np.cumsum(counts[s, c].ravel()) - counts[s, c].ravel()  # digit-major: (dst, digit)
+            for d, add in enumerate(layouts[s].shifts(c)):
+                for g in range(G):
+                    lo, n = scan[d * G + g] + add, counts[s, c, d, g]
+                    if P == 2:  # its block of the first region, or (own rows) of the second
+                        block = (d == s) * R + at[c] + s * B[c]
+                    else:
+                        block = at[c] + d * B[c]
+                    assert block <= lo and lo + n <= block + B[c]
+                    win[s][lo:lo + n] = (s * P + d) * G + g
+    got = [w.copy() for w in win]
+    for c in range(C):  # the collective
+        for s in range(P):
+            for d in range(P):
+                if P == 2 and d != s:  # in-place all-gather: s's first-region block to d's same place
+                    got[d][at[c] + s * B[c]:at[c] + (s + 1) * B[c]] = win[s][at[c] + s * B[c]:at[c] + (s + 1) * B[c]]
+                elif P > 2:  # all-to-all: block d of s's first region to block s of d's second
+                    got[d][R + at[c] + s * B[c]:R + at[c] + (s + 1) * B[c]] = \
+                        win[s][at[c] + d * B[c]:at[c] + (d + 1) * B[c]]
+    for me in range(P):
+        starts, ends, part_off, k = radix_shuffle.piece_runs(layouts[me], [counts[:, c, me] for c in range(C)])
+        assert k == C * P
+        seen = []
+        for g in range(G):
+            for a, b in zip(starts[g * k:(g + 1) * k], ends[g * k:(g + 1) * k]):
+                assert (got[me][a:b] % G == g).all()
+                seen += got[me][a:b].tolist()
+        want = [(s * P + me) * G + g for s in range(P) for c in range(C) for g in range(G)
+                for _ in range(counts[s, c, me, g])]
+        assert sorted(seen) == sorted(want)  # each row sent here once, none of another rank's
+        np.testing.assert_array_equal(np.diff(part_off), counts[:, :, me].sum(axis=(0, 1)))
+
+
+def test_the_copy_engine_takes_even_tables_only(monkeypatch):
+    monkeypatch.delenv("GPUJOIN_NCCL_CE", raising=False)
+    even = np.full((2, 3, 2), 1000)
+    even[0, 1, 1] = 1100  # a little uneven: every chunk's blocks padded to its largest message
+    layout = radix_shuffle._block_layout(_Ranks(1), even)
+    assert layout.blocks.tolist() == [1008, 1104, 1008] and layout.rows == 2 * 3120
+    assert layout.padding == pytest.approx(6240 / 6100)
+    assert radix_shuffle._block_layout(_Ranks(1, copy_engine=False), even) is None
+    skewed = even.copy()
+    skewed[0, :, 1] = 5000  # one pair's messages: every padded block would be that large
+    assert radix_shuffle._block_layout(_Ranks(0), skewed) is None
+    monkeypatch.setenv("GPUJOIN_NCCL_CE", "force")
+    assert radix_shuffle._block_layout(_Ranks(0), skewed).padding > radix_shuffle.PAD_LIMIT
+    empty = radix_shuffle.BlockLayout(np.zeros((2, 1, 2), np.int64), 0)
+    assert empty.rows == 0 and empty.pieces() == [(0, 0, 0, 0), (1, 0, 0, 0)]
+
+
+def test_the_memory_check_counts_the_copy_engines_padded_regions():
+    rows = np.full((2, 2, 1, 2), 1000)  # (rank, table, chunk, destination)
+    free = np.array([10**9, 10**9])
+    width = [16, 16]
+    radix_shuffle._check_room(rows, width, free, True)  # send 1000 + receive 2000 (+2000) a table
+    blocks = [radix_shuffle.BlockLayout(rows[:, i], 0) for i in range(2)]
+    need = 2 * 16 * (2 * 2 * 1008 + 2000)  # both regions and the finished copy, table by table
+    radix_shuffle._check_room(rows, width, np.array([need, need]), True, blocks)
+    with pytest.raises(MemoryError, match="rank 1 needs about"):
+        radix_shuffle._check_room(rows, width, np.array([need, need - 1]), True, blocks)
+
+
 # ---------------------------------------------------------------- one GPU
 
 def _gpu():

@@ -10,6 +10,8 @@ ranks runs, and is tested, in one process.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 #: Largest byte count of one message: MPI-3 counts are 32-bit ints.
@@ -64,6 +66,8 @@ class Communicator:
         number of hosts
     local_rank, local_size : this rank among the ranks of its host, and their number
     device : the GPU this rank uses (``local_rank`` modulo the host's GPUs), or None
+    copy_engine : whether its NCCL communicator (made by :meth:`nccl`) runs all-to-alls of
+        symmetric windows on the copy engines (``dist.registered``)
     """
 
     def __init__(self, mpi_comm, node_comm=None):
@@ -78,6 +82,7 @@ class Communicator:
         self.device = None
         self._rail = self._host = None
         self._nccl = None  # made at the first device all-to-all (a collective of every rank)
+        self.copy_engine = False  # whether it runs all-to-alls on the copy engines (dist.registered)
         self._link_GBps: dict = {}  # by placement: False host data over MPI, True GPU data over NCCL
         self._message_s: dict = {}
 
@@ -196,8 +201,21 @@ class Communicator:
             if len(set(everyone)) < len(everyone):
                 self._nccl = False
             else:
-                uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None)
-                self._nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
+                from . import registered
+
+                # on one host, NCCL's zero-CTA policy: ncclAlltoAll on the copy engines (the same
+                # answer on every rank: the environment is the job's)
+                ce = registered.copy_engine_wanted(len({h for h, _ in everyone}) == 1)
+                before = os.environ.get("NCCL_CTA_POLICY")
+                if ce:
+                    os.environ["NCCL_CTA_POLICY"] = str(registered.CTA_POLICY_ZERO)
+                try:
+                    uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None)
+                    self._nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
+                finally:
+                    if before is None:
+                        os.environ.pop("NCCL_CTA_POLICY", None)
+                self.copy_engine = ce
         return self._nccl or None
 
     def _alltoall_s(self, per: int, dtype, reps: int, device: bool = False) -> float:
@@ -246,8 +264,6 @@ class Communicator:
         every rank (a NIC's known rate), else measured once (:meth:`measure_alltoall_GBps`, 64
         MiB a rank) and kept.  A collective on first use."""
         if device not in self._link_GBps:
-            import os
-
             given = os.environ.get("GPUJOIN_INTER_HOST_GBPS") if self.nodes > 1 else None
             self._link_GBps[device] = float(given) if given else self.measure_alltoall_GBps(device=device)
         return self._link_GBps[device]

@@ -163,7 +163,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         buckets, "shuffle" is the time until the first bucket's rows have arrived and
         "local_join" the rest; with the radix pass in the shuffle, "shuffle" includes the first
         table's remaining passes, run while the second is on the links, and
-        "shuffle_timeline_ms" when each chunk was partitioned and sent)
+        "shuffle_timeline_ms" when each chunk was partitioned and sent; "shuffle_copy_engine"
+        the tables that went by NCCL's copy engines, which arrive wholly partitioned)
     kwargs : passed to ``gpujoin.join`` (``nulls_equal=True``: a row with a null key goes where
         its key hashes with each null read as a zero)
 
@@ -421,6 +422,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
                       "local_partitioned_bits": jstats.params.get("partitioned_bits"),
                       "shuffle_timeline_ms": (radix_shuffle.timeline_ms(moved["shuffle_marks"])
                                               if "shuffle_marks" in moved else None),
+                      "shuffle_copy_engine": moved.get("shuffle_copy_engine", []),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
                       "bytes_sent": moved.get("bytes_sent", 0), "transport": "nccl",
                       # (compressed messages count their compressed bytes)

@@ -26,6 +26,8 @@ moves), ``DeviceTable.partitioning`` (which the device join hands to PHJ), and
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import registered
@@ -34,6 +36,84 @@ from .comm import ALIGN_ROWS, Communicator, DeviceLayout
 
 #: Rows a chunk starts on a multiple of (the passes read any row range; this keeps loads aligned).
 CHUNK_ALIGN = 32
+#: The copy-engine all-to-all pads every message of a chunk to the chunk's largest; where that
+#: moves more than this many times the rows that the busiest rank sends or receives, the table
+#: goes by send/recv instead (GPUJOIN_NCCL_CE=force: by the copy engines whatever the padding).
+PAD_LIMIT = 1.25
+
+
+class BlockLayout:
+    """One table's places in the copy-engine exchange (``dist.registered``), in one window a
+    column of two regions of ``rows`` rows each: chunk c has ``blocks[c]`` rows a rank at row
+    ``at[c]`` of each region, the chunk's largest message (of every rank to every rank, itself
+    included) rounded up to ``ALIGN_ROWS``.
+
+    Two ranks: an in-place all-gather.  A rank's message for the other goes to its own block of
+    the first region (``at[c] + rank * blocks[c]``), which the all-gather copies to the same
+    place at the other rank, where the other's block is what it receives; the rank's own rows go
+    to its block of the second region.  Only the messages cross HBM and the link (an
+    all-to-all's copy engines would also copy each rank's own block: 2 GiB more a chunk of 2^27
+    int64 pairs).  More ranks: an all-to-all from the first region (block d for rank d) into the
+    second (block s from rank s).
+
+    ``rows``: int64 (P ranks, C chunks, P destinations), every rank's rows of each chunk to each
+    rank; ``me``: this rank."""
+
+    def __init__(self, rows: np.ndarray, me: int):
+        P = rows.shape[0]
+        self.blocks = -(-rows.max(axis=(0, 2)) // ALIGN_ROWS) * ALIGN_ROWS  # (C,)
+        self.at = P * (np.cumsum(self.blocks) - self.blocks)
+        self.rows = int(P * self.blocks.sum())  # of each region
+        busiest = max(int(rows.sum(axis=(1, 2)).max()), int(rows.sum(axis=(0, 1)).max()))
+        self.padding = self.rows / max(1, busiest)
+        self.rank, self.mine, self.here = me, rows[me], rows[:, :, me]
+        self.gather = P == 2
+
+    def _place(self, c: int, j: int, own: bool) -> int:
+        """Row of the window where chunk ``c``'s block j of the first region (``own``: of the
+        second) starts."""
+        return int(own) * self.rows + int(self.at[c] + j * self.blocks[c])
+
+    def shifts(self, c: int) -> list[int]:
+        """What chunk ``c``'s pass adds to the scan of its counts, destination by destination:
+        the place of its rows for rank d, less the rows for the ranks before."""
+        me, P = self.rank, self.mine.shape[1]
+        if self.gather:
+            places = [self._place(c, me, d == me) for d in range(P)]
+        else:
+            places = [self._place(c, d, False) for d in range(P)]
+        return [places[d] - int(self.mine[c, :d].sum()) for d in range(P)]
+
+    def pieces(self) -> list[tuple[int, int, int, int]]:
+        """(message: chunk * P + source, row of the window, row in the message, rows)."""
+        P, me = self.here.shape[0], self.rank
+        return [(c * P + s, self._place(c, s, s == me if self.gather else True), 0, int(self.here[s, c]))
+                for c in range(self.blocks.size) for s in range(P)]
+
+    def post(self, comm: Communicator, bufs: list, c: int, stream) -> None:
+        """Chunk ``c``'s exchange of every column of ``bufs`` (:func:`registered.window` blocks
+        of ``2 * rows`` rows) on ``stream``."""
+        n = int(self.blocks[c])
+        for b in bufs:
+            w = b.dtype.itemsize
+            if not n:
+                continue
+            if self.gather:
+                registered.allgather(comm, b.data.ptr + self._place(c, self.rank, False) * w,
+                                     b.data.ptr + self._place(c, 0, False) * w, n * w, stream.ptr)
+            else:
+                registered.alltoall(comm, b.data.ptr + self._place(c, 0, False) * w,
+                                    b.data.ptr + self._place(c, 0, True) * w, n * w, stream.ptr)
+
+
+def _block_layout(comm: Communicator, rows: np.ndarray) -> BlockLayout | None:
+    """The copy-engine layout of a table (``rows`` as :class:`BlockLayout`'s), where ``comm``'s
+    NCCL runs all-to-alls on the copy engines and the padding stays within :data:`PAD_LIMIT`;
+    else None (send/recv).  The same answer on every rank (``rows`` is every rank's)."""
+    if not comm.copy_engine:
+        return None
+    layout = BlockLayout(rows, comm.rank)
+    return layout if layout.padding <= PAD_LIMIT or os.environ.get("GPUJOIN_NCCL_CE") == "force" else None
 
 
 def top_bits(parts: int, radix_bits: int) -> int:
@@ -85,9 +165,19 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     chunks of ``chunk_rows`` (default ``device_shuffle.chunk_rows_default()``), a chunk's pass
     beside the chunk before's NCCL group (after it where not :func:`overlapped`).
 
-    ``stats`` gains bytes_sent, wire_bytes_sent and bytes_received (rows of other ranks only).
-    GPU memory: each table's send buffer (the rows for other ranks) and its received rows, in
-    one allocation a column (registered with NCCL under GPUJOIN_NCCL_REGISTER=1:
+    Where the ranks share a host and NCCL runs all-to-alls on the copy engines
+    (``Communicator.copy_engine``, ``dist.registered``), a table whose messages are about even
+    (:data:`PAD_LIMIT`) goes as one copy-engine exchange a chunk and column (an in-place
+    all-gather on two ranks, else an all-to-all), every message padded to the chunk's largest
+    (:class:`BlockLayout`), with no NCCL kernel beside the passes; else by
+    NCCL sends and receives (:class:`comm.DeviceLayout`).  Such a table arrives finished too
+    (its blocks' gaps hold no rows; the local join would run the same passes).
+
+    ``stats`` gains bytes_sent, wire_bytes_sent (padding included) and bytes_received (rows of
+    other ranks only), and shuffle_copy_engine (the tables that went by the copy engines).
+    GPU memory: each table's send buffer (the rows for other ranks; every rank's padded blocks,
+    its own too, by the copy engines) and its received rows, in one allocation a column
+    (registered with NCCL under GPUJOIN_NCCL_REGISTER=1, a symmetric window by the copy engines:
     ``dist.registered``).
 
     Raises
@@ -139,9 +229,13 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         and the later ranks' down over the gap they leave."""
         layout, send_at, base, _, units = plans[i]
         _, _, counts, offs = units[c]
-        own_at, own_rows = layout.unit(c)[2][1:]
         exclusive_scan(counts, out=offs)
         tiles = counts.size // radix
+        if isinstance(layout, BlockLayout):
+            for d, add in enumerate(layout.shifts(c)):
+                offs[d * G * tiles:(d + 1) * G * tiles if d < P - 1 else None] += add
+            return offs
+        own_at, own_rows = layout.unit(c)[2][1:]
         a, b = me * G * tiles, (me + 1) * G * tiles
         offs[:a] += send_at[c]
         offs[a:b] += base + own_at - int(rows[me, i, c, :me].sum())
@@ -159,24 +253,31 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     # runs the passes before.
     side = cp.cuda.Stream(non_blocking=True)
     new = (lambda n, dtype: registered.empty(comm, n, dtype)) if registered.enabled() else cp.empty
-    plans, gathered, marks, free, early = [None] * T, [], None, None, False
+    plans, blocks, gathered, marks, free, early = [None] * T, [None] * T, [], None, None, False
     for members in ([0], list(range(1, T))) if T > 1 else ([0],):
         # copies only on the side stream (not behind the later tables' counts on the main stream;
         # a kernel there, a concatenate, waited for the first pass's blocks: 0.85 ms idle)
         side.wait_event(ready[members[-1]])
         mine = np.concatenate([cp.asnumpy(sums[i], stream=side) for i in members])
-        got = comm.allgather_array(np.append(mine, free_bytes() if free is None else 0))
+        got = comm.allgather_array(np.append(mine, free_bytes() + registered.pooled_bytes(comm) if free is None else 0))
         free = got[:, -1] if free is None else free
         gathered.append(got[:, :-1].reshape(P, len(members), C, P, G))
         # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
         cnt = np.concatenate(gathered, axis=1)
         rows = cnt.sum(axis=4)  # (rank, table, chunk, destination)
-        _check_room(rows, width, free, finish_first)
+        for i in members:
+            blocks[i] = _block_layout(comm, rows[:, i]) if top < radix_bits else None
+        _check_room(rows, width, free, finish_first, blocks)
         if marks is None and stats is not None:
             marks = [("start", start), ("counted", main.record())]
         for i in members:
-            layout, send_at, base = _layout(rows[:, i], me)
-            bufs = [new(base + layout.rows, a.dtype) for a in [parts[i][0]] + parts[i][1]]
+            columns = [parts[i][0]] + parts[i][1]
+            if blocks[i] is not None:  # (a collective: every rank takes its windows alike)
+                layout, send_at, base = blocks[i], None, 0  # (its pieces: rows of the whole window)
+                bufs = [registered.window(comm, 2 * layout.rows, a.dtype) for a in columns]
+            else:
+                layout, send_at, base = _layout(rows[:, i], me)
+                bufs = [new(base + layout.rows, a.dtype) for a in columns]
             units = [(lo, hi, counts, None if counts is None else cp.empty(counts.size + 1, cp.int64))
                      for lo, hi, counts in parts[i][2]]
             plans[i] = (layout, send_at, base, bufs, units)
@@ -196,11 +297,14 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         for c, (lo, hi, counts, _) in enumerate(units):
             if counts is not None and not (early and i == c == 0):
                 scatter_placed(key[lo:hi], [v[lo:hi] for v in vals], digits, placed(i, c), bufs[0], bufs[1:])
-            sends, recvs, _ = layout.unit(c)
             partitioned = main.record()
             net.wait_event(partitioned)
-            with net:
-                comm.post_device(bufs, got, sends, recvs)
+            if isinstance(layout, BlockLayout):
+                layout.post(comm, bufs, c, net)
+            else:
+                sends, recvs, _ = layout.unit(c)
+                with net:
+                    comm.post_device(bufs, got, sends, recvs)
             posted = net.record()
             if not overlap:
                 main.wait_event(posted)
@@ -210,31 +314,42 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         out.append(received_table(t, k, got, radix_bits, top, layout, [cnt[:, i, c, me] for c in range(C)]))
         if stats is not None:
             sent = int(rows[me, i].sum() - rows[me, i, :, me].sum()) * width[i]
-            for name in ("bytes_sent", "wire_bytes_sent"):
-                stats[name] = stats.get(name, 0) + sent
+            wire = sent if blocks[i] is None else (P - 1) * int(blocks[i].blocks.sum()) * width[i]
+            for name, n in (("bytes_sent", sent), ("wire_bytes_sent", wire)):
+                stats[name] = stats.get(name, 0) + n
             stats["bytes_received"] = stats.get("bytes_received", 0) + int(
                 rows[:, i, :, me].sum() - rows[me, i, :, me].sum()) * width[i]
     if finish_first and T > 1:
         # the first table's remaining radix passes while the last one is on the links
         main.wait_event(arrived[0])
-        out[0] = finished(out[0])
+        out[0] = finished(out[0], int(rows[:, 0, :, me].sum()))
         if stats is not None:
             marks.append(("finished 0", main.record()))
     main.wait_event(net.record())  # (the send buffers are freed once the groups have read them)
+    for i in range(T):
+        if blocks[i] is not None and not out[i].partitioning.runs.in_place:
+            # the padded blocks' gaps hold no rows: the remaining passes (the local join's own
+            # otherwise) leave the table dense, in its partitions
+            out[i] = finished(out[i], int(rows[:, i, :, me].sum()))
     if stats is not None:
         stats["shuffle_marks"] = marks
         stats["shuffle_chunks"] = C
+        stats["shuffle_copy_engine"] = [i for i in range(T) if blocks[i] is not None]
     return out
 
 
-def _check_room(rows: np.ndarray, width: list[int], free: np.ndarray, finish_first: bool) -> None:
+def _check_room(rows: np.ndarray, width: list[int], free: np.ndarray, finish_first: bool,
+                blocks: list | None = None) -> None:
     """MemoryError, alike on every rank, where some rank's send buffers and received rows of the
     tables counted so far (``rows``: (rank, table, chunk, destination), the first tables') would
     not fit the GPU memory it had free (``free``, bytes a rank); the first table's rows twice
-    where ``finish_first`` (its finished copy)."""
+    where ``finish_first`` (its finished copy); a table with a :class:`BlockLayout` in
+    ``blocks`` needs its two padded regions instead of its messages, and its finished copy."""
+    blocks = blocks or [None] * rows.shape[1]
     for r in range(rows.shape[0]):
-        need = sum(w * int(rows[r, i].sum() - rows[r, i, :, r].sum()
-                           + rows[:, i, :, r].sum() * (1 + (finish_first and i == 0)))
+        need = sum(w * ((int(rows[r, i].sum() - rows[r, i, :, r].sum() + rows[:, i, :, r].sum())
+                         if blocks[i] is None else 2 * blocks[i].rows)
+                        + int(rows[:, i, :, r].sum()) * ((finish_first and i == 0) or blocks[i] is not None))
                    for i, w in zip(range(rows.shape[1]), width))
         if need > int(free[r]):
             raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its send "
@@ -259,19 +374,23 @@ def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, np.ndarray, int]:
     return layout, chunk_at[me], -(-int(others[me].sum()) // ALIGN_ROWS) * ALIGN_ROWS
 
 
-def piece_runs(layout: DeviceLayout, counts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def piece_runs(layout: DeviceLayout | BlockLayout, counts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Where each top digit's received rows lie (host arithmetic): per unit (chunk) of
     ``layout``, this rank's own rows (one run) and each peer's head, body and tail
-    (``layout.received``), cut at the digits' bounds; ``counts``: per unit, int64 (P sources,
+    (``layout.received``), or each source's block (a :class:`BlockLayout`), cut at the digits'
+    bounds; ``counts``: per unit, int64 (P sources,
     G digits), each source's rows here a digit.  Returns (starts, ends: int64 (G * pieces,),
     digit-major, rows of the receive buffer; part_off: int64 (G + 1,), where each digit's rows
     start once partitioned; pieces a digit)."""
     me, P = layout.rank, counts[0].shape[0]
-    pieces = []  # (message: unit * P + source, row here, row in the message, rows)
-    for u in range(len(counts)):
-        _, _, (_, own_at, own_rows) = layout.unit(u)
-        pieces.append((u * P + me, own_at, 0, own_rows))
-        pieces += [(u * P + j, at, first, n) for j, ps in layout.received(u).items() for at, first, n in ps]
+    if isinstance(layout, BlockLayout):
+        pieces = layout.pieces()
+    else:
+        pieces = []  # (message: unit * P + source, row here, row in the message, rows)
+        for u in range(len(counts)):
+            _, _, (_, own_at, own_rows) = layout.unit(u)
+            pieces.append((u * P + me, own_at, 0, own_rows))
+            pieces += [(u * P + j, at, first, n) for j, ps in layout.received(u).items() for at, first, n in ps]
     msgs = np.concatenate(counts)  # (message, digit)
     begin = np.cumsum(msgs, axis=1) - msgs  # first row of each digit in its message
     m = np.array([p[0] for p in pieces])
@@ -296,10 +415,12 @@ def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: De
                         Runs(top, k, cp.asarray(starts), cp.asarray(ends), cp.asarray(part_off)))
 
 
-def finished(t):
+def finished(t, rows: int | None = None):
     """The DeviceTable ``t`` (:func:`exchange_partitioned`'s) partitioned on every bit of its
     ``partitioning``'s digit (PHJ's passes, from its pieces), its pieces then the partitions
-    themselves, in place: a join starts from them with nothing left to move."""
+    themselves, in place: a join starts from them with nothing left to move.  ``rows``: the rows
+    its pieces hold, where its columns are longer (a :class:`BlockLayout`'s padded blocks: the
+    partitions end there, not at the columns' end)."""
     from ..cuda.primitives import Digits, Runs, radix_partition
 
     p = t.partitioning
@@ -307,6 +428,9 @@ def finished(t):
         return t
     key, vals, offs = radix_partition(t[p.column], [t[n] for n in t.column_names if n != p.column],
                                       Digits(bits=p.radix_bits), stable=False, runs=p.runs)
+    if rows is not None and rows < key.size:
+        key, vals = key[:rows], [v[:rows] for v in vals]
+        offs[-1] = rows
     return _partitioned(t, p.column, key, vals, p.radix_bits, Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs,
                                                                    in_place=True))
 

@@ -1,4 +1,4 @@
-"""NCCL user-buffer registration for the device shuffle's buffers (issue 16, an experiment).
+"""NCCL buffer registration and symmetric windows for the device shuffle's buffers (issue 16).
 
 Between processes on one host, NCCL's point-to-point transport moves a message through a FIFO
 buffer in the receiver's memory, which the receiver's kernel then copies to the user's buffer:
@@ -17,7 +17,17 @@ lives.  Not for production yet: an ncclMemAlloc that fails on one rank leaves th
 in the shuffle's collectives.  NCCL is reached through ctypes (CuPy's binding has no
 registration calls), in the library CuPy loaded.
 
-Reusable: :func:`empty` for any buffer that NCCL messages leave or land in.
+Copy-engine all-to-all (NCCL 2.28, on by default where it applies: :func:`copy_engine_wanted`).
+On one host, a communicator made under NCCL's zero-CTA policy runs ``ncclAlltoAll`` between
+buffers in symmetric windows (``ncclMemAlloc`` blocks registered by ``ncclCommWindowRegister``,
+at the same offsets on every rank) on the GPUs' copy engines, with no NCCL kernel on the SMs
+beside the radix passes: on two H200s a 9-bit pass over 2^27 int64 pairs took 2.69 ms beside a
+1 GiB-a-peer copy-engine all-to-all, 3.03 beside NCCL's send/recv kernels and 2.35 alone
+(docs/BENCHMARKS.md).  :func:`window` takes such a block (a collective); :func:`alltoall` and
+:func:`allgather` (in place: no copy of a rank's own block) post the calls.  GPUJOIN_NCCL_CE=0 keeps NCCL's default policy and the send/recv path.
+
+Reusable: :func:`empty` for any buffer that NCCL messages leave or land in; :func:`window`,
+:func:`alltoall` and :func:`allgather` for exchanges of equal blocks on one host.
 """
 
 from __future__ import annotations
@@ -43,34 +53,65 @@ class Pool:
     """Registered blocks of one communicator (``comm_ptr``: its ``ncclComm_t``), by rounded
     size: :meth:`take` reuses the smallest free block that holds the request (at most twice its
     size) or allocates and registers one through
-    ``lib`` (the NCCL library's ctypes handle, or a stand-in with the same calls);
-    :meth:`give` returns a block once nothing refers to it."""
+    ``lib`` (the NCCL library's ctypes handle, or a stand-in with the same calls), as a buffer
+    (``ncclCommRegister``) or, with ``window``, a symmetric window (``ncclCommWindowRegister``,
+    a collective); :meth:`give` returns a block once nothing refers to it."""
 
-    def __init__(self, lib, comm_ptr: int):
-        self.lib, self.comm, self.free, self.made = lib, comm_ptr, {}, 0
+    def __init__(self, lib, comm_ptr: int, window: bool = False):
+        self.lib, self.comm, self.window, self.free, self.made, self.count = lib, comm_ptr, window, {}, 0, 0
 
-    def take(self, nbytes: int) -> tuple[int, int, int]:
-        """(device address, registration handle, size) of a block of at least ``nbytes``.
+    def free_bytes(self) -> int:
+        return sum(k * len(blocks) for k, blocks in self.free.items())
+
+    def take(self, nbytes: int, common=None) -> tuple[int, int, int, int]:
+        """(device address, registration handle, size, number: the pool's count of
+        registrations before it) of a block of at least ``nbytes``.
+
+        ``common`` (for windows, which every rank registers together and NCCL finds at a peer by
+        their order): a function of this rank's list of block numbers that returns the numbers
+        in every rank's list (an allgather); then every rank reuses the same block, or every
+        rank registers a new one, and a failed allocation on any rank raises MemoryError on all.
 
         Raises
         ------
         RuntimeError
-            ncclMemAlloc or ncclCommRegister failed (their message named).
+            ncclMemAlloc or the registration failed (their message named).
+        MemoryError
+            With ``common``: ncclMemAlloc failed on some rank.
         """
         size = rounded(nbytes)
-        fits = [k for k, blocks in self.free.items() if blocks and size <= k <= 2 * size]
-        if fits:  # (the smallest free block that holds it: sizes follow the data, rank by rank)
-            return self.free[min(fits)].pop()
+        fits = [b for k, blocks in self.free.items() if size <= k <= 2 * size for b in blocks]
+        if common is not None:
+            everyone = set(common(sorted(b[3] for b in fits)))
+            fits = [b for b in fits if b[3] in everyone]
+        if fits:  # (the smallest that holds it, the first made: sizes follow the data)
+            block = min(fits, key=lambda b: (b[2], b[3]))
+            self.free[block[2]].remove(block)
+            return block
         ptr, handle = ctypes.c_void_p(), ctypes.c_void_p()
-        _check(self.lib, self.lib.ncclMemAlloc(ctypes.byref(ptr), ctypes.c_size_t(size)), f"ncclMemAlloc({size})")
-        rc = self.lib.ncclCommRegister(ctypes.c_void_p(self.comm), ptr, ctypes.c_size_t(size), ctypes.byref(handle))
+        rc = self.lib.ncclMemAlloc(ctypes.byref(ptr), ctypes.c_size_t(size))
+        if common is not None and not common([-1] if rc == 0 else []):  # (-1: no block's number)
+            if rc == 0:
+                self.lib.ncclMemFree(ptr)
+            raise MemoryError(f"ncclMemAlloc of {size / 2**30:.2f} GiB for the shuffle's copy-engine buffers failed "
+                              f"on a rank: use more ranks, or GPUJOIN_NCCL_CE=0")
+        hint = "set GPUJOIN_NCCL_CE=0" if self.window else "unset GPUJOIN_NCCL_REGISTER"
+        _check(self.lib, rc, f"ncclMemAlloc({size})", hint)
+        if self.window:
+            rc = self.lib.ncclCommWindowRegister(ctypes.c_void_p(self.comm), ptr, ctypes.c_size_t(size),
+                                                 ctypes.byref(handle), WIN_COLL_SYMMETRIC)
+        else:
+            rc = self.lib.ncclCommRegister(ctypes.c_void_p(self.comm), ptr, ctypes.c_size_t(size),
+                                           ctypes.byref(handle))
         if rc:
             self.lib.ncclMemFree(ptr)
-            _check(self.lib, rc, f"ncclCommRegister({size})")
+            _check(self.lib, rc, f"ncclCommWindowRegister({size})" if self.window else f"ncclCommRegister({size})",
+                   hint)
         self.made += size
-        return ptr.value, handle.value, size
+        self.count += 1
+        return ptr.value, handle.value, size, self.count - 1
 
-    def give(self, block: tuple[int, int, int]) -> None:
+    def give(self, block: tuple[int, int, int, int]) -> None:
         self.free.setdefault(block[2], []).append(block)
 
 
@@ -95,16 +136,111 @@ def empty(comm, n: int, dtype):
     RuntimeError
         The NCCL library lacks the calls (before 2.19) or one failed.
     """
+    return _array(_pool(comm, "_registered", False), n, dtype)
+
+
+def window(comm, n: int, dtype):
+    """A CuPy array of ``n`` items of ``dtype`` (uninitialized) in a symmetric window of the NCCL
+    communicator of ``comm`` (``dist.Communicator``), for :func:`alltoall`.  A collective: every
+    rank asks for the same sizes in the same order, and every rank takes the same window (NCCL
+    finds a peer's buffer through the window of the same registration).
+
+    Raises
+    ------
+    MemoryError
+        ncclMemAlloc failed on some rank (raised on every rank).
+    RuntimeError
+        The NCCL library lacks the calls (before 2.27) or a registration failed.
+    """
+    def common(numbers: list) -> list:
+        return sorted(set.intersection(*(set(n) for n in comm.allgather(numbers))))
+
+    return _array(_pool(comm, "_windows", True), n, dtype, common)
+
+
+def pooled_bytes(comm) -> int:
+    """Bytes of ``comm``'s registered blocks free in its pools (GPU memory that CuPy's pool and
+    the driver's free count do not show, but a shuffle can take)."""
+    return sum(p.free_bytes() for p in (comm.__dict__.get("_registered"), comm.__dict__.get("_windows")) if p)
+
+
+def _pool(comm, name: str, win: bool) -> Pool:
+    pool = comm.__dict__.get(name)
+    if pool is None:
+        pool = comm.__dict__[name] = Pool(_library(), comm.nccl().comm, win)
+    return pool
+
+
+def _array(pool: Pool, n: int, dtype, common=None):
     import cupy as cp
     import numpy as np
 
-    pool = comm.__dict__.get("_registered")
-    if pool is None:
-        pool = comm.__dict__["_registered"] = Pool(_library(), comm.nccl().comm)
     dtype = np.dtype(dtype)
-    block = pool.take(n * dtype.itemsize)
+    block = pool.take(n * dtype.itemsize, common)
     mem = cp.cuda.UnownedMemory(block[0], block[2], _Owner(pool, block))
     return cp.ndarray((n,), dtype, cp.cuda.MemoryPointer(mem, 0))
+
+
+#: ncclCommWindowRegister's flag for windows at the same offsets on every rank.
+WIN_COLL_SYMMETRIC = 1
+#: NCCL's zero-CTA policy (NCCL_CTA_POLICY), under which ncclAlltoAll between symmetric windows
+#: of one host runs on the copy engines.
+CTA_POLICY_ZERO = 2
+#: ncclUint8, the byte type the all-to-all moves.
+_UINT8 = 1
+
+
+def copy_engine_wanted(one_host: bool) -> bool:
+    """Whether a communicator about to be made should take NCCL's zero-CTA policy for
+    :func:`alltoall` on the copy engines: its ranks share one host, GPUJOIN_NCCL_CE is not 0,
+    NCCL_CTA_POLICY is unset (or already the zero policy), and the NCCL library CuPy loaded
+    (2.28 or later) has ncclAlltoAll and ncclCommWindowRegister."""
+    given = os.environ.get("NCCL_CTA_POLICY")
+    if not one_host or os.environ.get("GPUJOIN_NCCL_CE", "1") == "0" or given not in (None, str(CTA_POLICY_ZERO)):
+        return False
+    try:
+        from cupy.cuda import nccl
+
+        if nccl.get_version() < 22800:
+            return False
+        lib = _library()
+    except Exception:  # (no NCCL where CuPy runs: the caller has no NCCL communicator either)
+        return False
+    return hasattr(lib, "ncclAlltoAll") and hasattr(lib, "ncclCommWindowRegister")
+
+
+def allgather(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
+    """``ncclAllGather`` of ``nbytes`` bytes a rank: ``send`` (device address) to block r of
+    ``recv`` at every rank (this rank r's block too: in place where ``send`` is that block, which
+    the copy engines then leave as it is), both in :func:`window` blocks at the same offsets on
+    every rank, on ``stream``.
+
+    Raises
+    ------
+    RuntimeError
+        NCCL refused the call (its message named).
+    """
+    lib = _library()
+    rc = lib.ncclAllGather(ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(nbytes), _UINT8,
+                           ctypes.c_void_p(comm.nccl().comm), ctypes.c_void_p(stream))
+    _check(lib, rc, f"ncclAllGather({nbytes} bytes a rank)", "set GPUJOIN_NCCL_CE=0")
+
+
+def alltoall(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
+    """``ncclAlltoAll`` of ``nbytes`` bytes a rank: block j of ``send`` (device address) to rank
+    j, rank j's block into block j of ``recv`` (both in :func:`window` blocks, at the same
+    offsets on every rank), on ``stream`` (a CUDA stream handle); inside an NCCL group, one of its
+    calls.
+
+    Raises
+    ------
+    RuntimeError
+        NCCL refused the call (its message named).
+    """
+    lib = _library()
+    rc = lib.ncclAlltoAll(ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(nbytes), _UINT8,
+                          ctypes.c_void_p(comm.nccl().comm), ctypes.c_void_p(stream))
+    _check(lib, rc, f"ncclAlltoAll({nbytes} bytes a rank)", "set GPUJOIN_NCCL_CE=0")
 
 
 _LIB = None
@@ -130,13 +266,21 @@ def _library():
         lib.ncclMemFree.argtypes = [ctypes.c_void_p]
         lib.ncclCommRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                          ctypes.POINTER(ctypes.c_void_p)]
+        if hasattr(lib, "ncclCommWindowRegister"):
+            lib.ncclCommWindowRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                   ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+        lib.ncclAllGather.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                      ctypes.c_void_p, ctypes.c_void_p]
+        if hasattr(lib, "ncclAlltoAll"):
+            lib.ncclAlltoAll.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                         ctypes.c_void_p, ctypes.c_void_p]
         lib.ncclGetErrorString.restype = ctypes.c_char_p
         lib.ncclGetErrorString.argtypes = [ctypes.c_int]
         _LIB = lib
     return _LIB
 
 
-def _check(lib, rc: int, what: str) -> None:
+def _check(lib, rc: int, what: str, hint: str = "unset GPUJOIN_NCCL_REGISTER") -> None:
     if rc:
         raise RuntimeError(f"{what} failed: NCCL error {rc} ({lib.ncclGetErrorString(rc).decode(errors='replace')}); "
-                           f"unset GPUJOIN_NCCL_REGISTER to shuffle through NCCL's own buffers")
+                           f"{hint} to shuffle through NCCL's own buffers")
