@@ -197,6 +197,8 @@ if [[ $stage == radix-shuffle ]]; then
   timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli bench dist \
     --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle one-level --shuffle-radix ${RADIX:-auto,off} \
     --runs ${RUNS:-3} -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | grep -v "^\s*$" | tail -12
+  # NCCL_TRIES="GPUJOIN_NCCL_CE=0": send/recv instead of the copy engines (dist.registered; where
+  # a table goes by send/recv, GPUJOIN_NCCL_REGISTER=1 registers its buffers).
   # NCCL_TRIES="NCCL_MAX_NCHANNELS=16 NCCL_P2P_USE_CUDA_MEMCPY=1 GPUJOIN_SHUFFLE_OVERLAP=0": the
   # pass-in-the-shuffle job again under each setting (what NCCL's kernels take from the passes beside
   # them: SMs, memory, or copy engines; the passes with no NCCL group beside them)

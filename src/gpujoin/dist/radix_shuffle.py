@@ -15,13 +15,16 @@ the receive buffer (no self-copy), messages are cut into 16-byte-aligned bodies 
 heads and tails (``comm.DeviceLayout``), and each table goes in chunks, a chunk partitioned
 while the chunk before is on the links.  Then the first table's remaining pass runs while the
 second table's messages are still on the links (:func:`finished`), so the local join partitions
-only the second.  On two H200s at 2^28 rows a rank: 36.0 ms against 47.9 for the shuffle
-without the pass, 1.69x the one GPU's join of the whole job (docs/BENCHMARKS.md).
+only the second.  On one host the messages go by NCCL's copy engines (:class:`BlockLayout`),
+leaving the SMs to the passes.  On two H200s at 2^28 rows a rank: 34.4 ms by the copy engines,
+36.6 by send/recv and 47.9 for the shuffle without the pass; 1.77x the one GPU's join of the
+whole job (docs/BENCHMARKS.md).
 
 Reusable: ``radix_partition(runs=...)`` (a partition that starts from pieces of rows grouped on
 their top digits, wherever they lie), ``scatter_placed`` (one pass whose output places the caller
-moves), ``DeviceTable.partitioning`` (which the device join hands to PHJ), and
-``DeviceLayout.received`` (where each peer's message pieces land).
+moves), ``DeviceTable.partitioning`` (which the device join hands to PHJ),
+``DeviceLayout.received`` (where each peer's message pieces land), and :class:`BlockLayout` (an
+exchange of padded blocks by the copy engines, for any shuffle of about even messages).
 """
 
 from __future__ import annotations
