@@ -12,10 +12,12 @@ class FakeNccl:
     call that returns an error."""
 
     def __init__(self, fail=None):
-        self.fail, self.next, self.live, self.registered = fail, 1 << 40, set(), []
+        self.fail, self.next, self.live, self.registered, self.deregistered = fail, 1 << 40, set(), [], []
+        self.room = 0
 
     def ncclMemAlloc(self, ptr, size):
-        if self.fail == "alloc":
+        if self.fail == "alloc" or self.room:  # (room: how many more calls fail)
+            self.room -= bool(self.room)
             return 1
         ptr._obj.value, self.next = self.next, self.next + size.value
         self.live.add(ptr._obj.value)
@@ -31,6 +33,10 @@ class FakeNccl:
     def ncclCommWindowRegister(self, comm, ptr, size, handle, flags):
         self.registered.append((comm.value, ptr.value, size.value, flags))
         handle._obj.value = len(self.registered)
+        return 0
+
+    def ncclCommWindowDeregister(self, comm, handle):
+        self.deregistered.append(handle.value)
         return 0
 
     def ncclMemFree(self, ptr):
@@ -101,9 +107,68 @@ def test_windows_are_taken_alike_on_every_rank():
     pools[1].give(b[1])  # rank 1 still holds registration 0: both ranks reuse registration 1
     c = take(g)
     assert c == [b[0], b[1]]
-    d = take(g)  # registration 0 is free on rank 0 only: a new one on both
+    d = take(g)  # registration 0 is free on rank 0 only: a new one on both, registration 0 kept
     assert [x[3] for x in d] == [2, 2] and len(libs[0].registered) == len(libs[1].registered) == 3
+    assert pools[0].free_bytes() == g and pools[1].free_bytes() == 0 and not libs[0].deregistered
+
+
+def test_windows_free_on_every_rank_make_room_when_an_allocation_fails():
+    # a job whose tables grow: where a new window does not fit some rank's memory, the windows
+    # free on every rank are deregistered and freed (after the GPU's work), in number order,
+    # and the allocation is tried again
+    g = registered.GRANULE
+    libs, synced = [FakeNccl(), FakeNccl()], []
+    pools = [registered.Pool(lib, 5, window=True, sync=lambda: synced.append(1)) for lib in libs]
+    lists = []
+
+    def take(nbytes):
+        # both ranks step through each collective (an allgather of their lists) together, as threads
+        import threading
+        out, barrier = [None, None], threading.Barrier(2)
+
+        def rank(r):
+            def step(numbers):
+                barrier.wait()
+                if r == 0:
+                    lists.append(numbers)
+                barrier.wait()
+                if r == 1:
+                    lists.append(numbers)
+                barrier.wait()
+                a, b = lists[-2:]
+                barrier.wait()
+                return sorted(set(a) & set(b))
+            try:
+                out[r] = pools[r].take(nbytes, step)
+            except MemoryError as e:
+                out[r] = e
+        ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        errors = [x for x in out if isinstance(x, MemoryError)]
+        if errors:
+            assert len(errors) == 2  # (on every rank)
+            raise errors[0]
+        return out
+
+    a, b = take(1), take(1)  # registrations 0 and 1, of one granule
+    for p, x, y in zip(pools, a, b):
+        p.give(x)
+    pools[0].give(b[0])  # registration 1 free on rank 0 only
+    c = take(3 * g)  # neither fits, and memory allows it: both kept
+    assert [x[3] for x in c] == [2, 2] and not libs[0].deregistered
+    for p, x in zip(pools, c):
+        p.give(x)
+    libs[1].room = 1  # rank 1's next allocation fails once
+    d = take(7 * g)
+    assert [x[3] for x in d] == [3, 3]
+    # registrations 0 and 2 were free on both ranks: freed there; 1 stays on rank 0
+    assert [lib.deregistered for lib in libs] == [[a[0][1], c[0][1]], [a[1][1], c[1][1]]] and len(synced) == 2
+    assert a[0][0] not in libs[0].live and c[0][0] not in libs[0].live and b[0][0] in libs[0].live
     assert pools[0].free_bytes() == g and pools[1].free_bytes() == 0
+    libs[0].room = libs[1].room = 2  # fails, nothing left free on both to release: a MemoryError on both
+    with pytest.raises(MemoryError, match="failed on a rank"):
+        take(9 * g)
 
 
 def test_a_window_that_one_rank_cannot_allocate_fails_on_every_rank():
@@ -119,8 +184,8 @@ def test_a_window_that_one_rank_cannot_allocate_fails_on_every_rank():
 def test_the_copy_engine_is_asked_only_on_one_host_and_when_allowed(monkeypatch):
     monkeypatch.delenv("NCCL_CTA_POLICY", raising=False)
     monkeypatch.delenv("GPUJOIN_NCCL_CE", raising=False)
-    monkeypatch.setattr(registered, "_library", lambda: type("Lib", (), {"ncclAlltoAll": 1,
-                                                                           "ncclCommWindowRegister": 1})())
+    monkeypatch.setattr(registered, "_library", lambda: type("Lib", (), {
+        "ncclAlltoAll": 1, "ncclCommWindowRegister": 1, "ncclCommWindowDeregister": 1})())
     import sys  # (no NCCL here: its version is a stand-in's)
     import types
     fake = types.ModuleType("cupy.cuda.nccl")

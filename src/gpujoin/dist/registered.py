@@ -57,8 +57,9 @@ class Pool:
     (``ncclCommRegister``) or, with ``window``, a symmetric window (``ncclCommWindowRegister``,
     a collective); :meth:`give` returns a block once nothing refers to it."""
 
-    def __init__(self, lib, comm_ptr: int, window: bool = False):
+    def __init__(self, lib, comm_ptr: int, window: bool = False, sync=None):
         self.lib, self.comm, self.window, self.free, self.made, self.count = lib, comm_ptr, window, {}, 0, 0
+        self.sync = sync or (lambda: None)  # (waits for the GPU's work before a window is freed)
 
     def free_bytes(self) -> int:
         return sum(k * len(blocks) for k, blocks in self.free.items())
@@ -70,7 +71,10 @@ class Pool:
         ``common`` (for windows, which every rank registers together and NCCL finds at a peer by
         their order): a function of this rank's list of block numbers that returns the numbers
         in every rank's list (an allgather); then every rank reuses the same block, or every
-        rank registers a new one, and a failed allocation on any rank raises MemoryError on all.
+        rank registers a new one; where the allocation fails on some rank, every rank frees the
+        blocks free on all of them (none holds this request: a job whose tables grow keeps its
+        smaller windows until then) and tries once more, and a second failure raises
+        MemoryError on all.
 
         Raises
         ------
@@ -89,12 +93,15 @@ class Pool:
             self.free[block[2]].remove(block)
             return block
         ptr, handle = ctypes.c_void_p(), ctypes.c_void_p()
-        rc = self.lib.ncclMemAlloc(ctypes.byref(ptr), ctypes.c_size_t(size))
-        if common is not None and not common([-1] if rc == 0 else []):  # (-1: no block's number)
+        for last in (False, True):
+            rc = self.lib.ncclMemAlloc(ctypes.byref(ptr), ctypes.c_size_t(size))
+            if common is None or common([-1] if rc == 0 else []):  # (-1: no block's number)
+                break
             if rc == 0:
                 self.lib.ncclMemFree(ptr)
-            raise MemoryError(f"ncclMemAlloc of {size / 2**30:.2f} GiB for the shuffle's copy-engine buffers failed "
-                              f"on a rank: use more ranks, or GPUJOIN_NCCL_CE=0")
+            if last or not self._release(common):
+                raise MemoryError(f"ncclMemAlloc of {size / 2**30:.2f} GiB for the shuffle's copy-engine buffers "
+                                  f"failed on a rank: use more ranks, or GPUJOIN_NCCL_CE=0")
         hint = "set GPUJOIN_NCCL_CE=0" if self.window else "unset GPUJOIN_NCCL_REGISTER"
         _check(self.lib, rc, f"ncclMemAlloc({size})", hint)
         if self.window:
@@ -113,6 +120,21 @@ class Pool:
 
     def give(self, block: tuple[int, int, int, int]) -> None:
         self.free.setdefault(block[2], []).append(block)
+
+    def _release(self, common) -> bool:
+        """Deregister and free the windows free on every rank (``common`` as in :meth:`take`),
+        in the order of their numbers, once the GPU's work that may read them is done; whether
+        there were any (the same answer on every rank)."""
+        mine = {b[3]: b for blocks in self.free.values() for b in blocks}
+        gone = [mine[n] for n in sorted(common(sorted(mine)))]
+        if gone:
+            self.sync()
+        for block in gone:
+            self.free[block[2]].remove(block)
+            self.lib.ncclCommWindowDeregister(ctypes.c_void_p(self.comm), ctypes.c_void_p(block[1]))
+            self.lib.ncclMemFree(ctypes.c_void_p(block[0]))
+            self.made -= block[2]
+        return bool(gone)
 
 
 class _Owner:
@@ -167,7 +189,9 @@ def pooled_bytes(comm) -> int:
 def _pool(comm, name: str, win: bool) -> Pool:
     pool = comm.__dict__.get(name)
     if pool is None:
-        pool = comm.__dict__[name] = Pool(_library(), comm.nccl().comm, win)
+        import cupy as cp
+
+        pool = comm.__dict__[name] = Pool(_library(), comm.nccl().comm, win, cp.cuda.Device().synchronize)
     return pool
 
 
@@ -206,7 +230,7 @@ def copy_engine_wanted(one_host: bool) -> bool:
         lib = _library()
     except Exception:  # (no NCCL where CuPy runs: the caller has no NCCL communicator either)
         return False
-    return hasattr(lib, "ncclAlltoAll") and hasattr(lib, "ncclCommWindowRegister")
+    return all(hasattr(lib, name) for name in ("ncclAlltoAll", "ncclCommWindowRegister", "ncclCommWindowDeregister"))
 
 
 def allgather(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
@@ -269,6 +293,7 @@ def _library():
         if hasattr(lib, "ncclCommWindowRegister"):
             lib.ncclCommWindowRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                                    ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+            lib.ncclCommWindowDeregister.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.ncclAllGather.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                       ctypes.c_void_p, ctypes.c_void_p]
         if hasattr(lib, "ncclAlltoAll"):
