@@ -31,6 +31,8 @@ class FakeNccl:
         return 0
 
     def ncclCommWindowRegister(self, comm, ptr, size, handle, flags):
+        if self.fail == "register":
+            return 3
         self.registered.append((comm.value, ptr.value, size.value, flags))
         handle._obj.value = len(self.registered)
         return 0
@@ -140,15 +142,15 @@ def test_windows_free_on_every_rank_make_room_when_an_allocation_fails():
                 return sorted(set(a) & set(b))
             try:
                 out[r] = pools[r].take(nbytes, step)
-            except MemoryError as e:
+            except (MemoryError, RuntimeError) as e:
                 out[r] = e
         ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
         [t.start() for t in ts]
         [t.join() for t in ts]
-        errors = [x for x in out if isinstance(x, MemoryError)]
+        errors = [x for x in out if isinstance(x, Exception)]
         if errors:
             assert len(errors) == 2  # (on every rank)
-            raise errors[0]
+            raise errors[0] if isinstance(errors[0], MemoryError) else errors[1]
         return out
 
     a, b = take(1), take(1)  # registrations 0 and 1, of one granule
@@ -169,6 +171,9 @@ def test_windows_free_on_every_rank_make_room_when_an_allocation_fails():
     libs[0].room = libs[1].room = 2  # fails, nothing left free on both to release: a MemoryError on both
     with pytest.raises(MemoryError, match="failed on a rank"):
         take(9 * g)
+    libs[0].fail = "register"  # rank 0's registration fails: rank 1's raises too (it names rank 0's)
+    with pytest.raises(RuntimeError, match="failed on another rank.*GPUJOIN_NCCL_CE=0"):
+        take(g)
 
 
 def test_a_window_that_one_rank_cannot_allocate_fails_on_every_rank():

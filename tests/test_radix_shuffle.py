@@ -176,8 +176,7 @@ def test_copy_engine_blocks_hold_every_message_where_both_ends_expect_it(P, C, t
         np.testing.assert_array_equal(np.diff(part_off), counts[:, :, me].sum(axis=(0, 1)))
 
 
-def test_the_copy_engine_takes_even_tables_only(monkeypatch):
-    monkeypatch.delenv("GPUJOIN_NCCL_CE", raising=False)
+def test_the_copy_engine_takes_even_tables_only():
     even = np.full((2, 3, 2), 1000)
     even[0, 1, 1] = 1100  # a little uneven: every chunk's blocks padded to its largest message
     layout = radix_shuffle._block_layout(_Ranks(1), even)
@@ -187,8 +186,8 @@ def test_the_copy_engine_takes_even_tables_only(monkeypatch):
     skewed = even.copy()
     skewed[0, :, 1] = 5000  # one pair's messages: every padded block would be that large
     assert radix_shuffle._block_layout(_Ranks(0), skewed) is None
-    monkeypatch.setenv("GPUJOIN_NCCL_CE", "force")
-    assert radix_shuffle._block_layout(_Ranks(0), skewed).padding > radix_shuffle.PAD_LIMIT
+    # GPUJOIN_NCCL_CE=force on every rank (the communicator's answer): whatever the padding
+    assert radix_shuffle._block_layout(_Ranks(0, copy_engine="force"), skewed).padding > radix_shuffle.PAD_LIMIT
     empty = radix_shuffle.BlockLayout(np.zeros((2, 1, 2), np.int64), 0)
     assert empty.rows == 0 and empty.pieces() == [(0, 0, 0, 0), (1, 0, 0, 0)]
 
@@ -199,10 +198,17 @@ def test_the_memory_check_counts_the_copy_engines_padded_regions():
     width = [16, 16]
     radix_shuffle._check_room(rows, width, free, True)  # send 1000 + receive 2000 (+2000) a table
     blocks = [radix_shuffle.BlockLayout(rows[:, i], 0) for i in range(2)]
-    need = 2 * 16 * (2 * 2 * 1008 + 2000)  # both regions and the finished copy, table by table
+    need = 2 * 16 * 4 * (2 * 1008)  # each table's window (two regions) and its finished copy as long
     radix_shuffle._check_room(rows, width, np.array([need, need]), True, blocks)
     with pytest.raises(MemoryError, match="rank 1 needs about"):
         radix_shuffle._check_room(rows, width, np.array([need, need - 1]), True, blocks)
+    # free windows in the pool serve the windows only: not the finished copies, half the need
+    pooled = np.array([need // 2, need // 2])
+    radix_shuffle._check_room(rows, width, np.array([need // 2, need // 2]), True, blocks, pooled)
+    with pytest.raises(MemoryError, match="rank 0 needs about"):
+        radix_shuffle._check_room(rows, width, np.array([need // 2 - 1, need]), True, blocks, pooled + need)
+    # by send/recv: 1000 rows sent, 2000 received (and 2000 finished for the first table)
+    assert 16 * (1000 + 2000 * 2) + 16 * (1000 + 2000) < need
 
 
 # ---------------------------------------------------------------- one GPU

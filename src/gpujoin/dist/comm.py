@@ -67,7 +67,8 @@ class Communicator:
     local_rank, local_size : this rank among the ranks of its host, and their number
     device : the GPU this rank uses (``local_rank`` modulo the host's GPUs), or None
     copy_engine : whether its NCCL communicator (made by :meth:`nccl`) runs all-to-alls of
-        symmetric windows on the copy engines (``dist.registered``)
+        symmetric windows on the copy engines (``dist.registered``): False, True, or "force"
+        (GPUJOIN_NCCL_CE=force on every rank: whatever the padding), the same on every rank
     """
 
     def __init__(self, mpi_comm, node_comm=None):
@@ -196,18 +197,21 @@ class Communicator:
             import cupy as cp
             from cupy.cuda import nccl
 
+            from . import registered
+
+            # whether this rank's environment and NCCL ask for the copy engines: every rank's
+            # answer goes round with its host and GPU, so that all take the same path
             where = (platform.node(), cp.cuda.Device().pci_bus_id)
-            everyone = self.comm.allgather(where)
-            if len(set(everyone)) < len(everyone):
+            everyone = self.comm.allgather((where, registered.copy_engine_wanted(True),
+                                            os.environ.get("GPUJOIN_NCCL_CE") == "force"))
+            if len({w for w, _, _ in everyone}) < len(everyone):
                 self._nccl = False
             else:
-                from . import registered
-
-                # on one host, NCCL's zero-CTA policy: ncclAlltoAll on the copy engines (the same
-                # answer on every rank: the environment is the job's)
-                ce = registered.copy_engine_wanted(len({h for h, _ in everyone}) == 1)
+                # on one host, NCCL's zero-CTA policy: ncclAlltoAll and ncclAllGather on the copy
+                # engines (NCCL reads NCCL_CTA_POLICY at its first communicator of the process)
+                wanted = len({w[0] for w, _, _ in everyone}) == 1 and all(a for _, a, _ in everyone)
                 before = os.environ.get("NCCL_CTA_POLICY")
-                if ce:
+                if wanted:
                     os.environ["NCCL_CTA_POLICY"] = str(registered.CTA_POLICY_ZERO)
                 try:
                     uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None)
@@ -215,7 +219,7 @@ class Communicator:
                 finally:
                     if before is None:
                         os.environ.pop("NCCL_CTA_POLICY", None)
-                self.copy_engine = ce
+                self.copy_engine = ("force" if all(f for _, _, f in everyone) else True) if wanted else False
         return self._nccl or None
 
     def _alltoall_s(self, per: int, dtype, reps: int, device: bool = False) -> float:

@@ -29,8 +29,6 @@ exchange of padded blocks by the copy engines, for any shuffle of about even mes
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from . import registered
@@ -39,9 +37,10 @@ from .comm import ALIGN_ROWS, Communicator, DeviceLayout
 
 #: Rows a chunk starts on a multiple of (the passes read any row range; this keeps loads aligned).
 CHUNK_ALIGN = 32
-#: The copy-engine all-to-all pads every message of a chunk to the chunk's largest; where that
+#: The copy-engine exchange pads every message of a chunk to the chunk's largest; where that
 #: moves more than this many times the rows that the busiest rank sends or receives, the table
-#: goes by send/recv instead (GPUJOIN_NCCL_CE=force: by the copy engines whatever the padding).
+#: goes by send/recv instead (GPUJOIN_NCCL_CE=force on every rank: by the copy engines whatever
+#: the padding, ``Communicator.copy_engine``).
 PAD_LIMIT = 1.25
 
 
@@ -116,7 +115,7 @@ def _block_layout(comm: Communicator, rows: np.ndarray) -> BlockLayout | None:
     if not comm.copy_engine:
         return None
     layout = BlockLayout(rows, comm.rank)
-    return layout if layout.padding <= PAD_LIMIT or os.environ.get("GPUJOIN_NCCL_CE") == "force" else None
+    return layout if layout.padding <= PAD_LIMIT or comm.copy_engine == "force" else None
 
 
 def top_bits(parts: int, radix_bits: int) -> int:
@@ -192,6 +191,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     """
     import cupy as cp
 
+    from ..cuda.kernels import pass_count
     from ..cuda.primitives import Digits, exclusive_scan, radix_histogram, radix_of, scatter_placed
     from ..cuda.runtime import free_bytes
     from .device_shuffle import _net_stream, chunk_bounds, chunk_rows_default
@@ -256,21 +256,29 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     # runs the passes before.
     side = cp.cuda.Stream(non_blocking=True)
     new = (lambda n, dtype: registered.empty(comm, n, dtype)) if registered.enabled() else cp.empty
-    plans, blocks, gathered, marks, free, early = [None] * T, [None] * T, [], None, None, False
+    plans, blocks, gathered, marks, free, pooled, early = [None] * T, [None] * T, [], None, None, None, False
     for members in ([0], list(range(1, T))) if T > 1 else ([0],):
         # copies only on the side stream (not behind the later tables' counts on the main stream;
         # a kernel there, a concatenate, waited for the first pass's blocks: 0.85 ms idle)
         side.wait_event(ready[members[-1]])
         mine = np.concatenate([cp.asnumpy(sums[i], stream=side) for i in members])
-        got = comm.allgather_array(np.append(mine, free_bytes() + registered.pooled_bytes(comm) if free is None else 0))
-        free = got[:, -1] if free is None else free
-        gathered.append(got[:, :-1].reshape(P, len(members), C, P, G))
+        room = [free_bytes(), registered.pooled_bytes(comm)] if free is None else [0, 0]
+        got = comm.allgather_array(np.append(mine, room))
+        free, pooled = (got[:, -2], got[:, -1]) if free is None else (free, pooled)
+        gathered.append(got[:, :-2].reshape(P, len(members), C, P, G))
         # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
         cnt = np.concatenate(gathered, axis=1)
         rows = cnt.sum(axis=4)  # (rank, table, chunk, destination)
-        for i in members:
-            blocks[i] = _block_layout(comm, rows[:, i]) if top < radix_bits else None
-        _check_room(rows, width, free, finish_first, blocks)
+        for i in members:  # (one pass left: a finishing pass of two would read the padding)
+            blocks[i] = _block_layout(comm, rows[:, i]) if pass_count(radix_bits - top, True) == 1 else None
+        try:
+            _check_room(rows, width, free, finish_first, blocks, pooled)
+        except MemoryError:
+            if all(blocks[i] is None for i in members):
+                raise
+            for i in members:  # (the copy engines' padded regions do not fit: send/recv may)
+                blocks[i] = None
+            _check_room(rows, width, free, finish_first, blocks, pooled)
         if marks is None and stats is not None:
             marks = [("start", start), ("counted", main.record())]
         for i in members:
@@ -342,21 +350,26 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
 
 
 def _check_room(rows: np.ndarray, width: list[int], free: np.ndarray, finish_first: bool,
-                blocks: list | None = None) -> None:
+                blocks: list | None = None, pooled: np.ndarray | None = None) -> None:
     """MemoryError, alike on every rank, where some rank's send buffers and received rows of the
     tables counted so far (``rows``: (rank, table, chunk, destination), the first tables') would
     not fit the GPU memory it had free (``free``, bytes a rank); the first table's rows twice
     where ``finish_first`` (its finished copy); a table with a :class:`BlockLayout` in
-    ``blocks`` needs its two padded regions instead of its messages, and its finished copy."""
+    ``blocks`` needs its window of two padded regions instead, and a finished copy as long (the
+    finishing pass's output, trimmed to the rows after).  ``pooled``: bytes a rank of free
+    windows (``registered.pooled_bytes``), which only windows can take."""
     blocks = blocks or [None] * rows.shape[1]
     for r in range(rows.shape[0]):
-        need = sum(w * ((int(rows[r, i].sum() - rows[r, i, :, r].sum() + rows[:, i, :, r].sum())
+        # buffers from CuPy's pool (send/recv tables', every finished copy), and windows
+        plain = sum(w * (int(rows[r, i].sum() - rows[r, i, :, r].sum()
+                             + rows[:, i, :, r].sum() * (1 + (finish_first and i == 0)))
                          if blocks[i] is None else 2 * blocks[i].rows)
-                        + int(rows[:, i, :, r].sum()) * ((finish_first and i == 0) or blocks[i] is not None))
-                   for i, w in zip(range(rows.shape[1]), width))
-        if need > int(free[r]):
-            raise MemoryError(f"the shuffle on rank {r} needs about {need / 2**30:.2f} GiB of GPU memory for its send "
-                              f"buffers and the rows it receives, {int(free[r]) / 2**30:.2f} GiB is free: "
+                    for i, w in zip(range(rows.shape[1]), width))
+        windows = sum(w * 2 * b.rows for b, w in zip(blocks, width) if b is not None)
+        have = int(free[r]) + (int(pooled[r]) if windows and pooled is not None else 0)
+        if plain > int(free[r]) or plain + windows > have:
+            raise MemoryError(f"the shuffle on rank {r} needs about {(plain + windows) / 2**30:.2f} GiB of GPU memory "
+                              f"for its send buffers and the rows it receives, {have / 2**30:.2f} GiB is free: "
                               f"use more ranks")
 
 

@@ -57,9 +57,10 @@ class Pool:
     (``ncclCommRegister``) or, with ``window``, a symmetric window (``ncclCommWindowRegister``,
     a collective); :meth:`give` returns a block once nothing refers to it."""
 
-    def __init__(self, lib, comm_ptr: int, window: bool = False, sync=None):
+    def __init__(self, lib, comm_ptr: int, window: bool = False, sync=None, trim=None):
         self.lib, self.comm, self.window, self.free, self.made, self.count = lib, comm_ptr, window, {}, 0, 0
         self.sync = sync or (lambda: None)  # (waits for the GPU's work before a window is freed)
+        self.trim = trim or (lambda: None)  # (frees CuPy's cached blocks, which ncclMemAlloc cannot take)
 
     def free_bytes(self) -> int:
         return sum(k * len(blocks) for k, blocks in self.free.items())
@@ -73,8 +74,8 @@ class Pool:
         in every rank's list (an allgather); then every rank reuses the same block, or every
         rank registers a new one; where the allocation fails on some rank, every rank frees the
         blocks free on all of them (none holds this request: a job whose tables grow keeps its
-        smaller windows until then) and tries once more, and a second failure raises
-        MemoryError on all.
+        smaller windows until then) and CuPy's cached blocks, and tries once more; a second
+        failure raises MemoryError on all, and a failed registration RuntimeError on all.
 
         Raises
         ------
@@ -99,7 +100,10 @@ class Pool:
                 break
             if rc == 0:
                 self.lib.ncclMemFree(ptr)
-            if last or not self._release(common):
+            if not last:
+                self._release(common)
+                self.trim()
+            else:
                 raise MemoryError(f"ncclMemAlloc of {size / 2**30:.2f} GiB for the shuffle's copy-engine buffers "
                                   f"failed on a rank: use more ranks, or GPUJOIN_NCCL_CE=0")
         hint = "set GPUJOIN_NCCL_CE=0" if self.window else "unset GPUJOIN_NCCL_REGISTER"
@@ -110,6 +114,9 @@ class Pool:
         else:
             rc = self.lib.ncclCommRegister(ctypes.c_void_p(self.comm), ptr, ctypes.c_size_t(size),
                                            ctypes.byref(handle))
+        if common is not None and not common([-1] if rc == 0 else []) and rc == 0:
+            raise RuntimeError(f"ncclCommWindowRegister({size}) failed on another rank; {hint} to shuffle through "
+                               f"NCCL's own buffers")
         if rc:
             self.lib.ncclMemFree(ptr)
             _check(self.lib, rc, f"ncclCommWindowRegister({size})" if self.window else f"ncclCommRegister({size})",
@@ -191,7 +198,8 @@ def _pool(comm, name: str, win: bool) -> Pool:
     if pool is None:
         import cupy as cp
 
-        pool = comm.__dict__[name] = Pool(_library(), comm.nccl().comm, win, cp.cuda.Device().synchronize)
+        pool = comm.__dict__[name] = Pool(_library(), comm.nccl().comm, win, cp.cuda.Device().synchronize,
+                                          cp.get_default_memory_pool().free_all_blocks)
     return pool
 
 
