@@ -211,3 +211,22 @@ def test_the_copy_engine_is_asked_only_on_one_host_and_when_allowed(monkeypatch)
     monkeypatch.delenv("GPUJOIN_NCCL_CE")
     fake.get_version = lambda: 22703  # before ncclAlltoAll
     assert not registered.copy_engine_wanted(True)
+
+
+def test_the_exchanges_pass_bytes_to_nccl_and_name_a_refusal(monkeypatch):
+    calls = []
+
+    class Lib(FakeNccl):
+        def ncclAllGather(self, send, recv, n, dtype, comm, stream):
+            calls.append(("gather", send.value, recv.value, n.value, dtype, comm.value, stream.value))
+            return 0
+
+        def ncclAlltoAll(self, send, recv, n, dtype, comm, stream):
+            return 3
+
+    monkeypatch.setattr(registered, "_library", lambda: Lib())
+    comm = type("Comm", (), {"nccl": lambda self: type("N", (), {"comm": 99})()})()
+    registered.allgather(comm, 4096, 8192, 1 << 20, 7)
+    assert calls == [("gather", 4096, 8192, 1 << 20, 1, 99, 7)]  # (bytes: ncclUint8)
+    with pytest.raises(RuntimeError, match=r"ncclAlltoAll\(16 bytes a rank\) failed.*internal error.*GPUJOIN_NCCL_CE=0"):
+        registered.alltoall(comm, 1, 2, 16, 0)

@@ -245,34 +245,34 @@ def allgather(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
     """``ncclAllGather`` of ``nbytes`` bytes a rank: ``send`` (device address) to block r of
     ``recv`` at every rank (this rank r's block too: in place where ``send`` is that block, which
     the copy engines then leave as it is), both in :func:`window` blocks at the same offsets on
-    every rank, on ``stream``.
+    every rank, on ``stream`` (a CUDA stream handle).
 
     Raises
     ------
     RuntimeError
         NCCL refused the call (its message named).
     """
-    lib = _library()
-    rc = lib.ncclAllGather(ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(nbytes), _UINT8,
-                           ctypes.c_void_p(comm.nccl().comm), ctypes.c_void_p(stream))
-    _check(lib, rc, f"ncclAllGather({nbytes} bytes a rank)", "set GPUJOIN_NCCL_CE=0")
+    _exchange("ncclAllGather", comm, send, recv, nbytes, stream)
 
 
 def alltoall(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
     """``ncclAlltoAll`` of ``nbytes`` bytes a rank: block j of ``send`` (device address) to rank
     j, rank j's block into block j of ``recv`` (both in :func:`window` blocks, at the same
-    offsets on every rank), on ``stream`` (a CUDA stream handle); inside an NCCL group, one of its
-    calls.
+    offsets on every rank), on ``stream`` (a CUDA stream handle).
 
     Raises
     ------
     RuntimeError
         NCCL refused the call (its message named).
     """
+    _exchange("ncclAlltoAll", comm, send, recv, nbytes, stream)
+
+
+def _exchange(name: str, comm, send: int, recv: int, nbytes: int, stream: int) -> None:
     lib = _library()
-    rc = lib.ncclAlltoAll(ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(nbytes), _UINT8,
-                          ctypes.c_void_p(comm.nccl().comm), ctypes.c_void_p(stream))
-    _check(lib, rc, f"ncclAlltoAll({nbytes} bytes a rank)", "set GPUJOIN_NCCL_CE=0")
+    rc = getattr(lib, name)(ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(nbytes), _UINT8,
+                            ctypes.c_void_p(comm.nccl().comm), ctypes.c_void_p(stream))
+    _check(lib, rc, f"{name}({nbytes} bytes a rank)", "set GPUJOIN_NCCL_CE=0")
 
 
 _LIB = None
