@@ -228,5 +228,6 @@ def test_the_exchanges_pass_bytes_to_nccl_and_name_a_refusal(monkeypatch):
     comm = type("Comm", (), {"nccl": lambda self: type("N", (), {"comm": 99})()})()
     registered.allgather(comm, 4096, 8192, 1 << 20, 7)
     assert calls == [("gather", 4096, 8192, 1 << 20, 1, 99, 7)]  # (bytes: ncclUint8)
-    with pytest.raises(RuntimeError, match=r"ncclAlltoAll\(16 bytes a rank\) failed.*internal error.*GPUJOIN_NCCL_CE=0"):
+    with pytest.raises(RuntimeError,
+                       match=r"ncclAlltoAll\(16 bytes a rank\) failed.*internal error.*GPUJOIN_NCCL_CE=0"):
         registered.alltoall(comm, 1, 2, 16, 0)
