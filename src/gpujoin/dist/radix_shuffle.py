@@ -96,10 +96,8 @@ class BlockLayout:
         """Chunk ``c``'s exchange of every column of ``bufs`` (:func:`registered.window` blocks
         of ``2 * rows`` rows) on ``stream``."""
         n = int(self.blocks[c])
-        for b in bufs:
+        for b in bufs if n else []:  # (a chunk of no rows anywhere: nothing to post on any rank)
             w = b.dtype.itemsize
-            if not n:
-                continue
             if self.gather:
                 registered.allgather(comm, b.data.ptr + self._place(c, self.rank, False) * w,
                                      b.data.ptr + self._place(c, 0, False) * w, n * w, stream.ptr)
