@@ -194,6 +194,10 @@ if [[ $stage == radix-shuffle ]]; then
     -W ignore::Warning ${PART_TESTS:-tests/test_cuda_join.py -k "radix or phj or nine_bit"} 2>&1 | tail -4
   [[ -z ${SKIP_MPI:-} ]] && timeout 300 bash -c "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" \
     2>&1 | grep -v "^device \(one\|two\)-level\|^device buckets" | tail -8
+  # CE_FORCE=1: the 2-rank checks again with every radix-shuffle table on NCCL's copy engines
+  [[ -n ${CE_FORCE:-} ]] && echo "== GPUJOIN_NCCL_CE=force" && GPUJOIN_NCCL_CE=force timeout 300 bash -c \
+    "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" 2>&1 \
+    | grep -v "^device \(one\|two\)-level\|^device buckets" | tail -8
   timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli bench dist \
     --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle one-level --shuffle-radix ${RADIX:-auto,off} \
     --runs ${RUNS:-3} -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | grep -v "^\s*$" | tail -12
