@@ -1,6 +1,9 @@
-"""dist.registered's pool of NCCL-registered blocks, with a stand-in for the NCCL library (the
-calls themselves run on the GPUs: scripts/device_check.sh radix-shuffle with
-NCCL_TRIES=GPUJOIN_NCCL_REGISTER=1)."""
+"""dist.registered (NCCL-registered buffers, the copy engines' symmetric windows and exchanges)
+and the communicator's copy-engine choice, with stand-ins for the NCCL library, MPI and CuPy (the
+calls themselves run on the GPUs: scripts/device_check.sh radix-shuffle, CE_FORCE=1 and
+NCCL_TRIES="GPUJOIN_NCCL_CE=0")."""
+
+import os
 
 import pytest
 
@@ -231,3 +234,67 @@ def test_the_exchanges_pass_bytes_to_nccl_and_name_a_refusal(monkeypatch):
     with pytest.raises(RuntimeError,
                        match=r"ncclAlltoAll\(16 bytes a rank\) failed.*internal error.*GPUJOIN_NCCL_CE=0"):
         registered.alltoall(comm, 1, 2, 16, 0)
+
+
+class _TwoRanks:
+    """Rank 0's view of a 2-rank MPI communicator: the other rank's answers to ``nccl()``'s
+    allgather given as ``peer`` ((host, GPU), copy engines wanted, force)."""
+
+    def __init__(self, peer):
+        self.peer = peer
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 2
+
+    def allgather(self, obj):
+        return [obj, self.peer if isinstance(obj, tuple) and len(obj) == 3 else obj]
+
+    def bcast(self, obj, root=0):
+        return obj
+
+
+@pytest.mark.parametrize("peer,wants,force,preset,expect,policy", [
+    ((("h", "0000:02"), True, False), True, False, None, True, "2"),  # one host, both ask
+    ((("h", "0000:02"), False, False), True, False, None, False, None),  # the other rank does not
+    ((("h", "0000:02"), True, True), True, True, None, "force", "2"),  # both force
+    ((("h", "0000:02"), True, False), True, True, None, True, "2"),  # force on one rank only
+    ((("g", "0000:02"), True, False), True, False, None, False, None),  # two hosts
+    ((("h", "0000:02"), True, False), True, False, "2", True, "2"),  # the user's own zero policy stays
+    ((("h", "0000:01"), True, False), True, False, None, None, None),  # ranks sharing a GPU: no NCCL
+])
+def test_the_communicators_copy_engine_choice_is_every_ranks(monkeypatch, peer, wants, force, preset, expect,
+                                                             policy):
+    # every rank's answer goes round with its host and GPU: the path is the same on all ranks, and
+    # NCCL_CTA_POLICY=2 is set only while the communicator is made (kept where the user set it)
+    import sys
+    import types
+
+    from gpujoin.dist.comm import Communicator
+
+    made = []
+    nccl = types.ModuleType("cupy.cuda.nccl")
+    nccl.get_unique_id = lambda: b"id"
+    nccl.NcclCommunicator = lambda size, uid, rank: made.append(os.environ.get("NCCL_CTA_POLICY")) or 7
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.nccl = nccl
+    cuda.Device = lambda *a: types.SimpleNamespace(pci_bus_id="0000:01")
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = cuda
+    for name, mod in (("cupy", cupy), ("cupy.cuda", cuda), ("cupy.cuda.nccl", nccl)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr("platform.node", lambda: "h")
+    monkeypatch.setattr(registered, "copy_engine_wanted", lambda one_host: wants)
+    monkeypatch.delenv("NCCL_CTA_POLICY", raising=False)
+    if preset:
+        monkeypatch.setenv("NCCL_CTA_POLICY", preset)
+    monkeypatch.setenv("GPUJOIN_NCCL_CE", "force" if force else "1")
+    comm = Communicator(_TwoRanks(peer))
+    got = comm.nccl()
+    if expect is None:
+        assert got is None and not made and comm.copy_engine is False
+        return
+    assert got == 7 and made == [policy] and comm.copy_engine == expect
+    assert os.environ.get("NCCL_CTA_POLICY") == preset  # (restored)
