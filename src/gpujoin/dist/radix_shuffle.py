@@ -392,8 +392,7 @@ def piece_runs(layout: DeviceLayout | BlockLayout, counts: list) -> tuple[np.nda
     """Where each top digit's received rows lie (host arithmetic): per unit (chunk) of
     ``layout``, this rank's own rows (one run) and each peer's head, body and tail
     (``layout.received``), or each source's block (a :class:`BlockLayout`), cut at the digits'
-    bounds; ``counts``: per unit, int64 (P sources,
-    G digits), each source's rows here a digit.  Returns (starts, ends: int64 (G * pieces,),
+    bounds; ``counts``: per unit, int64 (P sources, G digits), each source's rows here a digit.  Returns (starts, ends: int64 (G * pieces,),
     digit-major, rows of the receive buffer; part_off: int64 (G + 1,), where each digit's rows
     start once partitioned; pieces a digit)."""
     me, P = layout.rank, counts[0].shape[0]

@@ -149,7 +149,7 @@ class Pool:
 class _Owner:
     """Holds a block while an array over it lives; gives it back to its pool after."""
 
-    def __init__(self, pool: Pool, block: tuple[int, int, int]):
+    def __init__(self, pool: Pool, block: tuple[int, int, int, int]):
         self.pool, self.block = pool, block
 
     def __del__(self):
@@ -172,9 +172,9 @@ def empty(comm, n: int, dtype):
 
 def window(comm, n: int, dtype):
     """A CuPy array of ``n`` items of ``dtype`` (uninitialized) in a symmetric window of the NCCL
-    communicator of ``comm`` (``dist.Communicator``), for :func:`alltoall`.  A collective: every
-    rank asks for the same sizes in the same order, and every rank takes the same window (NCCL
-    finds a peer's buffer through the window of the same registration).
+    communicator of ``comm`` (``dist.Communicator``), for :func:`alltoall` and :func:`allgather`.
+    A collective: every rank asks for the same sizes in the same order, and every rank takes the
+    same window (NCCL finds a peer's buffer through the window of the same registration).
 
     Raises
     ------
