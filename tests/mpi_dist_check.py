@@ -25,6 +25,13 @@ def gathered(comm, table):
     return pa.concat_tables([pa.ipc.open_stream(p).read_all() for p in parts])
 
 
+def job_build_side(how, left, right):
+    """The side the one-process join of the whole tables builds on."""
+    from gpujoin.plan.join import build_on_left
+
+    return "left" if build_on_left(how, left.num_rows, right.num_rows) else "right"
+
+
 def main():
     rpn = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None
     device = sys.argv[2] if len(sys.argv) > 2 else "cpu"  # where each rank joins its rows
@@ -56,6 +63,8 @@ def main():
                            stats=stats, compression=compression)
                 if compression == "cascaded" and comm.rank == 0:  # "a" (row ids) and "k" (right: no nulls)
                     assert {"a", "k"} <= set(stats["compression"]), stats["compression"]
+                # every rank builds on the side the job's row counts pick, whatever it received
+                assert stats["local_build_side"] == job_build_side(how, left, right), (how, on, stats)
                 got = gathered(comm, out)
                 if comm.rank == 0:
                     assert_tables_equal(got, gpujoin.join(left, right, on, how=how, device="cpu"))
@@ -188,6 +197,7 @@ def device_tables(comm, extra, left, right):
                 out = join(dev(left), dev(right), on, how=how, comm=comm, shuffle=method, stats=stats,
                            compression=compression)
                 assert isinstance(out, DeviceTable) and stats["transport"] == "nccl", type(out)
+                assert stats["local_build_side"] == job_build_side(how, left, right), (how, on, stats)
                 if compression == "cascaded" and comm.rank == 0:  # "k": 0..499, bit-packed
                     assert "k" in stats["compression"], stats["compression"]
                     assert stats["wire_bytes_sent"] < stats["bytes_sent"], stats

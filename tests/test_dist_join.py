@@ -72,6 +72,7 @@ def test_one_rank_job_equals_the_join():
         got = join(left, right, "k", how=how, comm=comm, device="cpu", stats=stats)
         assert_tables_equal(got, gpujoin.join(left, right, "k", how=how, device="cpu"))
         assert stats["rows_received"] == (500, 400) and stats["ranks"] == 1
+        assert stats["local_build_side"] == ("left" if how == "right" else "right")
         got = join(left, left, "k", how=how, comm=comm, device="cpu", nulls_equal=True)
         assert_tables_equal(got, gpujoin.join(left, left, "k", how=how, device="cpu", nulls_equal=True))
     got = group_by(right, "k", comm=comm, device="cpu").agg(n=(None, "size"))
@@ -80,6 +81,23 @@ def test_one_rank_job_equals_the_join():
     assert_tables_equal(exchange(t, np.zeros(3, np.int64), comm), t, check_row_order=True)
     assert_tables_equal(shuffle(t, np.zeros(3, np.int64), comm, "two-level"), t, check_row_order=True)
     assert comm.allgather_array(np.arange(6).reshape(2, 3)).tolist() == [[[0, 1, 2], [3, 4, 5]]]
+
+
+def test_the_jobs_row_counts_pick_every_ranks_build_side():
+    # a rank's received sides differ from the job's by the hash's noise: its local join builds on
+    # the side the whole job's counts pick (inner and full joins), as the one-GPU join would
+    from gpujoin.dist.join import _job_build_side
+    from gpujoin.plan.join import BUILD_SIDE, build_on_left, execute_join
+
+    left, right = pa.table({"k": np.arange(90)}), pa.table({"k": np.arange(100) % 50})
+    for how, sizes, want in (("inner", [[60, 40], [50, 40]], False), ("full", [[30, 40], [30, 40]], True),
+                             ("inner", [[40, 40], [40, 40]], False), ("right", [[10, 90], [10, 90]], True),
+                             ("left", [[10, 90], [10, 90]], False), ("semi", [[10, 90], [10, 90]], False)):
+        with _job_build_side(how, np.array(sizes)):
+            assert build_on_left(how, 1, 2) is want and build_on_left(how, 2, 1) is want  # (not the local sizes)
+            _, st = execute_join(left, right, "k", how=how, device="cpu")
+            assert st.params["build_side"] == ("left" if want else "right"), (how, sizes)
+        assert BUILD_SIDE.get() is None and build_on_left(how, 1, 2) is (how in ("inner", "full", "right"))
 
 
 def test_bad_arguments():

@@ -17,6 +17,7 @@ repartitioned join and is refused.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -164,7 +165,9 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         "local_join" the rest; with the radix pass in the shuffle, "shuffle" includes the first
         table's remaining passes, run while the second is on the links, and
         "shuffle_timeline_ms" when each chunk was partitioned and sent; "shuffle_copy_engine"
-        the tables that went by NCCL's copy engines, which arrive wholly partitioned)
+        the tables that went by NCCL's copy engines, which arrive wholly partitioned;
+        "local_build_side" the side this rank's local join built on: for inner and full joins
+        every rank's is the side the whole job's row counts pick, ``plan.join.BUILD_SIDE``)
     kwargs : passed to ``gpujoin.join`` (``nulls_equal=True``: a row with a null key goes where
         its key hashes with each null read as a zero)
 
@@ -207,15 +210,32 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     lt2, rt2 = shuffle_rows(lt, ld, comm, shuffle, compression, sent), shuffle_rows(rt, rd, comm, shuffle,
                                                                                     compression, sent)
     t2 = time.perf_counter()
-    out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
-                               device=device, **kwargs)
+    with _job_build_side(how, comm.allgather_array(np.array([lt.num_rows, rt.num_rows], np.int64))):
+        out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                                   device=device, **kwargs)
     if stats is not None:
         stats.update({"partition": t1 - t0, "shuffle": t2 - t1, "local_join": time.perf_counter() - t2,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": (lt2.num_rows, rt2.num_rows),
                       "rows_out": out.num_rows, "local_algorithm": jstats.algorithm, "ranks": comm.size,
+                      "local_build_side": jstats.params.get("build_side"),
                       "compression": sent.get("compression", {}),
                       "compression_not_paying": sent.get("compression_not_paying", {})})
     return out
+
+
+@contextmanager
+def _job_build_side(how: str, sizes: np.ndarray):
+    """The local joins inside build on the side that the whole job's row counts pick
+    (``sizes``: each rank's (left rows, right rows)), alike on every rank and as the one-GPU join
+    of the same tables would (``plan.join.BUILD_SIDE``)."""
+    from ..plan.join import BUILD_SIDE, build_on_left
+
+    nl, nr = (int(x) for x in np.asarray(sizes).reshape(-1, 2).sum(axis=0))
+    token = BUILD_SIDE.set("left" if build_on_left(how, nl, nr) else "right")
+    try:
+        yield
+    finally:
+        BUILD_SIDE.reset(token)
 
 
 def _on_device(left, right, comm: Communicator) -> bool:
@@ -370,7 +390,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     lt, rt = _device_tables([left, right], [lk, rk], comm)
     lt, rt, scaled = _rescaled(lt, lk, rt, rk, comm)
-    rows = max(comm.allgather(max(lt.num_rows, rt.num_rows)))
+    sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows], np.int64))  # (each rank's)
+    rows = int(sizes.max())
     if shuffle == "auto":
         uniform = comm.nodes < 2 or len(set(comm.allgather(comm.local_size))) == 1
         shuffle = auto_method(comm, rows, uniform, device=True)
@@ -393,14 +414,15 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         parts = iter([shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)])
     ld = rd = None
     outs, received = [], [0, 0]
-    for lt2, rt2 in parts:  # each bucket joined as it arrives (one bucket: the whole tables)
-        if len(marks) == 2:
-            marks.append(_mark())
-        out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
-                                   device=device, **kwargs)
-        outs.append(out)
-        received = [received[0] + lt2.num_rows, received[1] + rt2.num_rows]
-        del lt2, rt2
+    with _job_build_side(how, sizes):
+        for lt2, rt2 in parts:  # each bucket joined as it arrives (one bucket: the whole tables)
+            if len(marks) == 2:
+                marks.append(_mark())
+            out, jstats = execute_join(lt2, rt2, on, left_on=left_on, right_on=right_on, how=how, suffix=suffix,
+                                       device=device, **kwargs)
+            outs.append(out)
+            received = [received[0] + lt2.num_rows, received[1] + rt2.num_rows]
+            del lt2, rt2
     # (device="cpu" joins on the host: Arrow tables)
     out = pa.concat_tables(outs) if isinstance(outs[0], pa.Table) else concat_tables(outs)
     if scaled:  # (each side's own key columns back in their own values and types)
@@ -420,6 +442,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
                       "rows_in": (lt.num_rows, rt.num_rows), "rows_received": tuple(received),
                       "buckets": moved.get("buckets", 1), "shuffle_radix_bits": bits,
                       "local_partitioned_bits": jstats.params.get("partitioned_bits"),
+                      "local_build_side": jstats.params.get("build_side"),
                       "shuffle_timeline_ms": (radix_shuffle.timeline_ms(moved["shuffle_marks"])
                                               if "shuffle_marks" in moved else None),
                       "shuffle_copy_engine": moved.get("shuffle_copy_engine", []),
