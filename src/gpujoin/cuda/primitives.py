@@ -19,8 +19,8 @@ import cupy as cp
 import numpy as np
 
 from . import onesweep
-from .kernels import (SAMPLE_ARGS, SAMPLE_PACK, UNSTABLE_PASS_BITS, pass_widths, radix_of, scatter_name,
-                      unstable_block)
+from .kernels import (SAMPLE_ARGS, SAMPLE_PACK, UNSTABLE_PASS_BITS, histogram_name, pass_widths, radix_of,
+                      scatter_name, unstable_block)
 from .runtime import device_properties, kernel, ptr
 
 #: Register budget of the stable radix scatter for 4-byte keys and values (kernels.SCATTER_MINB:
@@ -80,12 +80,18 @@ class Digits:
     """Which bits of a key form its partition: bits [shift, shift + bits) of the murmur3 hash
     (``use_hash`` 1), of the murmur3 hash of the key xor a seed (2: independent of the first,
     for the out-of-core pass 1), or of ``key - base`` as an unsigned number (0/False:
-    order-preserving when base is the minimum key)."""
+    order-preserving when base is the minimum key); :data:`FUSED_HASH` (3): the radix shuffle's
+    destination rank and top bits (``dist.radix_shuffle``; its histogram and unstable scatter
+    only, kernel instances of their own)."""
 
     bits: int
     shift: int = 0
     use_hash: int = True
     base: int = 0
+
+
+#: Digits.use_hash of the radix shuffle's digits: partition.cu's FUSED instances.
+FUSED_HASH = 3
 
 
 def _passes(digits: Digits, unstable: bool = False) -> list[tuple[int, int]]:
@@ -262,7 +268,7 @@ def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: in
     n, nblocks = keys.size, counts.size // radix
     # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
     grid = nblocks if sketch is None else min(nblocks, device_properties(cp.cuda.Device().id)["sms"] * 8)
-    kernel("partition.cu", f"radix_histogram<{key_type(keys)}, {tile // PART_BLOCK}>")(
+    kernel("partition.cu", histogram_name(key_type(keys), tile // PART_BLOCK, digits.use_hash == FUSED_HASH))(
         (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
                                  np.int32(shift), np.int32(bits), np.int32(radix), counts, np.int32(nblocks),
                                  ptr(sketch))
@@ -299,7 +305,8 @@ def _scatter(src_k: cp.ndarray, src_v: list, dst_k: cp.ndarray, dst_v: list, dig
         vin, vout = ptrs[:max(1, len(idx))], ptrs[max(1, len(idx)):]
         # a register cap pays for 4-byte keys; 8-byte keys would spill under it
         scatter = kernel("partition.cu", scatter_name(kt, _WORD[width], not unstable,
-                                                      SCATTER_MINB if kt == "i32" and width <= 4 else 1, bits))
+                                                      SCATTER_MINB if kt == "i32" and width <= 4 else 1, bits,
+                                                      digits.use_hash == FUSED_HASH))
         args = (src_k, dst_k, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base), np.int32(shift),
                 np.int32(bits), offs, np.int32(nblocks), vin, vout, np.int32(len(idx)), np.int32(g == 0))
         if unstable:
@@ -484,6 +491,9 @@ def _scan_bounds(offs: cp.ndarray, nblocks: int, bits: int, n: int, segments: _S
 
 def partition_offsets(keys: cp.ndarray, digits: Digits) -> cp.ndarray:
     """int64 (2**bits + 1,) start of each partition of ``keys``, already ordered by ``digits``."""
+    if digits.use_hash == FUSED_HASH:
+        raise ValueError("partition_offsets: the radix shuffle's digits (use_hash 3) are read by its histogram "
+                         "and unstable scatter only")
     P = 1 << digits.bits
     offsets = cp.zeros(P + 1, cp.int64)
     n = keys.size

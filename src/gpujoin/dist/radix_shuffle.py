@@ -190,7 +190,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     import cupy as cp
 
     from ..cuda.kernels import pass_count
-    from ..cuda.primitives import Digits, exclusive_scan, radix_histogram, radix_of, scatter_placed
+    from ..cuda.primitives import FUSED_HASH, Digits, exclusive_scan, radix_histogram, radix_of, scatter_placed
     from ..cuda.runtime import free_bytes
     from .device_shuffle import _net_stream, chunk_bounds, chunk_rows_default
 
@@ -204,7 +204,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         raise ValueError(f"exchange_partitioned needs two or more ranks on GPUs of their own and radix bits to take "
                          f"(ranks {P}, radix_bits {radix_bits})")
     G = 1 << top
-    digits = Digits(bits=(P - 1).bit_length() + top, shift=radix_bits - top, use_hash=3, base=P | top << 32)
+    digits = Digits(bits=(P - 1).bit_length() + top, shift=radix_bits - top, use_hash=FUSED_HASH, base=P | top << 32)
     radix = radix_of(digits.bits)
     main, net = cp.cuda.get_current_stream(), _net_stream()
     start = main.record() if stats is not None else None

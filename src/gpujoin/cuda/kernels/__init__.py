@@ -78,14 +78,24 @@ def radix_of(bits: int) -> int:
     return 512 if bits > 8 else 256
 
 
-def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits: int = 8) -> str:
+def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits: int = 8, fused: bool = False) -> str:
     """The radix scatter instance for key and value types (stable: radix_scatter, 4-byte staging
     when both fit, with a register budget; else radix_scatter_unstable, for digits of at most 8
-    bits or of 9)."""
+    bits or of 9; ``fused``: its instance for the radix shuffle's digits, Digits.use_hash 3,
+    unstable only)."""
     if not stable:
-        return f"radix_scatter_unstable<{key}, {value}, {9 if bits > 8 else 8}, {unstable_block(key, value)}>"
+        return (f"radix_scatter_unstable<{key}, {value}, {9 if bits > 8 else 8}, {unstable_block(key, value)}"
+                f"{', true' if fused else ''}>")
+    if fused:
+        raise ValueError("the radix shuffle's digits (use_hash 3) have unstable scatters only")
     stage = "u32" if key == "i32" and value in ("u8", "u16", "u32") else "u64"
     return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
+
+
+def histogram_name(key: str, items: int, fused: bool = False) -> str:
+    """The radix histogram instance for a key type and rows a thread (``fused``: for the radix
+    shuffle's digits, Digits.use_hash 3)."""
+    return f"radix_histogram<{key}, {items}{', true' if fused else ''}>"
 
 
 #: C++ types of onesweep.cu's instances: keys by byte width, values by byte width (0: keys only),
@@ -97,9 +107,9 @@ ONESWEEP_OFFSETS = ("unsigned int", "unsigned long long")
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
-        [f"radix_histogram<{k}, {i}>" for k, i in product(_KEYS, (16, 32))]
+        [histogram_name(k, i, f) for k, i, f in product(_KEYS, (16, 32), (False, True))]
         + [scatter_name(k, v, True, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
-        + [scatter_name(k, v, False, 1, b) for k, v, b in product(_KEYS, _VALUES, (8, 9))]
+        + [scatter_name(k, v, False, 1, b, f) for k, v, b, f in product(_KEYS, _VALUES, (8, 9), (False, True))]
         + [f"partition_bounds<{k}>" for k in _KEYS]
         + ["segment_bounds"]
     ),

@@ -30,17 +30,21 @@
 // of one key column: murmur3's 64-bit finalizer of SHUFFLE_SEED * 31 ^ key, multiply-shifted
 // into parts), SHUFFLE_SEED being dist.shuffle.SEED_FIRST.
 #define SHUFFLE_SEED 0x9747B28CULL
-template <typename K>
+// FUSED: use_hash 3 compiled in (the radix shuffle's instances, `..., true>`), else left out: its
+// 64-bit mix beside the others had cost the narrow unstable scatter its registers (80 -> 64 with
+// spills, ptxas at sm_90) and PHJ-TR 5.9 -> 7.3 ms of partitioning at 2^27 int32 pairs (H200).
+template <typename K, bool FUSED = false>
 __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, u32 mask) {
-    if (use_hash == 2) return (hash_key((K)(k ^ (K)PASS1_SEED)) >> shift) & mask;
-    if (use_hash == 3) {
+    if constexpr (FUSED) {
         const int b1 = (int)(base >> 32);
         const u64 h = mix64((SHUFFLE_SEED * 31ull) ^ (u64)(i64)k);
         const u32 rank = (u32)(((h >> 32) * (u64)(u32)base) >> 32);
         return rank << b1 | ((hash_key(k) >> shift) & ((1u << b1) - 1u));
+    } else {
+        if (use_hash == 2) return (hash_key((K)(k ^ (K)PASS1_SEED)) >> shift) & mask;
+        if (use_hash) return (hash_key(k) >> shift) & mask;
+        return (u32)(((u64)((i64)k - base)) >> shift) & mask;
     }
-    if (use_hash) return (hash_key(k) >> shift) & mask;
-    return (u32)(((u64)((i64)k - base)) >> shift) & mask;
 }
 
 // Which rows tile b covers and where its digit counts go.  Global (tile_start null): rows
@@ -92,7 +96,7 @@ __device__ __forceinline__ bool tile_of(int b, int tile, i64 n, int nblocks, con
 // (contention stays within a warp even for all-equal keys); blocks loop over the tiles.  With
 // `sketch` (2^HLL_BITS registers, zeroed) the same read of the keys also feeds a HyperLogLog
 // sketch of them (hll_sketch's), so that PGB learns the number of groups without a pass of its own.
-template <typename K, int ITEMS>
+template <typename K, int ITEMS, bool FUSED = false>
 __global__ void __launch_bounds__(PART_BLOCK)
 radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits, int radix,
                 i32* __restrict__ counts, int nblocks, u32* __restrict__ sketch,
@@ -119,7 +123,7 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             if (i * PART_BLOCK + (int)threadIdx.x < t.n) {
-                atomicAdd(&my[digit_of(key[i], use_hash, base, shift, mask)], 1u);
+                atomicAdd(&my[digit_of<K, FUSED>(key[i], use_hash, base, shift, mask)], 1u);
                 if (sketch) {
                     u32 r, rho;
                     hll_update(key[i], r, rho);
@@ -292,7 +296,7 @@ radix_scatter(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_ha
 // writes the key and the first column.  DBITS: the most digit bits it takes, 8 or 9 (a thread a
 // digit; a 9-bit digit is staged in 2 bytes).  Shared memory (dynamic):
 // UNSTABLE_TILE * (sizeof(K) + sizeof(V) + DBITS / 8) bytes.
-template <typename K, typename V, int DBITS, int BLOCK>
+template <typename K, typename V, int DBITS, int BLOCK, bool FUSED = false>
 __global__ void __launch_bounds__(BLOCK)
 radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, int use_hash, i64 base,
                        int shift, int bits, const i64* __restrict__ offsets, int nblocks,
@@ -330,7 +334,7 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int row = w0 + 32 * i;
-        packed[i] = row < tile_n ? digit_of(tkin[row], use_hash, base, shift, mask) : NO_DIGIT;
+        packed[i] = row < tile_n ? digit_of<K, FUSED>(tkin[row], use_hash, base, shift, mask) : NO_DIGIT;
         if (vin && row < tile_n) val[i] = vin[row];
     }
     __syncthreads();
