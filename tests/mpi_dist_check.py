@@ -229,6 +229,7 @@ def device_tables(comm, extra, left, right):
     # int64 key, the other columns of one width, no validity masks; radix bits asked so that
     # these small slices take it (12: one pass left; 17: 9 bits; 18: no pass saved, not taken);
     # a rank without left rows; SMJ named: the plain shuffle
+    from gpujoin.cuda.kernels import pass_count
     from gpujoin.dist import radix_shuffle
 
     lnum, rnum = left.filter(pc.is_valid(left.column("k"))).select(["k", "a"]), right.select(["k", "b"])
@@ -246,6 +247,9 @@ def device_tables(comm, extra, left, right):
                        stats=stats, radix_bits=rb, algorithm=algorithm)
             takes = fused and algorithm != "smj-tr" and radix_shuffle.saves_a_pass(comm.size, rb)
             assert stats["shuffle_radix_bits"] == (rb if takes else None), stats
+            if (takes and os.environ.get("GPUJOIN_NCCL_CE") == "force" and comm.copy_engine
+                    and pass_count(rb - radix_shuffle.top_bits(comm.size, rb), True) == 1):
+                assert stats["shuffle_copy_engine"] == [0, 1], stats  # (both tables by the copy engines)
             if takes and stats["local_algorithm"].startswith("phj"):
                 # (a table by the copy engines arrives with every bit partitioned)
                 done = rb if 1 in stats["shuffle_copy_engine"] else radix_shuffle.top_bits(comm.size, rb)
