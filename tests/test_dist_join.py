@@ -98,6 +98,9 @@ def test_the_jobs_row_counts_pick_every_ranks_build_side():
             _, st = execute_join(left, right, "k", how=how, device="cpu")
             assert st.params["build_side"] == ("left" if want else "right"), (how, sizes)
         assert BUILD_SIDE.get() is None and build_on_left(how, 1, 2) is (how in ("inner", "full", "right"))
+    with _job_build_side("inner", np.array([[100, 90]])):  # (the job builds right: on sides far apart, the smaller)
+        assert not build_on_left("inner", 200, 101) and build_on_left("inner", 100, 201)
+        assert build_on_left("inner", 0, 5) and not build_on_left("inner", 0, 0)
 
 
 def test_bad_arguments():

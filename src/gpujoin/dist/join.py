@@ -167,7 +167,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         "shuffle_timeline_ms" when each chunk was partitioned and sent; "shuffle_copy_engine"
         the tables that went by NCCL's copy engines, which arrive wholly partitioned;
         "local_build_side" the side this rank's local join built on: for inner and full joins
-        every rank's is the side the whole job's row counts pick, ``plan.join.BUILD_SIDE``)
+        the side the whole job's row counts pick where this rank's sides are near in size,
+        ``plan.join.BUILD_SIDE``)
     kwargs : passed to ``gpujoin.join`` (``nulls_equal=True``: a row with a null key goes where
         its key hashes with each null read as a zero)
 
@@ -226,8 +227,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
 @contextmanager
 def _job_build_side(how: str, sizes: np.ndarray):
     """The local joins inside build on the side that the whole job's row counts pick
-    (``sizes``: each rank's (left rows, right rows)), alike on every rank and as the one-GPU join
-    of the same tables would (``plan.join.BUILD_SIDE``)."""
+    (``sizes``: each rank's (left rows, right rows)), alike on every rank whose sides are near in
+    size and as the one-GPU join of the same tables would (``plan.join.BUILD_SIDE``)."""
     from ..plan.join import BUILD_SIDE, build_on_left
 
     nl, nr = (int(x) for x in np.asarray(sizes).reshape(-1, 2).sum(axis=0))

@@ -65,22 +65,27 @@ JOIN_MODES = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "
 
 
 #: The side ("left" or "right") that inner and full joins build on, where a caller has chosen
-#: it for a whole job (``dist.join``: every rank builds on the side that the job's row counts,
-#: summed over the ranks, pick, as the one-GPU join of the same tables would); None: each join's
-#: smaller side.  A rank's received sides differ from the job's by the hash's noise: on two
-#: H200s, 2^28 rows a rank of paper 001's random workload, the rank whose received probe side
-#: was 0.01% the smaller built on it (keys drawn with repeats) and matched in 7.7 ms against
-#: the other rank's 7.2.
+#: it for a whole job and the sides are within :data:`BUILD_SIDE_SPREAD` of each other
+#: (``dist.join``: the side that the job's row counts, summed over the ranks, pick, as the
+#: one-GPU join of the same tables would); None: each join's smaller side.  A rank's received
+#: sides differ from the job's by the hash's noise: on two H200s, 2^28 rows a rank of paper
+#: 001's random workload, the rank whose received probe side was 0.01% the smaller built on it
+#: (keys drawn with repeats) and matched in 7.7 ms against the other rank's 7.2.
 BUILD_SIDE: ContextVar[str | None] = ContextVar("BUILD_SIDE", default=None)
+#: Sides further apart than this factor build on the smaller whatever BUILD_SIDE says (a rank
+#: that skew left with one side far the larger).
+BUILD_SIDE_SPREAD = 2
 
 
 def build_on_left(how: str, nl: int, nr: int) -> bool:
     """Whether the left table is the build side: always for right joins; for inner and full
-    joins (where the join type leaves the choice) the side :data:`BUILD_SIDE` names, else the
-    smaller; for the others the right."""
+    joins (where the join type leaves the choice) the side :data:`BUILD_SIDE` names where the
+    sides are near in size, else the smaller; for the others the right."""
     if how in ("inner", "full"):
         side = BUILD_SIDE.get()
-        return nl < nr if side is None else side == "left"
+        if side is None or max(nl, nr) > BUILD_SIDE_SPREAD * min(nl, nr):
+            return nl < nr
+        return side == "left"
     return how == "right"
 
 
