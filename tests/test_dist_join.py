@@ -304,6 +304,8 @@ def test_mpi_bench_dist(tmp_path):
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["shuffle"] for r in recs] == ["one-level", "two-level"]
     assert all(r["correct"] and r["ranks"] == 2 and r["output_rows"] > 0 for r in recs)
+    # each rank's phases, and the build side the job's equal sides pick (the right) on both
+    assert all([d["build_side"] for d in r["ranks_detail"]] == ["right", "right"] for r in recs), recs
     hosts = tmp_path / "h.jsonl"  # two ranks playing two hosts of one: the two-level shuffle's rail
     p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gpujoin.cli", "bench", "dist", "--rows", "3000",
                         "--device", "cpu", "--shuffle", "two-level", "--ranks-per-node", "1", "--runs", "1",

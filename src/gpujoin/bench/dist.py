@@ -211,6 +211,11 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                     sent = max(s.get("bytes_sent", 0) for s in every)
                     wire = max(s.get("wire_bytes_sent", s.get("bytes_sent", 0)) for s in every)
                     local = sorted({s["local_algorithm"] for s in every})
+                    # each rank's own phases and build side: the job waits for the slowest (a rank
+                    # that built on its other side had matched 0.5 ms slower, two H200s)
+                    per_rank = [{"phases_s": {k: s[k] for k in ("partition", "shuffle", "local_join")},
+                                 "rows_received": s.get("rows_received"), "build_side": s.get("local_build_side")}
+                                for s in every]
                     ran_buckets = max(s.get("buckets", 1) for s in every)
                     radix_bits = every[0].get("shuffle_radix_bits")
                     timeline = [s.get("shuffle_timeline_ms") for s in every]
@@ -224,7 +229,8 @@ def bench_dist(rows_list: list[int], shuffles: list[str], device: str, runs: int
                                 "workload": {"name": workload, **work}, "min_s": best,
                                 "tuples_per_s": total_rows / best, "output_rows": want, "phases_s": phases,
                                 "columns": squeeze, "correct": True, "placement": placement,
-                                "local_algorithms": local, "buckets": ran_buckets, "shuffle_radix": rx,
+                                "local_algorithms": local, "ranks_detail": per_rank, "buckets": ran_buckets,
+                                "shuffle_radix": rx,
                                 "shuffle_radix_bits": radix_bits, "shuffle_timeline_ms": timeline,
                                 ("nccl_alltoall_GBps" if gpu else "mpi_alltoall_GBps"): ceiling})
                 if gpu:  # (with buckets the shuffle phase is only the first bucket's wait: no rate)
