@@ -73,7 +73,7 @@ JOIN_MODES = {"inner": "inner", "left": "probe_outer", "right": "probe_outer", "
 #: (keys drawn with repeats) and matched in 7.7 ms against the other rank's 7.2.
 BUILD_SIDE: ContextVar[str | None] = ContextVar("BUILD_SIDE", default=None)
 #: Sides further apart than this factor build on the smaller whatever BUILD_SIDE says (a rank
-#: that skew left with one side far the larger).
+#: that skew has left with one side far the larger).
 BUILD_SIDE_SPREAD = 2
 
 
