@@ -236,7 +236,8 @@ if [[ $stage == tests-dist || $stage == bench-dist || $stage == shuffle-timeline
   fi
   if [[ $stage == shuffle-timeline ]]; then
     # when the pipelined shuffle's partitions and NCCL groups run, kernel by kernel (CUPTI, each rank)
-    # (RADIX_BITS=17: the shuffle whose pass is the local PHJ's first, dist.radix_shuffle)
+    # (RADIX_BITS=17: the shuffle whose pass is the local PHJ's first, dist.radix_shuffle; "17 join":
+    # the whole dist.join; "17 single": rank 0's one-GPU join of every rank's rows, the baseline)
     for c in ${CHUNKS:-25 40}; do
       timeout 150 bash -c "$(declare -f mpi); mpi -n ${RANKS:-2} python3 scripts/timeline_shuffle.py ${LOG2N:-28} $c \
         ${RADIX_BITS:-}" 2>&1 \

@@ -6,9 +6,11 @@ A third argument RADIX_BITS times the shuffle whose pass is the local PHJ's firs
 (``radix_shuffle.exchange_partitioned``, the first table finished on the way) instead: how long
 each chunk's scatter takes beside NCCL's kernels, and alone under GPUJOIN_SHUFFLE_OVERLAP=0.
 A fourth argument "join" traces the whole ``gpujoin.dist.join`` of the two tables instead (that
-shuffle, then the local join), and lists where no kernel or copy ran on the GPU (the host's gaps).
+shuffle, then the local join), and lists where no kernel or copy ran on the GPU (the host's gaps);
+"single" traces rank 0's one-GPU ``gpujoin.join`` of every rank's rows instead (``auto``: what the
+job is measured against, bench dist's baseline; RADIX_BITS ignored), kernel by kernel.
 
-    mpirun -n 2 python3 scripts/timeline_shuffle.py LOG2N [LOG2C [RADIX_BITS [join]]]"""
+    mpirun -n 2 python3 scripts/timeline_shuffle.py LOG2N [LOG2C [RADIX_BITS [join|single]]]"""
 import json
 import os
 import sys
@@ -29,8 +31,18 @@ n = 1 << int(sys.argv[1])
 chunk = 1 << int(sys.argv[2]) if len(sys.argv) > 2 else ds.CHUNK_ROWS
 radix_bits = int(sys.argv[3]) if len(sys.argv) > 3 else None
 whole = len(sys.argv) > 4 and sys.argv[4] == "join"
-build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
-if whole:
+single = len(sys.argv) > 4 and sys.argv[4] == "single"
+if not single:
+    build, probe, _ = random_slice(n, comm.rank, comm.size, xp=cp)
+if single:  # (rank 0 joins every rank's rows alone, as bench dist's baseline; the others trace nothing)
+    import gpujoin
+
+    if comm.rank == 0:
+        build, probe, _ = random_slice(n, 0, comm.size, ranks=range(comm.size), xp=cp)
+
+    def shuffle():
+        return gpujoin.join(probe, build, "k", device="cuda") if comm.rank == 0 else None
+elif whole:
     from gpujoin.dist import join
 
     os.environ["GPUJOIN_SHUFFLE_CHUNK_ROWS"] = str(chunk)
@@ -84,7 +96,8 @@ events = [e for e in json.load(open(path))["traceEvents"]
 events.sort(key=lambda e: e["ts"])
 t0 = events[0]["ts"] if events else 0
 end = max((e["ts"] + e["dur"] for e in events), default=0)
-lines = [f"rank {comm.rank}, chunks of 2^{chunk.bit_length() - 1} rows: {(end - t0) / 1e3:.2f} ms first kernel to last"]
+what = "the one-GPU join of every rank's rows" if single else f"chunks of 2^{chunk.bit_length() - 1} rows"
+lines = [f"rank {comm.rank}, {what}: {(end - t0) / 1e3:.2f} ms first kernel to last"]
 busy: dict = {}
 for e in events:
     name = e["name"][:40]
