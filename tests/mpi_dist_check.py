@@ -25,15 +25,24 @@ def gathered(comm, table):
     return pa.concat_tables([pa.ipc.open_stream(p).read_all() for p in parts])
 
 
-def check_build_side(stats, how, on, left, right):
+def check_build_side(stats, how, on, left, right, present=False):
     """A rank's local join built on the side the one-process join of the whole tables builds
     on, where the rank's received sides are near in size (a null key's row is received but not
-    built on: 5% of left's)."""
+    built on: 5% of left's).  ``present``: that join counts the rows whose keys are all present
+    (a join of DeviceTables), else every row (host tables)."""
     from gpujoin.plan.join import build_on_left
+
+    def rows(t):
+        if not present:
+            return t.num_rows
+        valid = np.ones(t.num_rows, bool)
+        for k in [on] if isinstance(on, str) else on:
+            valid &= np.asarray(t[k].is_valid())
+        return int(valid.sum())
 
     nl, nr = stats["rows_received"]
     if max(nl, nr) <= 1.5 * min(nl, nr):
-        want = "left" if build_on_left(how, left.num_rows, right.num_rows) else "right"
+        want = "left" if build_on_left(how, rows(left), rows(right)) else "right"
         assert stats["local_build_side"] == want, (how, on, stats)
 
 
@@ -202,7 +211,7 @@ def device_tables(comm, extra, left, right):
                 out = join(dev(left), dev(right), on, how=how, comm=comm, shuffle=method, stats=stats,
                            compression=compression)
                 assert isinstance(out, DeviceTable) and stats["transport"] == "nccl", type(out)
-                check_build_side(stats, how, on, left, right)
+                check_build_side(stats, how, on, left, right, present=True)
                 if compression == "cascaded" and comm.rank == 0:  # "k": 0..499, bit-packed
                     assert "k" in stats["compression"], stats["compression"]
                     assert stats["wire_bytes_sent"] < stats["bytes_sent"], stats

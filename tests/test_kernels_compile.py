@@ -60,7 +60,10 @@ def test_partition_kernels_of_the_joins_do_not_spill():
            for f in (False, True)]
     hot += [histogram_name(k, i, f) for k in ("i32", "i64") for i in (16, 32) for f in (False, True)]
     # (ptxas at 13.0 gives this one 64 registers and 16 bytes of spills: an 8-bit radix shuffle
-    # pass of int32 keys and 4-byte columns; not timed against a spill-free build yet)
+    # pass of int32 keys and 4-byte columns; not timed against a spill-free build yet.  Not
+    # checked either, spilling as they did before 42e40a2: the stable scatter with a register
+    # cap, radix_scatter<i32, u32, u32, 4>, 16 bytes; the unstable ones of 1-byte columns at 9
+    # bits and 2-byte columns at 8, 36 bytes)
     hot.remove(scatter_name("i32", "u32", False, 1, 8, True))
     for name in hot:
         assert got[name]["registers"] > 0 and got[name]["spill_stores"] == 0 == got[name]["spill_loads"], \

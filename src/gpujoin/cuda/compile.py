@@ -68,15 +68,20 @@ def kernel_resources(file: str, arch: str = "sm_90") -> dict[str, dict[str, int]
         lowered = ok(nvrtc.nvrtcGetLoweredName(prog, expr.encode()))
         names[lowered.decode() if isinstance(lowered, bytes) else lowered] = expr
     out: dict[str, dict[str, int]] = {}
-    cur = None
+    cur = lowered = props = None
     for line in log.splitlines():  # per kernel: its name, then its frame and spills, then its registers
         m = re.search(r"Compiling entry function '(\S+)'", line)
         if m:
-            cur = names.get(m.group(1), m.group(1))
+            lowered = m.group(1)
+            cur = names.get(lowered, lowered)
             out[cur] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "stack": 0}
             continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            props = m.group(1)  # (a function not inlined has lines of its own: not the entry's)
+            continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and cur:
+        if m and cur and props == lowered:
             out[cur].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
         m = re.search(r"Used (\d+) registers", line)
         if m and cur:

@@ -395,6 +395,8 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
                 if bounds else None
             return _laid_out(keys, values, offsets, out, idx=run_positions(runs.starts, runs.ends))
     passes = _passes(digits, unstable)
+    if digits.use_hash == FUSED_HASH and len(passes) > 1:  # (its digit takes no mask: one pass whole)
+        raise ValueError("radix_partition: the radix shuffle's digits (use_hash 3) are one unstable pass")
     src_k, src_v = keys, list(values)
     if n == 0 or not passes:
         offsets = cp.zeros((1 << digits.bits) + 1, cp.int64) if bounds else None

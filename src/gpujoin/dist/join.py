@@ -391,8 +391,12 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     lt, rt = _device_tables([left, right], [lk, rk], comm)
     lt, rt, scaled = _rescaled(lt, lk, rt, rk, comm)
-    sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows], np.int64))  # (each rank's)
-    rows = int(sizes.max())
+    # each rank's rows, and those whose keys are all present: the device join builds on the side
+    # with fewer of those (plan.device_join._join_present_keys), null keys joined apart
+    present = [t.num_rows if v is None else int(v.sum()) for t, v in ((lt, key_validity(lt, lk)),
+                                                                       (rt, key_validity(rt, rk)))]
+    sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows, *present], np.int64))
+    rows = int(sizes[:, :2].max())
     if shuffle == "auto":
         uniform = comm.nodes < 2 or len(set(comm.allgather(comm.local_size))) == 1
         shuffle = auto_method(comm, rows, uniform, device=True)
@@ -415,7 +419,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         parts = iter([shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)])
     ld = rd = None
     outs, received = [], [0, 0]
-    with _job_build_side(how, sizes):
+    with _job_build_side(how, sizes[:, 2:]):
         for lt2, rt2 in parts:  # each bucket joined as it arrives (one bucket: the whole tables)
             if len(marks) == 2:
                 marks.append(_mark())
