@@ -393,8 +393,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     lt, rt, scaled = _rescaled(lt, lk, rt, rk, comm)
     # each rank's rows, and those whose keys are all present: the device join builds on the side
     # with fewer of those (plan.device_join._join_present_keys), null keys joined apart
-    present = [t.num_rows if v is None else int(v.sum()) for t, v in ((lt, key_validity(lt, lk)),
-                                                                       (rt, key_validity(rt, rk)))]
+    valid = [key_validity(lt, lk), key_validity(rt, rk)]
+    present = [t.num_rows if v is None else int(v.sum()) for t, v in zip((lt, rt), valid)]
     sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows, *present], np.int64))
     rows = int(sizes[:, :2].max())
     if shuffle == "auto":
@@ -406,9 +406,8 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     if bits is None:
         nr = _null_rank(comm, kwargs)
         ld, rd = [device_shuffle.bucket_destinations([t[n] for n in k] if nr is not None else _zero_nulls(t, k),
-                                                     SEED_FIRST, comm.size, B, nr,
-                                                     key_validity(t, k) if nr is not None else None)
-                  for t, k in ((lt, lk), (rt, rk))]
+                                                     SEED_FIRST, comm.size, B, nr, v if nr is not None else None)
+                  for t, k, v in ((lt, lk, valid[0]), (rt, rk, valid[1]))]
     marks.append(_mark())
     moved: dict = {}
     if bits is not None:  # the shuffle's partition is the local join's first radix pass

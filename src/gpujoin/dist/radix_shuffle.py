@@ -17,8 +17,8 @@ while the chunk before is on the links.  Then the first table's remaining pass r
 second table's messages are still on the links (:func:`finished`), so the local join partitions
 only the second.  On one host the messages go by NCCL's copy engines (:class:`BlockLayout`),
 leaving the SMs to the passes.  On two H200s at 2^28 rows a rank: 34.4 ms by the copy engines,
-36.6 by send/recv and 47.9 for the shuffle without the pass; 1.77x the one GPU's join of the
-whole job (docs/BENCHMARKS.md).
+36.6 by send/recv and 47.9 for the shuffle without the pass (bc6e383); 31.1 ms, 1.67x the one
+GPU's join of the whole job, since the partition kernels' fix (57a47db, docs/BENCHMARKS.md).
 
 Reusable: ``radix_partition(runs=...)`` (a partition that starts from pieces of rows grouped on
 their top digits, wherever they lie), ``scatter_placed`` (one pass whose output places the caller
@@ -254,6 +254,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     # runs the passes before.
     side = cp.cuda.Stream(non_blocking=True)
     new = (lambda n, dtype: registered.empty(comm, n, dtype)) if registered.enabled() else cp.empty
+    one_pass = pass_count(radix_bits - top, True) == 1  # (a finishing pass of two would read the padding)
     plans, blocks, gathered, marks, free, pooled, early = [None] * T, [None] * T, [], None, None, None, False
     for members in ([0], list(range(1, T))) if T > 1 else ([0],):
         # copies only on the side stream (not behind the later tables' counts on the main stream;
@@ -267,8 +268,8 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         # rows a digit, every rank's: (rank, table, chunk, destination, top digit)
         cnt = np.concatenate(gathered, axis=1)
         rows = cnt.sum(axis=4)  # (rank, table, chunk, destination)
-        for i in members:  # (one pass left: a finishing pass of two would read the padding)
-            blocks[i] = _block_layout(comm, rows[:, i]) if pass_count(radix_bits - top, True) == 1 else None
+        for i in members:
+            blocks[i] = _block_layout(comm, rows[:, i]) if one_pass else None
         try:
             _check_room(rows, width, free, finish_first, blocks, pooled)
         except MemoryError:
