@@ -6,7 +6,8 @@ A third argument RADIX_BITS times the shuffle whose pass is the local PHJ's firs
 (``radix_shuffle.exchange_partitioned``, the first table finished on the way) instead: how long
 each chunk's scatter takes beside NCCL's kernels, and alone under GPUJOIN_SHUFFLE_OVERLAP=0.
 A fourth argument "join" traces the whole ``gpujoin.dist.join`` of the two tables instead (that
-shuffle, then the local join), and lists where no kernel or copy ran on the GPU (the host's gaps);
+shuffle, then the local join), and lists where no kernel or copy ran on the GPU (the host's gaps)
+and the local join's host steps (``host`` lines: when the host was in them, on the GPU's clock);
 "single" traces rank 0's one-GPU ``gpujoin.join`` of every rank's rows instead (``auto``: what the
 job is measured against, bench dist's baseline; RADIX_BITS ignored), kernel by kernel.
 
@@ -83,16 +84,38 @@ ds._Chunks.prepare = timed("prepare", ds._Chunks.prepare)
 cp.asnumpy = timed("asnumpy", cp.asnumpy)
 Communicator.allgather = timed("allgather", Communicator.allgather)
 comm_module.DeviceLayout.__init__ = timed("layout", comm_module.DeviceLayout.__init__)
+if whole or single:  # the local join's host steps, as ranges in the GPU's trace ("user_annotation")
+    import gpujoin.cuda.join as join_module
+    from gpujoin.cuda.join import phj as phj_module
+    from gpujoin.plan import auto as auto_module
+    from gpujoin.plan import device_join as dj_module
+    from gpujoin.plan import join as plan_join
+
+    def ranged(what, fn):
+        def call(*a, **k):
+            with tp.record_function(what):
+                r = fn(*a, **k)
+            if what == "launch_plan":  # (its samples are read when the returned function is called)
+                return ranged("plan_finish", r)
+            return r
+        return call
+
+    for mod, name in ((plan_join, "execute_join"), (dj_module, "execute_device_join"),
+                      (dj_module, "_execute_device_join"), (dj_module, "_partitioned"), (join_module, "run"),
+                      (auto_module, "launch_gpu_join_plan"), (phj_module, "_phj"), (phj_module, "match_with_ranges")):
+        setattr(mod, name, ranged("launch_plan" if name == "launch_gpu_join_plan" else name, getattr(mod, name)))
 comm.barrier()
 cp.cuda.Device().synchronize()
 host.clear()
-with tp.profile(activities=[tp.ProfilerActivity.CUDA]) as prof:
+with tp.profile(activities=[tp.ProfilerActivity.CUDA] + ([tp.ProfilerActivity.CPU] if whole or single else [])) as prof:
     shuffle()
     cp.cuda.Device().synchronize()
 path = os.path.join(tempfile.gettempdir(), f"shuffle_trace_{comm.rank}.json")
 prof.export_chrome_trace(path)
 events = [e for e in json.load(open(path))["traceEvents"]
-          if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+          if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation")]
+ranges = [e for e in events if e["cat"] == "user_annotation"]
+events = [e for e in events if e["cat"] != "user_annotation"]
 events.sort(key=lambda e: e["ts"])
 t0 = events[0]["ts"] if events else 0
 end = max((e["ts"] + e["dur"] for e in events), default=0)
@@ -104,6 +127,8 @@ for e in events:
     busy[name] = busy.get(name, 0.0) + e["dur"] / 1e3
     if e["dur"] >= 30:
         lines.append(f"  {(e['ts'] - t0) / 1e3:7.3f} +{e['dur'] / 1e3:6.3f}  s{e['args'].get('stream', '?'):<3} {name}")
+for e in sorted(ranges, key=lambda e: e["ts"]):  # (host ranges, on the GPU's clock)
+    lines.append(f"  {(e['ts'] - t0) / 1e3:7.3f} +{e['dur'] / 1e3:6.3f}  host {e['name'][:40]}")
 idle, reach = [], t0  # spans of 50 us or more with nothing on the GPU
 for e in events:
     if e["ts"] - reach >= 50:

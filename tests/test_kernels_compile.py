@@ -58,7 +58,7 @@ def test_partition_kernels_of_the_joins_do_not_spill():
     got = kernel_resources("partition.cu")
     hot = [scatter_name(k, v, False, 1, b, f) for k in ("i32", "i64") for v in ("u32", "u64") for b in (8, 9)
            for f in (False, True)]
-    hot += [histogram_name(k, i, f) for k in ("i32", "i64") for i in (16, 32) for f in (False, True)]
+    hot += [histogram_name(k, i, f) for k in ("i32", "i64") for i in (16, 32) for f in (False, True) if i == 32 or not f]
     # (ptxas at 13.0 gives this one 64 registers and 16 bytes of spills: an 8-bit radix shuffle
     # pass of int32 keys and 4-byte columns; not timed against a spill-free build yet.  Not
     # checked either, spilling as they did before 42e40a2: the stable scatter with a register

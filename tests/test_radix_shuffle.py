@@ -250,10 +250,11 @@ def _rank(k, P):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("P,n", [(2, 100_003), (3, 50_001), (2, 1)])
-def test_the_fused_pass_groups_rows_by_rank_then_top_digit(dtype, P, n):
+@pytest.mark.parametrize("cache", [False, True])
+def test_the_fused_pass_groups_rows_by_rank_then_top_digit(dtype, P, n, cache):
     # scatter_placed with use_hash 3: row i lands in digit rank << top | top bits of its PHJ digit,
     # rank by rank, the places moved as the caller asks (here: every row shifted by 5 into a
-    # longer buffer)
+    # longer buffer); with a digit cache, the histogram stores each row's digit and the pass reads it
     cp = _gpu()
     from gpujoin.cuda.primitives import Digits, exclusive_scan, radix_histogram, scatter_placed
 
@@ -264,14 +265,21 @@ def test_the_fused_pass_groups_rows_by_rank_then_top_digit(dtype, P, n):
     top = radix_shuffle.top_bits(P, bits)
     digits = Digits(bits=(P - 1).bit_length() + top, shift=bits - top, use_hash=3, base=P | top << 32)
     k, v = cp.asarray(keys), [cp.asarray(ids)]
-    offs = exclusive_scan(radix_histogram(k, v, digits, stable=False)) + 5
+    stored = cp.full(n, 0xFFFF, cp.uint16) if cache else None
+    offs = exclusive_scan(radix_histogram(k, v, digits, stable=False, digit_cache=stored)) + 5
     ko, vo = cp.full(n + 9, -1, dtype), cp.full(n + 9, -1, np.int64)
-    scatter_placed(k, v, digits, offs, ko, [vo])
+    scatter_placed(k, v, digits, offs, ko, [vo], digit_cache=stored)
     got = cp.asnumpy(vo)[5:5 + n]
     np.testing.assert_array_equal(np.sort(got), ids)
     np.testing.assert_array_equal(cp.asnumpy(ko)[5:5 + n], keys[got])
     d = (_rank(keys, P) << top) | ((_hash(keys) >> np.uint32(bits - top)) & np.uint32((1 << top) - 1))
     assert (np.diff(d[got]) >= 0).all()
+    if cache:
+        np.testing.assert_array_equal(cp.asnumpy(stored), d)
+        with pytest.raises(ValueError, match="digit_cache"):  # (another size, or a plain digit)
+            scatter_placed(k, v, digits, offs, ko, [vo], digit_cache=stored[:-1] if n > 1 else stored[:0])
+        with pytest.raises(ValueError, match="digit_cache"):
+            radix_histogram(k, v, Digits(bits=8), stable=False, digit_cache=stored)
 
 
 def _pieces(rng, P, me, bits, top, keys, ids, C=1):

@@ -263,7 +263,8 @@ _GLOBAL = (0, 0, np.int32(0), 0, np.int32(1))  # no segments: tiles from row 0
 
 
 def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: int, counts: cp.ndarray,
-               sketch: cp.ndarray | None, segments: _Segments | None = None) -> None:
+               sketch: cp.ndarray | None, segments: _Segments | None = None,
+               digit_cache: cp.ndarray | None = None) -> None:
     radix = radix_of(bits)
     n, nblocks = keys.size, counts.size // radix
     # a block a tile; with a sketch, blocks loop over tiles so that fewer sketches are merged
@@ -272,29 +273,40 @@ def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: in
         (grid,), (PART_BLOCK,), (keys, np.int64(n), np.int32(digits.use_hash), np.int64(digits.base),
                                  np.int32(shift), np.int32(bits), np.int32(radix), counts, np.int32(nblocks),
                                  ptr(sketch))
-        + (segments.args() if segments else _GLOBAL),
+        + (segments.args() if segments else _GLOBAL) + (ptr(digit_cache),),
         shared_mem=0 if sketch is None else sketch.nbytes)
 
 
 def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, sketch: cp.ndarray | None = None,
-                    stable: bool = True) -> cp.ndarray:
+                    stable: bool = True, digit_cache: cp.ndarray | None = None) -> cp.ndarray:
     """The per-tile digit counts of the first pass of ``radix_partition(keys, values, digits,
     stable=stable)`` (int32 (256 * tiles,), 512 for a 9-bit first pass, digit-major), to hand to
     it as ``counts``; ``sketch``
     (uint32 (2**12,), zeroed: the HyperLogLog registers of groupby.common.estimate_groups) is
-    filled from the same read of the keys.  Raises ValueError for empty keys or no digits."""
+    filled from the same read of the keys.  ``digit_cache`` (uint16 (keys.size,), the radix
+    shuffle's digits only, :data:`FUSED_HASH`): each row's digit is stored there, for
+    :func:`scatter_placed` to read instead of hashing the key again.  Raises ValueError for empty
+    keys or no digits, or a ``digit_cache`` of another digit or size."""
     if keys.size == 0 or digits.bits == 0:
         raise ValueError("radix_histogram needs keys and at least one digit bit")
+    _check_cache(digit_cache, keys, digits)
     unstable = _unstable(values, stable)
     shift, bits = _order(digits, unstable)[0]
     tile = UNSTABLE_TILE if unstable else PART_TILE
     counts = cp.empty(radix_of(bits) * -(-keys.size // tile), cp.int32)
-    _histogram(keys, digits, shift, bits, tile, counts, sketch)
+    _histogram(keys, digits, shift, bits, tile, counts, sketch, digit_cache=digit_cache)
     return counts
 
 
+def _check_cache(cache: cp.ndarray | None, keys: cp.ndarray, digits: Digits) -> None:
+    if cache is not None and (digits.use_hash != FUSED_HASH or cache.dtype != cp.uint16 or cache.size != keys.size):
+        raise ValueError(f"digit_cache: uint16 ({keys.size},) for the radix shuffle's digits (use_hash "
+                         f"{FUSED_HASH}), got {cache.dtype} ({cache.size},) for use_hash {digits.use_hash}")
+
+
 def _scatter(src_k: cp.ndarray, src_v: list, dst_k: cp.ndarray, dst_v: list, digits: Digits, shift: int, bits: int,
-             offs: cp.ndarray, nblocks: int, unstable: bool, segments: _Segments | None) -> None:
+             offs: cp.ndarray, nblocks: int, unstable: bool, segments: _Segments | None,
+             digit_cache: cp.ndarray | None = None) -> None:
     """One pass's scatter of ``src_k`` and ``src_v`` to the positions ``offs`` gives (the exclusive
     scan of the pass's counts): a launch a width of the value columns."""
     kt, kb, n = key_type(src_k), src_k.dtype.itemsize, src_k.size
@@ -314,27 +326,29 @@ def _scatter(src_k: cp.ndarray, src_v: list, dst_k: cp.ndarray, dst_v: list, dig
             if smem > 32 * 1024:  # with the static arrays, past the 48 KiB that needs no opt-in
                 scatter.max_dynamic_shared_size_bytes = smem
             scatter((nblocks,), (unstable_block(kt, _WORD[width]),),
-                    args + (segments.args() if segments else _GLOBAL), shared_mem=smem)
+                    args + (segments.args() if segments else _GLOBAL) + (ptr(digit_cache),), shared_mem=smem)
         else:
             scatter((nblocks,), (PART_BLOCK,), args)
 
 
 def scatter_placed(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, offsets: cp.ndarray,
-                   out_keys: cp.ndarray, out_values: list[cp.ndarray]) -> None:
+                   out_keys: cp.ndarray, out_values: list[cp.ndarray], digit_cache: cp.ndarray | None = None) -> None:
     """One unstable radix pass over ``digits`` (at most 9 bits; every value column of one width)
     that writes row i to ``out_keys`` / ``out_values`` at the position ``offsets`` gives it:
     ``offsets`` (int64 (radix * tiles + 1,)) is the exclusive scan of
     ``radix_histogram(keys, values, digits, stable=False)``, each digit's entries possibly moved
     by the caller (a shuffle's send buffer without this rank's digits, which go straight to its
     receive buffer: ``dist.radix_shuffle.exchange_partitioned``); the outputs may be longer than
-    the keys.  Raises ValueError where one pass cannot do it."""
+    the keys; ``digit_cache``: the digits :func:`radix_histogram` stored for these keys.  Raises
+    ValueError where one pass cannot do it."""
+    _check_cache(digit_cache, keys, digits)
     if digits.bits > UNSTABLE_PASS_BITS or not _unstable(values, False):
         raise ValueError(f"scatter_placed: one unstable pass of at most {UNSTABLE_PASS_BITS} bits over value "
                          f"columns of one width, got {digits.bits} bits and widths "
                          f"{sorted(_width_groups(values))}")
     if keys.size:
         _scatter(keys, list(values), out_keys, list(out_values), digits, digits.shift, digits.bits, offsets,
-                 -(-keys.size // UNSTABLE_TILE), True, None)
+                 -(-keys.size // UNSTABLE_TILE), True, None, digit_cache)
 
 
 def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, bounds: bool = True,

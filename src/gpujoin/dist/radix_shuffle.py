@@ -42,6 +42,10 @@ CHUNK_ALIGN = 32
 #: goes by send/recv instead (GPUJOIN_NCCL_CE=force on every rank: by the copy engines whatever
 #: the padding, ``Communicator.copy_engine``).
 PAD_LIMIT = 1.25
+#: Each table's histogram stores its rows' digits (2 bytes a row) for the passes to read back
+#: (``radix_histogram(digit_cache=...)``), where free memory is this many times their size;
+#: GPUJOIN_DIGIT_CACHE=0: the passes hash every key again.
+DIGIT_CACHE_ROOM = 8
 
 
 class BlockLayout:
@@ -213,9 +217,12 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     C = max(1, -(-int(comm.allgather_array(np.array([max(t.num_rows for t in tables)], np.int64)).max())
                  // (chunk_rows or chunk_rows_default())))
     parts, sums, ready = [], [], []  # per table: (key, values, per chunk (lo, hi, counts a tile or None)),
-    for t, k in zip(tables, keys):  # its rows a (chunk, destination, top digit), and when those are known
+    caches = []  # its rows a (chunk, destination, top digit), and when those are known; its digits
+    for t, k in zip(tables, keys):
         vals = [t[n] for n in t.column_names if n != k]
-        chunks = [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits, stable=False)
+        caches.append(_digit_cache(t.num_rows))
+        chunks = [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits, stable=False,
+                                           digit_cache=None if caches[-1] is None else caches[-1][lo:hi])
                    if hi > lo else None) for lo, hi in chunk_bounds(t.num_rows, C, CHUNK_ALIGN)]
         parts.append((t[k], vals, chunks))
         sums.append(cp.concatenate([c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:P * G] if c is not None
@@ -296,7 +303,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
                 marks.append(("planned", main.record()))
             lo, hi, _ = parts[0][2][0]
             scatter_placed(parts[0][0][lo:hi], [v[lo:hi] for v in parts[0][1]], digits, placed(0, 0),
-                           plans[0][3][0], plans[0][3][1:])
+                           plans[0][3][0], plans[0][3][1:], _rows(caches[0], lo, hi))
             early = True
 
     out, arrived, overlap = [], [], overlapped()
@@ -306,7 +313,8 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         got = [b[base:] for b in bufs]
         for c, (lo, hi, counts, _) in enumerate(units):
             if counts is not None and not (early and i == c == 0):
-                scatter_placed(key[lo:hi], [v[lo:hi] for v in vals], digits, placed(i, c), bufs[0], bufs[1:])
+                scatter_placed(key[lo:hi], [v[lo:hi] for v in vals], digits, placed(i, c), bufs[0], bufs[1:],
+                               _rows(caches[i], lo, hi))
             partitioned = main.record()
             net.wait_event(partitioned)
             if isinstance(layout, BlockLayout):
@@ -320,6 +328,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
                 main.wait_event(posted)
             if stats is not None:
                 marks += [(f"partitioned {i}.{c}", partitioned), (f"sent {i}.{c}", posted)]
+        caches[i] = None  # (freed in stream order, once its last pass has read it)
         arrived.append(net.record())
         out.append(received_table(t, k, got, radix_bits, top, layout, [cnt[:, i, c, me] for c in range(C)]))
         if stats is not None:
@@ -427,6 +436,27 @@ def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: De
     starts, ends, part_off, k = piece_runs(layout, counts)
     return _partitioned(t, key, got[0], got[1:], radix_bits,
                         Runs(top, k, cp.asarray(starts), cp.asarray(ends), cp.asarray(part_off)))
+
+
+def _digit_cache(rows: int):
+    """uint16 (rows,) for a table's digits, or None: none asked (GPUJOIN_DIGIT_CACHE=0), or
+    free memory under :data:`DIGIT_CACHE_ROOM` times its size (the passes then hash again)."""
+    import os
+
+    import cupy as cp
+
+    from ..cuda.runtime import free_bytes
+
+    if os.environ.get("GPUJOIN_DIGIT_CACHE", "1") == "0" or not rows or free_bytes() < DIGIT_CACHE_ROOM * 2 * rows:
+        return None
+    try:
+        return cp.empty(rows, cp.uint16)
+    except cp.cuda.memory.OutOfMemoryError:
+        return None
+
+
+def _rows(cache, lo: int, hi: int):
+    return None if cache is None else cache[lo:hi]
 
 
 def finished(t, rows: int | None = None):

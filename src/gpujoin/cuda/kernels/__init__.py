@@ -92,9 +92,16 @@ def scatter_name(key: str, value: str, stable: bool = True, minb: int = 1, bits:
     return f"radix_scatter<{key}, {value}, {stage}, {minb}>"
 
 
+#: Rows a thread of the unstable passes' histogram (partition.cu: UNSTABLE_TILE / PART_BLOCK), the
+#: only one the radix shuffle's digits take.
+FUSED_ITEMS = 32
+
+
 def histogram_name(key: str, items: int, fused: bool = False) -> str:
     """The radix histogram instance for a key type and rows a thread (``fused``: for the radix
-    shuffle's digits, Digits.use_hash 3)."""
+    shuffle's digits, Digits.use_hash 3: the unstable passes' 32 rows a thread only)."""
+    if fused and items != FUSED_ITEMS:
+        raise ValueError("the radix shuffle's digits (use_hash 3) have unstable passes only")
     return f"radix_histogram<{key}, {items}{', true' if fused else ''}>"
 
 
@@ -107,7 +114,7 @@ ONESWEEP_OFFSETS = ("unsigned int", "unsigned long long")
 #: Every kernel (template instantiation) of every source file, as its C++ name expression.
 NAME_EXPRESSIONS: dict[str, list[str]] = {
     "partition.cu": (
-        [histogram_name(k, i, f) for k, i, f in product(_KEYS, (16, 32), (False, True))]
+        [histogram_name(k, i, f) for k, i, f in product(_KEYS, (16, 32), (False, True)) if i == FUSED_ITEMS or not f]
         + [scatter_name(k, v, True, m) for k, v, m in product(_KEYS, _VALUES, SCATTER_MINB)]
         + [scatter_name(k, v, False, 1, b, f) for k, v, b, f in product(_KEYS, _VALUES, (8, 9), (False, True))]
         + [f"partition_bounds<{k}>" for k in _KEYS]

@@ -33,6 +33,10 @@
 // FUSED: use_hash 3 compiled in (the radix shuffle's instances, `..., true>`), else left out: its
 // 64-bit mix beside the others had cost the narrow unstable scatter its registers (80 -> 64 with
 // spills, ptxas at sm_90) and PHJ-TR 5.9 -> 7.3 ms of partitioning at 2^27 int32 pairs (H200).
+// digit_cache (FUSED instances; null: none): the histogram stores each row's digit (u16, row
+// order) and the scatter reads it back instead of hashing the key twice again; the two 64-bit
+// mixes had made the fused scatter a quarter slower than the plain one (2.23 against 1.80 ms a
+// 2^27-row chunk of int64 pairs, H200), a block an SM leaving the digits' latency unhidden.
 template <typename K, bool FUSED = false>
 __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, u32 mask) {
     if constexpr (FUSED) {
@@ -101,7 +105,7 @@ __global__ void __launch_bounds__(PART_BLOCK)
 radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int shift, int bits, int radix,
                 i32* __restrict__ counts, int nblocks, u32* __restrict__ sketch,
                 const i64* __restrict__ seg_off, const i32* __restrict__ tile_start, int nseg,
-                const i64* __restrict__ run_end, int runs) {
+                const i64* __restrict__ run_end, int runs, u16* __restrict__ digit_cache) {
     __shared__ u32 hist[PART_WARPS * RADIX_MAX];
     extern __shared__ u32 regs[];  // 2^HLL_BITS with a sketch, else none
     const u32 mask = (1u << bits) - 1u;
@@ -123,7 +127,10 @@ radix_histogram(const K* __restrict__ keys, i64 n, int use_hash, i64 base, int s
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             if (i * PART_BLOCK + (int)threadIdx.x < t.n) {
-                atomicAdd(&my[digit_of<K, FUSED>(key[i], use_hash, base, shift, mask)], 1u);
+                const u32 d = digit_of<K, FUSED>(key[i], use_hash, base, shift, mask);
+                atomicAdd(&my[d], 1u);
+                if constexpr (FUSED)
+                    if (digit_cache) digit_cache[t.row0 + i * PART_BLOCK + threadIdx.x] = (u16)d;
                 if (sketch) {
                     u32 r, rho;
                     hll_update(key[i], r, rho);
@@ -302,7 +309,8 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
                        int shift, int bits, const i64* __restrict__ offsets, int nblocks,
                        const u64* __restrict__ vin_ptrs, const u64* __restrict__ vout_ptrs, int nvals,
                        int write_keys, const i64* __restrict__ seg_off, const i32* __restrict__ tile_start,
-                       int nseg, const i64* __restrict__ run_end, int runs) {
+                       int nseg, const i64* __restrict__ run_end, int runs,
+                       const u16* __restrict__ digit_cache) {
     constexpr int TILE = UNSTABLE_TILE, ITEMS = TILE / BLOCK, NDIG = 1 << DBITS;
     static_assert(NDIG <= BLOCK && NDIG <= RADIX_MAX, "a thread a digit");
     using D = typename DigitWord<(DBITS > 8)>::type;
@@ -334,7 +342,11 @@ radix_scatter_unstable(const K* __restrict__ kin, K* __restrict__ kout, i64 n, i
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int row = w0 + 32 * i;
-        packed[i] = row < tile_n ? digit_of<K, FUSED>(tkin[row], use_hash, base, shift, mask) : NO_DIGIT;
+        if constexpr (FUSED)  // (the histogram's digits where it kept them: two hashes a key spared)
+            packed[i] = row >= tile_n ? NO_DIGIT
+                      : digit_cache ? (u32)digit_cache[tile0 + row] : digit_of<K, true>(tkin[row], use_hash, base, shift, mask);
+        else
+            packed[i] = row < tile_n ? digit_of<K>(tkin[row], use_hash, base, shift, mask) : NO_DIGIT;
         if (vin && row < tile_n) val[i] = vin[row];
     }
     __syncthreads();
