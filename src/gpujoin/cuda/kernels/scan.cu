@@ -56,22 +56,32 @@ __global__ void __launch_bounds__(SCAN_BLOCK) scan_sums(i64* __restrict__ sums, 
     if (threadIdx.x == 0) sums[m] = carry;
 }
 
+// Each warp scans 32 * SCAN_ITEMS consecutive values, lane l holding items l, l + 32, ... of
+// them, so that every load and store of a warp is one coalesced line; the warps' totals then
+// meet in one block scan.  (A thread's SCAN_ITEMS consecutive values, as before, strided each
+// warp's accesses 32 or 64 bytes apart: 0.39 ms for the 33.5M counts of a 9-bit pass over 2^29
+// rows on an H200, a fifth of the HBM's rate.)
 template <typename In, typename Out>
 __global__ void __launch_bounds__(SCAN_BLOCK) scan_down(const In* __restrict__ in, i64 n, const i64* __restrict__ sums,
                                                         Out* __restrict__ out) {
-    const i64 base = (i64)blockIdx.x * SCAN_TILE + (i64)threadIdx.x * SCAN_ITEMS;
-    i64 v[SCAN_ITEMS], s = 0;
+    const int lane = threadIdx.x & 31;
+    const i64 base = (i64)blockIdx.x * SCAN_TILE + (i64)(threadIdx.x >> 5) * (32 * SCAN_ITEMS) + lane;
+    i64 v[SCAN_ITEMS], run = 0;  // v: each item's exclusive sum inside the warp's values
 #pragma unroll
     for (int k = 0; k < SCAN_ITEMS; ++k) {
-        v[k] = base + k < n ? (i64)in[base + k] : 0;
-        s += v[k];
+        const i64 i = base + 32 * k;
+        const i64 x = i < n ? (i64)in[i] : 0;
+        const i64 inc = warp_inclusive_sum<i64>(x);
+        v[k] = run + inc - x;
+        run += __shfl_sync(0xffffffffu, inc, 31);
     }
-    i64 total;
-    i64 run = block_exclusive(s, &total) + (sums ? sums[blockIdx.x] : 0);
+    i64 total;  // (lane 0 carries its warp's total: its exclusive sum is the warps' before it)
+    const i64 before = __shfl_sync(0xffffffffu, block_exclusive(lane ? 0 : run, &total), 0)
+                       + (sums ? sums[blockIdx.x] : 0);
 #pragma unroll
     for (int k = 0; k < SCAN_ITEMS; ++k) {
-        if (base + k < n) out[base + k] = (Out)run;
-        run += v[k];
+        const i64 i = base + 32 * k;
+        if (i < n) out[i] = (Out)(before + v[k]);
     }
     if (threadIdx.x == 0 && blockIdx.x == gridDim.x - 1) out[n] = (Out)(sums ? sums[gridDim.x] : total);
 }
