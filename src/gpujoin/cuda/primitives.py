@@ -219,6 +219,9 @@ class Runs:
     #: the pieces are the partitions themselves, contiguous and in order (one a partition): with
     #: every bit done, radix_partition hands the rows back as they are
     in_place: bool = False
+    #: the rows the pieces hold, where the host knows it (the passes' tiles are bounded by it,
+    #: not by the columns' length: a shuffle's padded receive windows are about twice as long)
+    rows: int | None = None
 
 
 @dataclass
@@ -247,7 +250,8 @@ class _Segments:
     def of_runs(cls, runs: Runs, n: int, tile: int) -> "_Segments":
         tiles = cp.empty(runs.starts.size, cp.int32)
         _tiles_kernel()(runs.starts, runs.ends, tile, tiles)
-        return cls(runs.starts, exclusive_scan(tiles, cp.int32), -(-n // tile) + runs.starts.size, runs.part_off,
+        rows = n if runs.rows is None else min(n, runs.rows)
+        return cls(runs.starts, exclusive_scan(tiles, cp.int32), -(-rows // tile) + runs.starts.size, runs.part_off,
                    runs.ends, runs.runs)
 
     @property

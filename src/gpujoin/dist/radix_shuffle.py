@@ -437,7 +437,8 @@ def received_table(t, key: str, got: list, radix_bits: int, top: int, layout: De
 
     starts, ends, part_off, k = piece_runs(layout, counts)
     return _partitioned(t, key, got[0], got[1:], radix_bits,
-                        Runs(top, k, cp.asarray(starts), cp.asarray(ends), cp.asarray(part_off)))
+                        Runs(top, k, cp.asarray(starts), cp.asarray(ends), cp.asarray(part_off),
+                             rows=int(part_off[-1])))
 
 
 def _digit_cache(rows: int):
