@@ -250,7 +250,7 @@ class _Segments:
     def of_runs(cls, runs: Runs, n: int, tile: int) -> "_Segments":
         tiles = cp.empty(runs.starts.size, cp.int32)
         _tiles_kernel()(runs.starts, runs.ends, tile, tiles)
-        rows = n if runs.rows is None else min(n, runs.rows)
+        rows = n if runs.rows is None else min(n, runs.rows)  # (the pieces' rows: no tile past them)
         return cls(runs.starts, exclusive_scan(tiles, cp.int32), -(-rows // tile) + runs.starts.size, runs.part_off,
                    runs.ends, runs.runs)
 
@@ -383,7 +383,10 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
     runs : the rows are already grouped by the digits' top ``runs.bits`` bits, in pieces
         (:class:`Runs`): only the bits below are partitioned, the first pass reading the pieces
         (``counts`` not taken); ignored where the passes are stable.  With every bit done and
-        ``runs.in_place``, the keys and values come back as they are (not copied)
+        ``runs.in_place``, the keys and values come back as they are (not copied).  With
+        ``runs.rows``, the columns may run past the pieces (padding, never read): the outputs
+        are as long as the inputs, their rows [0, runs.rows) the partitions, and the offsets
+        end at runs.rows
 
     Returns
     -------
@@ -423,11 +426,13 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         return _laid_out(keys, values, offsets, out)
     tile = UNSTABLE_TILE if unstable else PART_TILE
     segments, seg_offsets = None, None
+    # the rows the passes partition (the pieces' where known: the columns may be padded past them)
+    real = min(n, runs.rows) if runs is not None and runs.rows is not None else n
     for p, (shift, bits) in enumerate(_order(digits, unstable)):
         if p == 0 and runs is not None:  # the pieces of the partitions made before
             segments = _Segments.of_runs(runs, n, tile)
         elif p > 0 and unstable:  # partition the partitions of the passes before
-            segments = _Segments.of(seg_offsets, n, tile)
+            segments = _Segments.of(seg_offsets, real, tile)
         nblocks = segments.blocks if segments else -(-n // tile)
         radix = radix_of(bits)
         if p == 0 and counts is not None:
@@ -445,13 +450,13 @@ def radix_partition(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, 
         _scatter(src_k, src_v, dst_k, dst_v, digits, shift, bits, offs, nblocks, unstable, segments)
         src_k, src_v = dst_k, dst_v
         if unstable and p + 1 < len(passes):
-            seg_offsets = _scan_bounds(offs, nblocks, bits, n, segments)
+            seg_offsets = _scan_bounds(offs, nblocks, bits, real, segments)
     if not bounds:
         offsets = None
     elif unstable or len(passes) == 1:
         # the last pass's scan holds where each digit (of each partition before) starts, which
         # saves partition_offsets' read of every key
-        offsets = _scan_bounds(offs, nblocks, bits, n, segments)
+        offsets = _scan_bounds(offs, nblocks, bits, real, segments)
     else:
         offsets = partition_offsets(src_k, digits)
     return src_k, src_v, offsets

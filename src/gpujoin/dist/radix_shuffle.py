@@ -263,7 +263,9 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     # runs the passes before.
     side = cp.cuda.Stream(non_blocking=True)
     new = (lambda n, dtype: registered.empty(comm, n, dtype)) if registered.enabled() else cp.empty
-    one_pass = pass_count(radix_bits - top, True) == 1  # (a finishing pass of two would read the padding)
+    # (two finishing passes over padded windows are bounded by Runs.rows, tested on one GPU
+    # only: the copy engines wait for a run of that path on several)
+    one_pass = pass_count(radix_bits - top, True) == 1
     plans, blocks, gathered, marks, free, pooled, early = [None] * T, [None] * T, [], None, None, None, False
     for members in ([0], list(range(1, T))) if T > 1 else ([0],):
         # copies only on the side stream (not behind the later tables' counts on the main stream;
