@@ -34,9 +34,9 @@
 // 64-bit mix beside the others had cost the narrow unstable scatter its registers (80 -> 64 with
 // spills, ptxas at sm_90) and PHJ-TR 5.9 -> 7.3 ms of partitioning at 2^27 int32 pairs (H200).
 // digit_cache (FUSED instances; null: none): the histogram stores each row's digit (u16, row
-// order) and the scatter reads it back instead of hashing the key twice again; the two 64-bit
-// mixes had made the fused scatter a quarter slower than the plain one (2.23 against 1.80 ms a
-// 2^27-row chunk of int64 pairs, H200), a block an SM leaving the digits' latency unhidden.
+// order) and the scatter reads it back instead of hashing the key twice again: over 2^27 int64
+// pairs on an H200, 2.06-2.15 ms against 2.31-2.40 hashing and the plain pass's 1.84-1.86 (a
+// block an SM leaves the digits' phase unhidden; storing only the rank, 2.23, was slower).
 template <typename K, bool FUSED = false>
 __device__ __forceinline__ u32 digit_of(K k, int use_hash, i64 base, int shift, u32 mask) {
     if constexpr (FUSED) {
