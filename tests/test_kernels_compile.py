@@ -68,3 +68,15 @@ def test_partition_kernels_of_the_joins_do_not_spill():
     for name in hot:
         assert got[name]["registers"] > 0 and got[name]["spill_stores"] == 0 == got[name]["spill_loads"], \
             (name, got[name])
+
+
+def test_the_radix_shuffles_digits_have_unstable_histograms_only():
+    # (the fused histogram of 16 rows a thread, a stable pass's, spilled under ptxas once the
+    # digits' store joined it, and nothing launches it: the shuffle's passes are unstable)
+    from gpujoin.cuda.kernels import histogram_name
+
+    with pytest.raises(ValueError, match="unstable passes only"):
+        histogram_name("i64", 16, True)
+    names = NAME_EXPRESSIONS["partition.cu"]
+    assert histogram_name("i64", 32, True) in names and histogram_name("i32", 16) in names
+    assert not [n for n in names if n.startswith("radix_histogram<") and n.endswith(", 16, true>")]
