@@ -224,7 +224,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         vals = [t[n] for n in t.column_names if n != k]
         caches.append(_digit_cache(t.num_rows))
         chunks = [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits, stable=False,
-                                           digit_cache=None if caches[-1] is None else caches[-1][lo:hi])
+                                           digit_cache=_rows(caches[-1], lo, hi))
                    if hi > lo else None) for lo, hi in chunk_bounds(t.num_rows, C, CHUNK_ALIGN)]
         parts.append((t[k], vals, chunks))
         sums.append(cp.concatenate([c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:P * G] if c is not None
@@ -345,7 +345,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     if finish_first and T > 1:
         # the first table's remaining radix passes while the last one is on the links
         main.wait_event(arrived[0])
-        out[0] = finished(out[0], int(rows[:, 0, :, me].sum()))
+        out[0] = finished(out[0])
         if stats is not None:
             marks.append(("finished 0", main.record()))
     main.wait_event(net.record())  # (the send buffers are freed once the groups have read them)
@@ -353,7 +353,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         if blocks[i] is not None and not out[i].partitioning.runs.in_place:
             # the padded blocks' gaps hold no rows: the remaining passes (the local join's own
             # otherwise) leave the table dense, in its partitions
-            out[i] = finished(out[i], int(rows[:, i, :, me].sum()))
+            out[i] = finished(out[i])
     if stats is not None:
         stats["shuffle_marks"] = marks
         stats["shuffle_chunks"] = C
@@ -464,12 +464,12 @@ def _rows(cache, lo: int, hi: int):
     return None if cache is None else cache[lo:hi]
 
 
-def finished(t, rows: int | None = None):
+def finished(t):
     """The DeviceTable ``t`` (:func:`exchange_partitioned`'s) partitioned on every bit of its
     ``partitioning``'s digit (PHJ's passes, from its pieces), its pieces then the partitions
-    themselves, in place: a join starts from them with nothing left to move.  ``rows``: the rows
-    its pieces hold, where its columns are longer (a :class:`BlockLayout`'s padded blocks: the
-    partitions end there, not at the columns' end)."""
+    themselves, in place: a join starts from them with nothing left to move.  Columns longer
+    than the rows the pieces hold (``Runs.rows``: a :class:`BlockLayout`'s padded blocks) come
+    back cut to those rows, where the partitions end."""
     from ..cuda.primitives import Digits, Runs, radix_partition
 
     p = t.partitioning
@@ -477,9 +477,9 @@ def finished(t, rows: int | None = None):
         return t
     key, vals, offs = radix_partition(t[p.column], [t[n] for n in t.column_names if n != p.column],
                                       Digits(bits=p.radix_bits), stable=False, runs=p.runs)
+    rows = p.runs.rows  # (radix_partition's offsets end there already)
     if rows is not None and rows < key.size:
         key, vals = key[:rows], [v[:rows] for v in vals]
-        offs[-1] = rows
     return _partitioned(t, p.column, key, vals, p.radix_bits, Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs,
                                                                    in_place=True))
 
