@@ -250,6 +250,7 @@ def device_tables(comm, extra, left, right):
     fused = comm.size > 1 and comm.nccl() is not None
     import os
 
+    early = set()  # (whether the histograms ran before the ranks agreed: radix_shuffle.count, taken)
     for rb, algorithm, empty, chunk in ((12, "auto", False, ""), (17, "phj-tr", True, "300"), (17, "phj-ur", False, ""),
                                         (18, "auto", False, ""), (12, "smj-tr", False, ""), (12, "auto", False, "200")):
         os.environ["GPUJOIN_SHUFFLE_CHUNK_ROWS"] = chunk  # ("300": each table in several chunks, some empty)
@@ -261,6 +262,8 @@ def device_tables(comm, extra, left, right):
                        stats=stats, radix_bits=rb, algorithm=algorithm)
             takes = fused and algorithm != "smj-tr" and radix_shuffle.saves_a_pass(comm.size, rb)
             assert stats["shuffle_radix_bits"] == (rb if takes else None), stats
+            assert stats["shuffle_counted_early"] in ((True, False) if takes else (False,)), stats
+            early.add(stats["shuffle_counted_early"])
             if (takes and os.environ.get("GPUJOIN_NCCL_CE") == "force" and comm.copy_engine
                     and pass_count(rb - radix_shuffle.top_bits(comm.size, rb), True) == 1):
                 assert stats["shuffle_copy_engine"] == [0, 1], stats  # (both tables by the copy engines)
@@ -273,6 +276,7 @@ def device_tables(comm, extra, left, right):
             if comm.rank == 0:
                 print(f"device radix shuffle {rb} {algorithm} {how}: {stats['shuffle_radix_bits']}", flush=True)
                 assert_tables_equal(got, gpujoin.join(whole_l, rnum, "k", how=how, device="cpu"))
+    assert True in early or not fused, early  # (DeviceTables, NCCL made: every rank's guess right at times)
     os.environ.pop("GPUJOIN_SHUFFLE_CHUNK_ROWS")
     os.environ.pop("GPUJOIN_SHUFFLE_OVERLAP")
     # shuffle="auto" of tables in GPU memory: the crossover model with the links measured over

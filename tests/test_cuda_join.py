@@ -485,6 +485,29 @@ def test_planner_samples_on_the_device(dtype):
     assert stats.match_ratio(cp.asarray(b), cp.asarray(p)) == pytest.approx(0.3, abs=0.03)
 
 
+def test_a_wide_joins_plan_reads_a_ready_build_side_on_its_own_stream():
+    # build_ready (a shuffle's build side, finished while the probe side was still on the
+    # links): a wide join's build sample taken on the planner's stream from that event, while
+    # the current stream has more work queued; the same statistics and choice as the whole
+    # launch's, for unique and for heavy build keys, and the next launch on the current stream
+    # (read before it) sound
+    from gpujoin.plan.auto import launch_gpu_join_plan
+
+    rng = np.random.default_rng(8)
+    for heavy in (False, True):
+        build = np.where(rng.random(1 << 20) < (0.5 if heavy else 0), 7, rng.permutation(1 << 20))
+        b, p = cp.asarray(build.astype(np.int64)), cp.asarray(rng.integers(0, 1 << 21, 1 << 21))
+        whole = launch_gpu_join_plan(b, p, [8], [8])()
+        ready = cp.cuda.get_current_stream().record()
+        busy = cp.sort(cp.asarray(rng.random(1 << 24)))  # (queued after the event, on the current stream)
+        early = launch_gpu_join_plan(b, p, [8], [8], build_ready=ready)()
+        assert early.algorithm == whole.algorithm == ("smj-tr" if heavy else "phj-tr")
+        assert early.estimate.build_repeated == whole.estimate.build_repeated
+        assert early.estimate.heavy_build == whole.estimate.heavy_build == heavy
+        assert launch_gpu_join_plan(b, p, [8], [8])().algorithm == whole.algorithm
+        del busy
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_key_samples_summarize_like_numpy(dtype):
     # the planner's device samples (issue 17 item 3): every summary equals np.unique's of the

@@ -282,6 +282,35 @@ def test_the_fused_pass_groups_rows_by_rank_then_top_digit(dtype, P, n, cache):
             radix_histogram(k, v, Digits(bits=8), stable=False, digit_cache=stored)
 
 
+@pytest.mark.gpu
+def test_counts_launched_early_are_taken_only_for_the_same_tables_and_arguments():
+    # radix_shuffle.count (dist.join launches it before the ranks agree): each chunk's sums are
+    # its rows a (destination, top digit), as numpy finds them; fits() only where the shuffle's
+    # agreed ranks, bits and chunks are the guessed ones and its columns these very arrays
+    cp = _gpu()
+    from gpujoin.cuda.table import DeviceTable
+
+    rng = np.random.default_rng(5)
+    n, P, bits, C = 70_001, 2, 17, 2
+    keys = rng.integers(-2**62, 2**62, n)
+    t = DeviceTable({"k": cp.asarray(keys), "v": cp.arange(n, dtype=cp.int64)})
+    u = DeviceTable({"k": cp.asarray(keys[:5]), "w": cp.arange(5, dtype=cp.int64)})
+    got = radix_shuffle.count([t, u], ["k", "k"], P, bits, C)
+    top = radix_shuffle.top_bits(P, bits)
+    d = (_rank(keys, P) << top) | ((_hash(keys) >> np.uint32(bits - top)) & np.uint32((1 << top) - 1))
+    sums = cp.asnumpy(got.sums[0]).reshape(C, P << top)
+    bounds = [lo for lo, _, _ in got.histograms[0]] + [n]
+    for c in range(C):
+        np.testing.assert_array_equal(sums[c], np.bincount(d[bounds[c]:bounds[c + 1]], minlength=P << top))
+    assert cp.asnumpy(got.sums[1]).sum() == 5
+    assert got.fits([t, u], ["k", "k"], P, bits, C)
+    assert not got.fits([t, u], ["k", "k"], P, bits + 1, C) and not got.fits([t, u], ["k", "k"], P, bits, C + 1)
+    assert not got.fits([t, u], ["k", "k"], 3, bits, C) and not got.fits([t], ["k"], P, bits, C)
+    moved = DeviceTable({"k": t["k"].copy(), "v": t["v"]})  # (a key replaced since: another array)
+    assert not got.fits([moved, u], ["k", "k"], P, bits, C)
+    assert not got.fits([t, DeviceTable({"k": u["k"], "w": u["w"], "x": u["w"]})], ["k", "k"], P, bits, C)
+
+
 def _pieces(rng, P, me, bits, top, keys, ids, C=1):
     """What rank ``me`` of ``P`` holds after the shuffle, built on one GPU: ``keys`` cut among P
     sources and C chunks, each (source, chunk)'s rows for ``me`` ordered by their top digit, laid

@@ -729,6 +729,8 @@ class _Scratch:
                 weakref.finalize(self, _unregister, addr, self.page, device)
                 self.host_ptr = addr  # else: the words copied back (wait)
         self.seq = self.read = 0
+        self.stream = None  # the last launch's: where wait() syncs (not the device, whose other
+        # streams may hold work the samples do not wait for: a shuffle's last passes)
         # the kernel's argument: a kept buffer that SAMPLE_PACK fills, and the driver's void*[1]
         # pointing at it
         self.arg_bytes = np.zeros(SAMPLE_ARGS.itemsize, np.uint8)
@@ -764,16 +766,16 @@ class _Scratch:
         if seq != self.seq:
             raise RuntimeError(f"the planner's samples (launch {seq}) were overwritten before being read: "
                                f"a thread reads each launch_key_samples before its next one")
-        if not self.host_ptr:  # no mapped host words on this device: the device's sync and a copy
-            cp.cuda.Device().synchronize()  # (the launch's stream may not be the current one)
-            host[:] = self.dev.get()
+        if not self.host_ptr:  # no mapped host words on this device: the launch's stream's sync and a copy
+            self.stream.synchronize()
+            host[:] = self.dev.get(stream=self.stream)
             host[15] = self.read = seq
             return host
         for _ in range(1024):  # up to about 100 us spinning; past that, a sync (the GIL released)
             if host[15] == seq:
                 self.read = seq
                 return host
-        cp.cuda.Device().synchronize()  # raises the launch's error, if any
+        self.stream.synchronize()  # raises the launch's error, if any
         if host[15] != seq:
             raise RuntimeError(f"the planner's samples (launch {seq}) did not arrive")
         self.read = seq
@@ -842,9 +844,10 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
                           slots, fill, ins, prb, 0)
     # the driver's launch with the kept parameters (copied at the launch): a CuPy kernel call's
     # argument handling took 11-15 us of a cold planner's host time on an H200
+    stream = cp.cuda.get_current_stream()
     cp.cuda.driver.launchKernel(scratch.fn_ptrs[dt.itemsize], len(samples) + fill + ins + prb, 1, 1, 1024, 1, 1, smem,
-                                cp.cuda.get_current_stream().ptr, scratch.params_ptr, 0)
-    scratch.seq = seq  # (launched)
+                                stream.ptr, scratch.params_ptr, 0)
+    scratch.seq, scratch.stream = seq, stream  # (launched)
     return seq
 
 

@@ -19,12 +19,15 @@ class HashPartitioning:
     shuffle leaves when its partition does the local join's first radix pass
     (dist.radix_shuffle.exchange_partitioned), so that the join partitions only the bits below.
     ``key`` is the key column's array it was made for: a table whose column was replaced since
-    is not taken as partitioned."""
+    is not taken as partitioned.  ``ready``: a CUDA event after which the rows are in place, where
+    the shuffle finished this table before its last work on the stream (a join's statistics may
+    read it from another stream from then on), or None."""
 
     column: str
     radix_bits: int
     runs: object
     key: object
+    ready: object = None
 
 
 class DeviceTable:

@@ -222,6 +222,11 @@ class Communicator:
                 self.copy_engine = ("force" if all(f for _, _, f in everyone) else True) if wanted else False
         return self._nccl or None
 
+    @property
+    def nccl_made(self) -> bool:
+        """Whether :meth:`nccl` has made this job's NCCL communicator already (no collective)."""
+        return bool(self._nccl)
+
     def _alltoall_s(self, per: int, dtype, reps: int, device: bool = False) -> float:
         """Seconds of an all-to-all of ``per`` values of ``dtype`` to every rank, the slowest
         rank's, median of ``reps`` (a collective): host arrays over MPI, or (``device``) GPU

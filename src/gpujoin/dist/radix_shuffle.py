@@ -158,8 +158,62 @@ def overlapped() -> bool:
     return os.environ.get("GPUJOIN_SHUFFLE_OVERLAP", "1") != "0"
 
 
+class Counted:
+    """:func:`count`'s launches: each table's chunk histograms of the shuffle's fused digit, its
+    stored digits, and the events after them, for ``radix_bits`` on ``parts`` ranks in
+    ``chunks`` chunks, of the key and value arrays named (taken by :func:`exchange_partitioned`
+    only where its own are these very arrays and its arguments the same)."""
+
+    def __init__(self, parts: int, radix_bits: int, chunks: int, columns: list, digits, histograms: list,
+                 sums: list, ready: list, caches: list, start):
+        self.parts, self.radix_bits, self.chunks, self.columns = parts, radix_bits, chunks, columns
+        self.digits, self.histograms, self.sums, self.ready, self.caches = digits, histograms, sums, ready, caches
+        self.start = start
+
+    def fits(self, tables: list, keys: list[str], parts: int, radix_bits: int, chunks: int) -> bool:
+        return ((self.parts, self.radix_bits, self.chunks) == (parts, radix_bits, chunks)
+                and len(self.columns) == len(tables)
+                and all(len(c) == len(t.column_names) and c[0] is t[k]
+                        and all(a is b for a, b in zip(c[1:], (t[n] for n in t.column_names if n != k)))
+                        for c, t, k in zip(self.columns, tables, keys)))
+
+
+def count(tables: list, keys: list[str], parts: int, radix_bits: int, chunks: int) -> Counted:
+    """The first step of :func:`exchange_partitioned` for ``parts`` ranks, alone and local (no
+    collective): each table's histograms of the fused digit (destination rank and the top
+    :func:`top_bits` bits of PHJ's ``radix_bits``-bit digit) over ``chunks`` chunks, launched on
+    the current stream, with the digits stored where memory allows.  ``dist.join`` launches it
+    before the job's collectives, on what every rank's own rows suggest, so that the GPU counts
+    while the ranks agree (the host's checks and allgathers had left it idle about 0.4 ms of a
+    29 ms job on two H200s); the shuffle takes it if the agreed arguments are the same."""
+    import cupy as cp
+
+    from ..cuda.primitives import FUSED_HASH, Digits, radix_histogram, radix_of
+    from .device_shuffle import chunk_bounds
+
+    top = top_bits(parts, radix_bits)
+    digits = Digits(bits=(parts - 1).bit_length() + top, shift=radix_bits - top, use_hash=FUSED_HASH,
+                    base=parts | top << 32)
+    radix, G, main = radix_of(digits.bits), 1 << top, cp.cuda.get_current_stream()
+    start = main.record()
+    columns, histograms, sums, ready, caches = [], [], [], [], []
+    for t, k in zip(tables, keys):
+        vals = [t[n] for n in t.column_names if n != k]
+        caches.append(_digit_cache(t.num_rows))
+        chunks_of = [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits, stable=False,
+                                              digit_cache=_rows(caches[-1], lo, hi))
+                      if hi > lo else None) for lo, hi in chunk_bounds(t.num_rows, chunks, CHUNK_ALIGN)]
+        columns.append([t[k]] + vals)
+        histograms.append(chunks_of)
+        sums.append(cp.concatenate([c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:parts * G] if c is not None
+                                    else cp.zeros(parts * G, cp.int64) for _, _, c in chunks_of]))
+        ready.append(main.record())
+    return Counted(parts, radix_bits, chunks, columns, digits, histograms, sums, ready, caches, start)
+
+
 def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radix_bits: int,
-                         stats: dict | None = None, finish_first: bool = True, chunk_rows: int | None = None) -> list:
+                         stats: dict | None = None, finish_first: bool = True, chunk_rows: int | None = None,
+                         counted: Counted | None = None) -> list:
     """Shuffle ``tables`` (DeviceTables, :func:`eligible` on ``keys``: one key column each) so
     that equal keys meet on one rank, each message grouped by the top :func:`top_bits` bits of
     the ``radix_bits``-bit digit of PHJ (a collective: every rank passes the same columns and
@@ -179,8 +233,10 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     NCCL sends and receives (:class:`comm.DeviceLayout`).  Such a table arrives finished too
     (its blocks' gaps hold no rows; the local join would run the same passes).
 
-    ``stats`` gains bytes_sent, wire_bytes_sent (padding included) and bytes_received (rows of
-    other ranks only), and shuffle_copy_engine (the tables that went by the copy engines).
+    ``counted``: :func:`count`'s launches for these tables, taken where they fit the agreed
+    arguments (else counted again).  ``stats`` gains bytes_sent, wire_bytes_sent (padding
+    included) and bytes_received (rows of other ranks only), shuffle_copy_engine (the tables
+    that went by the copy engines) and shuffle_counted_early (whether ``counted`` was taken).
     GPU memory: each table's send buffer (the rows for other ranks; every rank's padded blocks,
     its own too, by the copy engines) and its received rows, in one allocation a column
     (registered with NCCL under GPUJOIN_NCCL_REGISTER=1, a symmetric window by the copy engines:
@@ -196,9 +252,9 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     import cupy as cp
 
     from ..cuda.kernels import pass_count
-    from ..cuda.primitives import FUSED_HASH, Digits, exclusive_scan, radix_histogram, radix_of, scatter_placed
+    from ..cuda.primitives import exclusive_scan, radix_of, scatter_placed
     from ..cuda.runtime import free_bytes
-    from .device_shuffle import _net_stream, chunk_bounds, chunk_rows_default
+    from .device_shuffle import _net_stream
 
     P, me, T = comm.size, comm.rank, len(tables)
     top = top_bits(P, radix_bits)
@@ -210,26 +266,20 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         raise ValueError(f"exchange_partitioned needs two or more ranks on GPUs of their own and radix bits to take "
                          f"(ranks {P}, radix_bits {radix_bits})")
     G = 1 << top
-    digits = Digits(bits=(P - 1).bit_length() + top, shift=radix_bits - top, use_hash=FUSED_HASH, base=P | top << 32)
-    radix = radix_of(digits.bits)
     main, net = cp.cuda.get_current_stream(), _net_stream()
-    start = main.record() if stats is not None else None
     # every rank cuts each table into as many chunks (its largest slice's), each partitioned and
     # sent apart, so that the links start after a chunk's pass rather than a table's
-    C = max(1, -(-int(comm.allgather_array(np.array([max(t.num_rows for t in tables)], np.int64)).max())
-                 // (chunk_rows or chunk_rows_default())))
-    parts, sums, ready = [], [], []  # per table: (key, values, per chunk (lo, hi, counts a tile or None)),
-    caches = []  # its rows a (chunk, destination, top digit), and when those are known; its digits
-    for t, k in zip(tables, keys):
-        vals = [t[n] for n in t.column_names if n != k]
-        caches.append(_digit_cache(t.num_rows))
-        chunks = [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits, stable=False,
-                                           digit_cache=_rows(caches[-1], lo, hi))
-                   if hi > lo else None) for lo, hi in chunk_bounds(t.num_rows, C, CHUNK_ALIGN)]
-        parts.append((t[k], vals, chunks))
-        sums.append(cp.concatenate([c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:P * G] if c is not None
-                                    else cp.zeros(P * G, cp.int64) for _, _, c in chunks]))
-        ready.append(main.record())
+    C = chunk_count(max(int(comm.allgather_array(np.array([max(t.num_rows for t in tables)], np.int64)).max()), 0),
+                    chunk_rows)
+    early_counts = counted is not None and counted.fits(tables, keys, P, radix_bits, C)
+    if not early_counts:
+        counted = count(tables, keys, P, radix_bits, C)
+    digits, radix, start = counted.digits, radix_of(counted.digits.bits), counted.start
+    # per table: (key, values, per chunk (lo, hi, counts a tile or None)); its rows a (chunk,
+    # destination, top digit) and when those are known; its stored digits
+    parts = [(c[0], c[1:], h) for c, h in zip(counted.columns, counted.histograms)]
+    sums, ready, caches = counted.sums, counted.ready, counted.caches
+    counted = None  # (each table's digits go once its last pass has read them)
     width = [t[k].dtype.itemsize + sum(v.dtype.itemsize for v in vals) for t, k, (_, vals, _) in
              zip(tables, keys, parts)]
 
@@ -343,11 +393,12 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
             stats["bytes_received"] = stats.get("bytes_received", 0) + int(
                 rows[:, i, :, me].sum() - rows[me, i, :, me].sum()) * width[i]
     if finish_first and T > 1:
-        # the first table's remaining radix passes while the last one is on the links
+        # the first table's remaining radix passes while the last one is on the links; the local
+        # join's statistics may read it from then on (HashPartitioning.ready)
         main.wait_event(arrived[0])
-        out[0] = finished(out[0])
+        out[0] = finished(out[0], ready=True)
         if stats is not None:
-            marks.append(("finished 0", main.record()))
+            marks.append(("finished 0", out[0].partitioning.ready))
     main.wait_event(net.record())  # (the send buffers are freed once the groups have read them)
     for i in range(T):
         if blocks[i] is not None and not out[i].partitioning.runs.in_place:
@@ -358,7 +409,16 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         stats["shuffle_marks"] = marks
         stats["shuffle_chunks"] = C
         stats["shuffle_copy_engine"] = [i for i in range(T) if blocks[i] is not None]
+        stats["shuffle_counted_early"] = early_counts
     return out
+
+
+def chunk_count(rows: int, chunk_rows: int | None = None) -> int:
+    """Chunks a table of the shuffle is cut into, where the largest table slice of any rank has
+    ``rows`` rows (``chunk_rows`` a chunk; default ``device_shuffle.chunk_rows_default()``)."""
+    from .device_shuffle import chunk_rows_default
+
+    return max(1, -(-rows // (chunk_rows or chunk_rows_default())))
 
 
 def _check_room(rows: np.ndarray, width: list[int], free: np.ndarray, finish_first: bool,
@@ -464,34 +524,40 @@ def _rows(cache, lo: int, hi: int):
     return None if cache is None else cache[lo:hi]
 
 
-def finished(t):
+def finished(t, ready: bool = False):
     """The DeviceTable ``t`` (:func:`exchange_partitioned`'s) partitioned on every bit of its
     ``partitioning``'s digit (PHJ's passes, from its pieces), its pieces then the partitions
     themselves, in place: a join starts from them with nothing left to move.  Columns longer
     than the rows the pieces hold (``Runs.rows``: a :class:`BlockLayout`'s padded blocks) come
-    back cut to those rows, where the partitions end."""
+    back cut to those rows, where the partitions end.  ``ready``: its partitioning's ``ready``
+    event recorded after the passes, on the current stream."""
+    import cupy as cp
+
     from ..cuda.primitives import Digits, Runs, radix_partition
 
     p = t.partitioning
-    if p.runs.bits == p.radix_bits:
+    key, vals, runs = t[p.column], [t[n] for n in t.column_names if n != p.column], p.runs
+    if p.runs.bits != p.radix_bits:
+        key, vals, offs = radix_partition(key, vals, Digits(bits=p.radix_bits), stable=False, runs=p.runs)
+        rows = p.runs.rows  # (radix_partition's offsets end there already)
+        if rows is not None and rows < key.size:
+            key, vals = key[:rows], [v[:rows] for v in vals]
+        runs = Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs, in_place=True)
+    elif not ready:
         return t
-    key, vals, offs = radix_partition(t[p.column], [t[n] for n in t.column_names if n != p.column],
-                                      Digits(bits=p.radix_bits), stable=False, runs=p.runs)
-    rows = p.runs.rows  # (radix_partition's offsets end there already)
-    if rows is not None and rows < key.size:
-        key, vals = key[:rows], [v[:rows] for v in vals]
-    return _partitioned(t, p.column, key, vals, p.radix_bits, Runs(p.radix_bits, 1, offs[:-1], offs[1:], offs,
-                                                                   in_place=True))
+    return _partitioned(t, p.column, key, vals, p.radix_bits, runs,
+                        cp.cuda.get_current_stream().record() if ready else None)
 
 
-def _partitioned(t, key: str, keys, values: list, radix_bits: int, runs):
+def _partitioned(t, key: str, keys, values: list, radix_bits: int, runs, ready=None):
     """A DeviceTable of ``t``'s columns as ``keys`` (column ``key``) and ``values`` (its other
-    columns, in order), grouped as ``runs`` says on the ``radix_bits``-bit digit."""
+    columns, in order), grouped as ``runs`` says on the ``radix_bits``-bit digit (in place once
+    the event ``ready`` has passed, where given)."""
     from ..cuda.table import DeviceTable, HashPartitioning
 
     cols = dict(zip([key] + [n for n in t.column_names if n != key], [keys] + list(values)))
     return DeviceTable({n: cols[n] for n in t.column_names}, {}, dict(t.types), dict(t.dictionaries),
-                       partitioning=HashPartitioning(key, radix_bits, runs, keys))
+                       partitioning=HashPartitioning(key, radix_bits, runs, keys, ready))
 
 
 def timeline_ms(marks: list) -> dict:

@@ -455,8 +455,9 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         widths = {"l": [], "r": []}
         for side, name, mask in payloads:
             widths[side].append(1 if mask else (lt if side == "l" else rt)[name].dtype.itemsize)
-        return launch_gpu_join_plan(lkey if build_left else rkey, rkey if build_left else lkey, widths[bside],
-                                    widths[pside])
+        bkey, part = (lkey, lt.partitioning) if build_left else (rkey, rt.partitioning)
+        return launch_gpu_join_plan(bkey, rkey if build_left else lkey, widths[bside], widths[pside],
+                                    part.ready if part is not None and part.key is bkey else None)
     strings = []  # string keys' pairs, re-coded into one dictionary each (before the planner samples codes)
     for a, b in zip(lk, rk):
         da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)

@@ -413,19 +413,21 @@ def device_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
 
 def launch_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool = False, full: bool = False):
     """device_join_samples' launch: returns the function (no arguments) that waits for its
-    words and returns device_join_samples' answer (on this thread, before its next launch)."""
+    words and returns device_join_samples' answer (on this thread, before its next launch).
+    ``probe_keys`` None: the build keys' summary alone (the probe's Sample empty, no match
+    ratio or multiplicity)."""
     from ..cuda.primitives import launch_key_samples
 
-    nb, np_ = int(build_keys.size), int(probe_keys.size)
+    nb, np_ = int(build_keys.size), 0 if probe_keys is None else int(probe_keys.size)
     sizes = None
     if nb and np_ and (match or multiplicity):
         sizes = ((DEVICE_BUILD_SAMPLE, DEVICE_PROBE_SAMPLE if match else 0) if full else
                  (planner_sample(nb, DEVICE_BUILD_SAMPLE), planner_sample(np_, DEVICE_PROBE_SAMPLE) if match else 0))
-    pending = launch_key_samples([build_keys, probe_keys], SKEW_SAMPLE, sizes)
+    pending = launch_key_samples([build_keys] if probe_keys is None else [build_keys, probe_keys], SKEW_SAMPLE, sizes)
 
     def read() -> tuple[Sample, Sample, float | None]:
         w, n = pending.words(), pending.sizes  # (Python ints: at 2^24 rows the planner is host time)
-        b, p, ratio = Sample(n[0], *w[0:4]), Sample(n[1], *w[4:8]), None
+        b, p, ratio = Sample(n[0], *w[0:4]), Sample(n[1], *w[4:8]) if len(n) > 1 else Sample(), None
         if match:
             ratio = _ratio(w[8], pending.match_sizes[1], nb, pending.match_sizes[0]) if sizes else 0.0
         if sizes:  # the match ratio's build sample: its distinct keys
