@@ -282,37 +282,24 @@ def _histogram(keys: cp.ndarray, digits: Digits, shift: int, bits: int, tile: in
 
 
 def radix_histogram(keys: cp.ndarray, values: list[cp.ndarray], digits: Digits, sketch: cp.ndarray | None = None,
-                    stable: bool = True, digit_cache: cp.ndarray | None = None,
-                    out: cp.ndarray | None = None) -> cp.ndarray:
+                    stable: bool = True, digit_cache: cp.ndarray | None = None) -> cp.ndarray:
     """The per-tile digit counts of the first pass of ``radix_partition(keys, values, digits,
     stable=stable)`` (int32 (256 * tiles,), 512 for a 9-bit first pass, digit-major), to hand to
     it as ``counts``; ``sketch``
     (uint32 (2**12,), zeroed: the HyperLogLog registers of groupby.common.estimate_groups) is
     filled from the same read of the keys.  ``digit_cache`` (uint16 (keys.size,), the radix
     shuffle's digits only, :data:`FUSED_HASH`): each row's digit is stored there, for
-    :func:`scatter_placed` to read instead of hashing the key again.  ``out``: the counts' array
-    (:func:`histogram_size` int32), made beforehand (a pool's cudaMalloc waits for the GPU).
-    Raises ValueError for empty keys or no digits, a ``digit_cache`` of another digit or size,
-    or an ``out`` of another size or dtype."""
+    :func:`scatter_placed` to read instead of hashing the key again.  Raises ValueError for empty
+    keys or no digits, or a ``digit_cache`` of another digit or size."""
     if keys.size == 0 or digits.bits == 0:
         raise ValueError("radix_histogram needs keys and at least one digit bit")
     _check_cache(digit_cache, keys, digits)
     unstable = _unstable(values, stable)
     shift, bits = _order(digits, unstable)[0]
     tile = UNSTABLE_TILE if unstable else PART_TILE
-    size = radix_of(bits) * -(-keys.size // tile)
-    if out is not None and (out.size != size or out.dtype != cp.int32):
-        raise ValueError(f"radix_histogram: out must be int32 ({size},), got {out.dtype} ({out.size},)")
-    counts = cp.empty(size, cp.int32) if out is None else out
+    counts = cp.empty(radix_of(bits) * -(-keys.size // tile), cp.int32)
     _histogram(keys, digits, shift, bits, tile, counts, sketch, digit_cache=digit_cache)
     return counts
-
-
-def histogram_size(rows: int, values: list, digits: Digits, stable: bool = True) -> int:
-    """The length of :func:`radix_histogram`'s counts for ``rows`` keys (with these value
-    columns, for ``stable`` passes or not)."""
-    unstable = _unstable(values, stable)
-    return radix_of(_order(digits, unstable)[0][1]) * -(-rows // (UNSTABLE_TILE if unstable else PART_TILE))
 
 
 def _check_cache(cache: cp.ndarray | None, keys: cp.ndarray, digits: Digits) -> None:

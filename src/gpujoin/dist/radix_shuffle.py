@@ -188,27 +188,22 @@ def count(tables: list, keys: list[str], parts: int, radix_bits: int, chunks: in
     29 ms job on two H200s); the shuffle takes it if the agreed arguments are the same."""
     import cupy as cp
 
-    from ..cuda.primitives import FUSED_HASH, Digits, histogram_size, radix_histogram, radix_of
+    from ..cuda.primitives import FUSED_HASH, Digits, radix_histogram, radix_of
     from .device_shuffle import chunk_bounds
 
     top = top_bits(parts, radix_bits)
     digits = Digits(bits=(parts - 1).bit_length() + top, shift=radix_bits - top, use_hash=FUSED_HASH,
                     base=parts | top << 32)
     radix, G, main = radix_of(digits.bits), 1 << top, cp.cuda.get_current_stream()
-    columns = [[t[k]] + [t[n] for n in t.column_names if n != k] for t, k in zip(tables, keys)]
-    bounds = [chunk_bounds(t.num_rows, chunks, CHUNK_ALIGN) for t in tables]
-    # every table's digits and counts made before any launch: an allocation the pool takes from
-    # the driver (cudaMalloc) waits for the GPU, which had held the second table's histograms
-    # back behind the first's (0.9 ms of the host's time on two H200s, ahead of the job's checks)
-    caches = [_digit_cache(t.num_rows) for t in tables]
-    counts = [[cp.empty(histogram_size(hi - lo, c[1:], digits, stable=False), cp.int32) if hi > lo else None
-               for lo, hi in b] for c, b in zip(columns, bounds)]
     start = main.record()
-    histograms, sums, ready = [], [], []
-    for cols, b, cache, out in zip(columns, bounds, caches, counts):
-        chunks_of = [(lo, hi, radix_histogram(cols[0][lo:hi], [v[lo:hi] for v in cols[1:]], digits, stable=False,
-                                              digit_cache=_rows(cache, lo, hi), out=o)
-                      if hi > lo else None) for (lo, hi), o in zip(b, out)]
+    columns, histograms, sums, ready, caches = [], [], [], [], []
+    for t, k in zip(tables, keys):
+        vals = [t[n] for n in t.column_names if n != k]
+        caches.append(_digit_cache(t.num_rows))
+        chunks_of = [(lo, hi, radix_histogram(t[k][lo:hi], [v[lo:hi] for v in vals], digits, stable=False,
+                                              digit_cache=_rows(caches[-1], lo, hi))
+                      if hi > lo else None) for lo, hi in chunk_bounds(t.num_rows, chunks, CHUNK_ALIGN)]
+        columns.append([t[k]] + vals)
         histograms.append(chunks_of)
         sums.append(cp.concatenate([c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:parts * G] if c is not None
                                     else cp.zeros(parts * G, cp.int64) for _, _, c in chunks_of]))
