@@ -168,7 +168,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
         DeviceTables, NCCL made by an earlier join of the communicator, every rank's tables
         about as large as this one's), and
         "shuffle_timeline_ms" when each chunk was partitioned and sent; "shuffle_copy_engine"
-        the tables that went by NCCL's copy engines, which arrive wholly partitioned;
+        the tables that went by NCCL's copy engines, which arrive wholly partitioned (0: the
+        first shuffled, the job's build side; 1: the other);
         "local_build_side" the side this rank's local join built on: for inner and full joins
         the side the whole job's row counts pick where this rank's sides are near in size,
         ``plan.join.BUILD_SIDE``)

@@ -221,7 +221,8 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     ``partitioning`` (``cuda.table.HashPartitioning``) saying where those pieces lie; a join of
     two of them (``gpujoin.join``, PHJ chosen or named) partitions only the bits below.  With
     ``finish_first``, the first table's remaining passes run while the last table's messages are
-    on the links (:func:`finished`): that table arrives wholly partitioned.  Each table goes in
+    on the links (:func:`finished`): that table arrives wholly partitioned, its
+    ``partitioning.ready`` the event after those passes.  Each table goes in
     chunks of ``chunk_rows`` (default ``device_shuffle.chunk_rows_default()``), a chunk's pass
     beside the chunk before's NCCL group (after it where not :func:`overlapped`).
 
