@@ -32,6 +32,22 @@ def test_top_bits_and_when_they_save_a_pass(parts, bits, top, saves):
     assert radix_shuffle.saves_a_pass(parts, bits) == saves
 
 
+def test_the_build_side_is_shuffled_first_and_chunks_are_counted_alike(monkeypatch):
+    # dist.join puts the job's build side first (its statistics are read once it is finished,
+    # while the other table is on the links); the early counts and the shuffle cut the same chunks
+    import importlib
+
+    join = importlib.import_module("gpujoin.dist.join")  # (gpujoin.dist.join is also the function)
+    pair, keys = ["L", "R"], ["lk", "rk"]
+    assert join._build_first(pair, keys, "inner", 10, 20) == (["L", "R"], ["lk", "rk"])  # (the smaller builds)
+    assert join._build_first(pair, keys, "inner", 20, 20) == (["R", "L"], ["rk", "lk"])
+    for how, first in (("left", "R"), ("semi", "R"), ("anti", "R"), ("right", "L")):
+        assert join._build_first(pair, keys, how, 10, 20)[0][0] == first
+    assert [radix_shuffle.chunk_count(n, 100) for n in (0, 1, 100, 101, 1000)] == [1, 1, 1, 2, 10]
+    monkeypatch.setenv("GPUJOIN_SHUFFLE_CHUNK_ROWS", "300")
+    assert radix_shuffle.chunk_count(601) == 3
+
+
 def test_the_timeline_reads_as_passes_messages_and_the_finish(monkeypatch):
     # 839df0b's rank 0 at 2^28 rows a rank: each step from the mark before it on its stream
     tl = {"counted": 2.39, "partitioned 0.0": 6.19, "sent 0.0": 9.39, "partitioned 0.1": 9.99, "sent 0.1": 13.19,
