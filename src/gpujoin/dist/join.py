@@ -356,23 +356,36 @@ def _shuffle_radix_bits(lt, rt, lk: list[str], rk: list[str], how: str, comm: Co
     of their own), else None; GPUJOIN_SHUFFLE_RADIX=0 turns it off.  A collective: every rank
     gets the same answer.  The bits are PHJ's own for a rank's expected share of the build side
     (``radix_bits`` when given)."""
+    gpus = comm.size > 1 and comm.nccl() is not None  # (every rank calls: NCCL's setup is a collective)
+    ok = gpus and _radix_eligible(lt, rt, lk, rk, kwargs)
+    every = comm.allgather_array(np.array([int(ok), lt.num_rows, rt.num_rows], np.int64))
+    if not every[:, 0].all():
+        return None
+    return _radix_bits(how, *(int(x) for x in every[:, 1:].sum(axis=0)), comm.size, kwargs)
+
+
+def _radix_eligible(lt, rt, lk: list[str], rk: list[str], kwargs: dict) -> bool:
+    """This rank's part of :func:`_shuffle_radix_bits`' test (no collective): one key column of
+    one dtype in both tables, each ``radix_shuffle.eligible``, PHJ chosen or named, the radix
+    shuffle not turned off."""
     import os
 
+    return (os.environ.get("GPUJOIN_SHUFFLE_RADIX", "1") != "0" and len(lk) == 1
+            and kwargs.get("algorithm", "auto") in ("auto", "phj-tr", "phj-ur")
+            and lk[0] in lt.columns and rk[0] in rt.columns and lt[lk[0]].dtype == rt[rk[0]].dtype
+            and radix_shuffle.eligible(lt, lk[0]) and radix_shuffle.eligible(rt, rk[0]))
+
+
+def _radix_bits(how: str, nl: int, nr: int, parts: int, kwargs: dict) -> int | None:
+    """PHJ's radix bits for a rank's share of the build side of ``nl`` x ``nr`` rows over
+    ``parts`` ranks (``radix_bits`` when given), where the shuffle's pass saves one, else None."""
     from ..cuda.join.phj import CAP_BUILD
     from ..cuda.primitives import hash_partition_bits
     from ..plan.join import build_on_left
 
-    gpus = comm.size > 1 and comm.nccl() is not None  # (every rank calls: NCCL's setup is a collective)
-    ok = (os.environ.get("GPUJOIN_SHUFFLE_RADIX", "1") != "0" and len(lk) == 1 and gpus
-          and kwargs.get("algorithm", "auto") in ("auto", "phj-tr", "phj-ur") and lt[lk[0]].dtype == rt[rk[0]].dtype
-          and radix_shuffle.eligible(lt, lk[0]) and radix_shuffle.eligible(rt, rk[0]))
-    every = comm.allgather_array(np.array([int(ok), lt.num_rows, rt.num_rows], np.int64))
-    if not every[:, 0].all():
-        return None
-    nl, nr = (int(x) for x in every[:, 1:].sum(axis=0))
     build = nl if build_on_left(how, nl, nr) else nr
-    bits = kwargs.get("radix_bits") or max(1, hash_partition_bits(-(-build // comm.size), CAP_BUILD // 2))
-    return bits if radix_shuffle.saves_a_pass(comm.size, bits) else None
+    bits = kwargs.get("radix_bits") or max(1, hash_partition_bits(-(-build // parts), CAP_BUILD // 2))
+    return bits if radix_shuffle.saves_a_pass(parts, bits) else None
 
 
 def _early_counts(left, right, lk: list[str], rk: list[str], how: str, comm: Communicator, shuffle: str,
@@ -382,28 +395,20 @@ def _early_counts(left, right, lk: list[str], rk: list[str], how: str, comm: Com
     None: the GPU counts while the ranks agree (their checks and allgathers had left it idle
     about 0.4 ms of a 29 ms job on two H200s).  Local: no collective, and only once NCCL is made
     (its making is one); a wrong guess costs the histograms' time, the shuffle counting again."""
-    import os
-
-    from ..cuda.join.phj import CAP_BUILD
-    from ..cuda.primitives import hash_partition_bits
     from ..cuda.table import DeviceTable
-    from ..plan.join import build_on_left
 
     P = comm.size
-    if not (isinstance(left, DeviceTable) and isinstance(right, DeviceTable) and len(lk) == 1 and P > 1
-            and comm.nccl_made and os.environ.get("GPUJOIN_SHUFFLE_RADIX", "1") != "0"
-            and kwargs.get("algorithm", "auto") in ("auto", "phj-tr", "phj-ur") and compression == "none"
+    if not (isinstance(left, DeviceTable) and isinstance(right, DeviceTable) and P > 1 and comm.nccl_made
+            and compression == "none"
             and (shuffle == "one-level" or (shuffle == "auto" and (comm.nodes < 2 or comm.local_size < 2)))
-            and lk[0] in left.columns and rk[0] in right.columns and left[lk[0]].dtype == right[rk[0]].dtype
-            and radix_shuffle.eligible(left, lk[0]) and radix_shuffle.eligible(right, rk[0])):
+            and _radix_eligible(left, right, lk, rk, kwargs)):
         return None
     rows = max(left.num_rows, right.num_rows)
     if not (buckets == 1 or (buckets == "auto" and _bucket_count("auto", "one-level", "none", comm, rows) == 1)):
         return None
     nl, nr = left.num_rows * P, right.num_rows * P
-    build = nl if build_on_left(how, nl, nr) else nr
-    bits = kwargs.get("radix_bits") or max(1, hash_partition_bits(-(-build // P), CAP_BUILD // 2))
-    if not radix_shuffle.saves_a_pass(P, bits):
+    bits = _radix_bits(how, nl, nr, P, kwargs)
+    if bits is None:
         return None
     tables, keys = _build_first([left, right], [lk[0], rk[0]], how, nl, nr)
     try:

@@ -31,6 +31,8 @@ exchange of padded blocks by the copy engines, for any shuffle of about even mes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import registered
@@ -158,17 +160,23 @@ def overlapped() -> bool:
     return os.environ.get("GPUJOIN_SHUFFLE_OVERLAP", "1") != "0"
 
 
+@dataclass(eq=False)  # (its arrays compare by identity only: fits)
 class Counted:
     """:func:`count`'s launches: each table's chunk histograms of the shuffle's fused digit, its
     stored digits, and the events after them, for ``radix_bits`` on ``parts`` ranks in
     ``chunks`` chunks, of the key and value arrays named (taken by :func:`exchange_partitioned`
     only where its own are these very arrays and its arguments the same)."""
 
-    def __init__(self, parts: int, radix_bits: int, chunks: int, columns: list, digits, histograms: list,
-                 sums: list, ready: list, caches: list, start):
-        self.parts, self.radix_bits, self.chunks, self.columns = parts, radix_bits, chunks, columns
-        self.digits, self.histograms, self.sums, self.ready, self.caches = digits, histograms, sums, ready, caches
-        self.start = start
+    parts: int
+    radix_bits: int
+    chunks: int
+    columns: list  # per table: its key array, then its other columns'
+    digits: object
+    histograms: list  # per table, per chunk: (lo, hi, counts a tile or None)
+    sums: list
+    ready: list
+    caches: list
+    start: object
 
     def fits(self, tables: list, keys: list[str], parts: int, radix_bits: int, chunks: int) -> bool:
         return ((self.parts, self.radix_bits, self.chunks) == (parts, radix_bits, chunks)
