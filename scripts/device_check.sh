@@ -198,9 +198,16 @@ if [[ $stage == radix-shuffle ]]; then
   [[ -n ${CE_FORCE:-} ]] && echo "== GPUJOIN_NCCL_CE=force" && GPUJOIN_NCCL_CE=force timeout 300 bash -c \
     "$(declare -f mpi); mpi -n 2 python3 tests/mpi_dist_check.py '' cuda" 2>&1 \
     | grep -v "^device \(one\|two\)-level\|^device buckets" | tail -8
-  timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli bench dist \
-    --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle one-level --shuffle-radix ${RADIX:-auto,off} \
-    --runs ${RUNS:-3} -o $OUT/bench_dist.jsonl" 2>&1 | tee "$OUT/bench_dist.log" | grep -v "^\s*$" | tail -12
+  # TREES="ab_old/base/src src ...": the job of each tree in turn (an A/B; ab_old/ carried), its
+  # records in bench_dist_N.jsonl by turn
+  n=0
+  for tree in ${TREES:-src}; do
+    n=$((n + 1)); [[ -n ${TREES:-} ]] && echo "== $n: $tree"
+    PYTHONPATH=$tree${PYTHONPATH#src} timeout -k 10 ${BENCH_TIMEOUT:-300} bash -c "$(declare -f mpi); mpi -n 2 python3 -m gpujoin.cli \
+      bench dist --rows ${ROWS:-268435456} --device cuda --placement gpu --shuffle one-level \
+      --shuffle-radix ${RADIX:-auto,off} --runs ${RUNS:-3} -o $OUT/bench_dist${TREES:+_$n}.jsonl" 2>&1 \
+      | tee "$OUT/bench_dist${TREES:+_$n}.log" | grep -v "^\s*$" | tail -${BENCH_LINES:-12}
+  done
   # NCCL_TRIES="GPUJOIN_NCCL_CE=0": send/recv instead of the copy engines (dist.registered; where
   # a table goes by send/recv, GPUJOIN_NCCL_REGISTER=1 registers its buffers).
   # NCCL_TRIES="NCCL_MAX_NCHANNELS=16 NCCL_P2P_USE_CUDA_MEMCPY=1 GPUJOIN_SHUFFLE_OVERLAP=0": the

@@ -573,6 +573,26 @@ def test_heavy_build_keys_take_the_sort_merge_path(algorithm, case, monkeypatch)
                                * np.unique(rk, return_counts=True)[1][np.isin(np.unique(rk), lk)]).sum())
 
 
+@pytest.mark.parametrize("heavy_rows", [40, 1_000])
+def test_phj_oversized_pairs_follow_the_match_in_place_or_grown(heavy_rows, monkeypatch):
+    """PHJ's match is launched before its units and oversized partitions are read; the sort-merge
+    pairs of the oversized ones go after the match's, in its allocation (40 heavy rows) or in
+    arrays of the sum (1,000: more pairs than probe rows), keys emitted too."""
+    from gpujoin.cuda.join import phj
+
+    monkeypatch.setattr(phj, "OVERSIZED_BUILD", 16)
+    rng = np.random.default_rng(5)
+    bk = np.concatenate([np.arange(1_000, 1_500), np.full(heavy_rows, 7)]).astype(np.int64)
+    pk = np.concatenate([rng.integers(0, 2_000, 3_000), [7, 7, 7]]).astype(np.int64)
+    out = phj.phj(cp.asarray(bk), cp.asarray(pk), [cp.arange(bk.size)], [cp.arange(pk.size)], "inner",
+                  emit_keys=True, radix_bits=6)
+    assert out.params["oversized_partitions"] >= 1 and out.params["work_units"] > 0
+    got = sorted(zip(cp.asnumpy(out.pairs_b).tolist(), cp.asnumpy(out.pairs_p).tolist(),
+                     cp.asnumpy(out.pair_keys).tolist()))
+    want = sorted((i, j, int(pk[j])) for j in range(pk.size) for i in np.flatnonzero(bk == pk[j]).tolist())
+    assert got == want and len(want) >= 3 * heavy_rows
+
+
 # ---------------------------------------------------------------- device-resident tables
 
 

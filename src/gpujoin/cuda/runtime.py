@@ -30,7 +30,6 @@ def device_count() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def device_properties(device: int = 0) -> dict:
     """Name, compute capability, SM count, shared memory per block (opt-in) and L2 bytes (read
     once a device: cudaGetDeviceProperties took about 60 us on an H200 host, and every kernel
@@ -65,6 +64,20 @@ def _function(file: str, name: str, device: int):
     # one lookup a kernel and device: the planner's statistics launch a few kernels between
     # syncs, where each CuPy call's host time counts
     return _module(file, arch()).get_function(name)
+
+
+def resident_grid(fn, threads: int, smem: int) -> int:
+    """Blocks of kernel ``fn`` that all the current device's SMs hold at once, at ``threads`` a
+    block and ``smem`` bytes of dynamic shared memory (the driver's occupancy; ``fn``'s
+    max_dynamic_shared_size_bytes set first): the grid of a kernel whose blocks take their work
+    from a counter until none is left."""
+    return _resident_grid(fn, threads, smem, _cupy().cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_grid(fn, threads: int, smem: int, device: int) -> int:
+    per_sm = _cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
+    return max(1, int(per_sm)) * int(device_properties(device)["sms"])
 
 
 def free_bytes() -> int:

@@ -4,7 +4,8 @@ Both sides are radix-partitioned on the low ``radix_bits`` of the murmur3 hash o
 (contiguous, in no order within a partition: ``primitives.radix_partition(stable=False)``, whose
 passes go most significant digit first), so that an average build partition holds at most half
 of a block's shared-memory hash table.  Each co-partition is cut into work units
-of at most ``CAP_BUILD`` build rows x ``PROBE_CHUNK`` probe rows; one thread block per unit
+of at most ``CAP_BUILD`` build rows x ``PROBE_CHUNK`` probe rows; a thread block per unit (the
+grid's blocks take the units in turn, counted on the GPU)
 builds a chained table of its build rows in shared memory and streams its probe rows through
 it.  A probe partition of any size just makes more units (the probe side splits freely); a
 build partition larger than the table (heavy build keys, many-to-many keys of large
@@ -30,10 +31,10 @@ import numpy as np
 from ..kernels import pass_count
 from ..primitives import (Digits, Runs, exclusive_scan, hash_partition_bits, key_type, radix_partition,
                           run_positions, word_type)
-from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr
+from ..runtime import PhaseTimer, check_memory, kernel, out_of_memory, ptr, resident_grid
 from .common import (JoinOutput, direct_column, emits_pairs, map_positions,
-                     needs_build_flags, needs_probe_flags, position_dtype, unmatched)
-from .smj import match_with_ranges, sort_rows
+                     needs_build_flags, needs_probe_flags, position_dtype, run_match, unmatched)
+from .smj import append_ranges, sort_rows
 
 #: Shared-memory table of a work unit: at most CAP_BUILD build rows in NBUCKETS chains.
 CAP_BUILD, NBUCKETS, PROBE_CHUNK, BLOCK = 4096, 4096, 8192, 512
@@ -112,7 +113,7 @@ def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, b
 
 @functools.lru_cache(maxsize=None)
 def _units_kernel():
-    """(boff, poff: int64 (P + 1,) raw, cap, chunk, oversized past, totals: int64 (2,) raw,
+    """(boff, poff: int64 (P + 1,) raw, cap, chunk, oversized past, totals: int64 (2+,) raw,
     zeroed) -> per co-partition, its work units (int64, 0 for an oversized build partition) and
     whether it is oversized (bool); ``totals`` gains the oversized partitions and the units."""
     return cp.ElementwiseKernel(
@@ -156,17 +157,10 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits, runs):
     # each co-partition's work units; oversized build partitions (heavy build keys, many-to-many)
     # go to the sort-merge path: one kernel for what took eleven CuPy calls, both totals counted
     # in it (on four GPUs pass 2 of the hybrid join is bound by its threads' calls, which take
-    # turns on the interpreter lock)
-    per_unit, oversized, totals = cp.empty(nparts, cp.int64), cp.empty(nparts, cp.bool_), cp.zeros(2, cp.int64)
+    # turns on the interpreter lock).  totals[2]: the match's next unit.
+    per_unit, oversized, totals = cp.empty(nparts, cp.int64), cp.empty(nparts, cp.bool_), cp.zeros(3, cp.int64)
     _units_kernel()(boff, poff, CAP_BUILD, PROBE_CHUNK, OVERSIZED_BUILD, totals, per_unit, oversized)
     unit_off = exclusive_scan(per_unit)
-    # one read for both counts (each read waits for the GPU, and on several GPUs for the
-    # interpreter lock after it)
-    n_oversized, units = (int(x) for x in totals.get())
-    heavy = None
-    if n_oversized:
-        bpos, ppos = range_positions(boff, oversized), range_positions(poff, oversized)
-        heavy = sort_rows(tbk[bpos], tpk[ppos], bpos, ppos, pairs)
 
     pflag = cp.zeros(np_, cp.uint8) if needs_probe_flags(mode) else None
     bflag = cp.zeros(nb, cp.uint8) if needs_build_flags(mode) else None
@@ -177,18 +171,26 @@ def _phj(bk, pk, bpay, ppay, mode, method, emit_keys, bits, runs):
     smem = CAP_BUILD * bk.dtype.itemsize + NBUCKETS * 4 + CAP_BUILD * 2
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
+    grid = resident_grid(fn, BLOCK, smem)
 
     def launch(out_b, out_p, out_k, counter, cap):
-        if units:
-            fn((units,), (BLOCK,), (tbk, boff, tpk, poff, unit_off, np.int32(nparts), np.int32(CAP_BUILD),
-                                    np.int32(PROBE_CHUNK), np.int32(NBUCKETS), np.int32(bits),
-                                    ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k), counter, cap,
-                                    ptr(bflag), ptr(pflag)),
-               shared_mem=smem)
+        # the units are counted on the GPU: the match is launched without reading them, its
+        # blocks taking units from totals[2] (zeroed here: a second launch reuses it)
+        totals[2:].fill(0)
+        fn((grid,), (BLOCK,), (tbk, boff, tpk, poff, unit_off, totals[1:], totals[2:], np.int32(nparts),
+                               np.int32(CAP_BUILD), np.int32(PROBE_CHUNK), np.int32(NBUCKETS), np.int32(bits),
+                               ptr(bsrc), ptr(psrc), out_b, out_p, ptr(out_k), counter, cap, ptr(bflag),
+                               ptr(pflag)),
+           shared_mem=smem)
 
-    out_b, out_p, out_k = match_with_ranges(launch, np_ if pairs else 0, bdt, pdt,
-                                            bk.dtype if (emit_keys and pairs) else None, "PHJ match", heavy,
-                                            bsrc, psrc, pflag, bflag)
+    out_b, out_p, out_k = run_match(launch, np_ if pairs else 0, bdt, pdt,
+                                    bk.dtype if (emit_keys and pairs) else None, "PHJ match")
+    # one read for both counts, after the match's own (which waited for the GPU)
+    n_oversized, units = (int(x) for x in totals[:2].get())
+    if n_oversized:
+        bpos, ppos = range_positions(boff, oversized), range_positions(poff, oversized)
+        heavy = sort_rows(tbk[bpos], tpk[ppos], bpos, ppos, pairs)
+        out_b, out_p, out_k = append_ranges(heavy, bsrc, psrc, pflag, bflag, out_b, out_p, out_k, "PHJ match")
     probe_only, build_only = unmatched(mode, pflag, bflag)
     timer.mark("match")
     out = JoinOutput(space_b, space_p, params={"radix_bits": bits, "work_units": units, "method": method,

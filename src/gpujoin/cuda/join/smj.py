@@ -152,6 +152,29 @@ def match_with_ranges(launch, cap: int, bdtype, pdtype, kdtype, what: str, range
     return out_b, out_p, out_k
 
 
+def append_ranges(r: MergeRanges, bsrc, psrc, pflag, bflag, out_b, out_p, out_k, what: str):
+    """A hash join's ``run_match`` output (``out_b``/``out_p``/``out_k``) followed by the pairs
+    of ``r`` (rows it left to sort-merge, found after its kernel ran: PHJ's oversized
+    partitions), whose flags are marked too.  Written in place where run_match's allocation
+    (the views' base) has room, else into arrays of the sum (MemoryError naming ``what``).
+    Returns (out_b, out_p, out_k)."""
+    range_flags(r, pflag, bflag)
+    extra, n = r.total, (out_p.size if out_p is not None else 0)
+    if not extra:
+        return out_b, out_p, out_k
+    outs = [out_b, out_p, out_k]
+    if all(a is None or (a.base is not None and a.base.size >= n + extra) for a in outs):
+        outs = [None if a is None else a.base[:n + extra] for a in outs]
+    else:
+        grown = pair_arrays(n + extra, out_b.dtype, out_p.dtype, None if out_k is None else out_k.dtype, what)
+        for g, a in zip(grown, outs):
+            if a is not None:
+                g[:n] = a
+        outs = list(grown)
+    expand(r, bsrc, psrc, outs[0][n:], outs[1][n:], None if outs[2] is None else outs[2][n:])
+    return tuple(outs)
+
+
 def _smj(bk, pk, bpay, ppay, mode, method, emit_keys):
     nb, np_ = bk.size, pk.size
     timer = PhaseTimer()
