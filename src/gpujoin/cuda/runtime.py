@@ -76,7 +76,8 @@ def resident_grid(fn, threads: int, smem: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _resident_grid(fn, threads: int, smem: int, device: int) -> int:
-    per_sm = _cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
+    handle = getattr(fn, "kernel", fn).ptr  # (a RawKernel's CUfunction: its Function's)
+    per_sm = _cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(handle, threads, smem)
     return max(1, int(per_sm)) * int(device_properties(device)["sms"])
 
 
