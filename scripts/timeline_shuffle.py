@@ -111,7 +111,7 @@ if whole or single:  # the local join's host steps, as ranges in the GPU's trace
     # histograms, the copy engines' windows and layouts)
     for mod, name in ((plan_join, "execute_join"), (dj_module, "execute_device_join"),
                       (dj_module, "_execute_device_join"), (dj_module, "_partitioned"), (join_module, "run"),
-                      (auto_module, "launch_gpu_join_plan"), (phj_module, "_phj"), (phj_module, "match_with_ranges"),
+                      (auto_module, "launch_gpu_join_plan"), (phj_module, "_phj"), (phj_module, "run_match"),
                       (dist_join, "_device_tables"), (dist_join, "_rescaled"), (dist_join, "_shuffle_radix_bits"),
                       (dist_join, "_early_counts"), (rs_module, "exchange_partitioned"), (rs_module, "count"),
                       (rs_module, "_block_layout"), (rs_module, "_check_room"), (reg_module, "window"),
