@@ -393,24 +393,40 @@ def test_streams_are_reused_by_the_next_pipeline_of_the_gpu(monkeypatch):
     assert d.compute is d.copy_in and len(made) == 7
 
 
-def test_untimed_phases_skip_the_phase_timer_syncs(monkeypatch):
-    """Inside runtime.untimed_phases (the streaming joins' pass 2) an in-core operation's
-    PhaseTimer neither synchronizes a stream nor records phases; outside, it does both."""
+def test_phase_timer_records_events_and_waits_only_when_read(monkeypatch):
+    """A PhaseTimer records an event at its making and at each mark, without synchronizing, and
+    waits only for the last mark's event when its phases are read (each phase the events'
+    elapsed time); inside runtime.untimed_phases (the streaming joins' pass 2) it records
+    nothing and has no phases."""
     import types
 
     from gpujoin.cuda import runtime
 
-    synced = []
-    stream = types.SimpleNamespace(synchronize=lambda: synced.append(1))
-    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+    events, waited = [], []
+
+    class Event:
+        def __init__(self):
+            self.ms = 10.0 * len(events)
+            events.append(self)
+
+        def synchronize(self):
+            waited.append(self)
+
+    stream = types.SimpleNamespace(record=Event, synchronize=lambda: waited.append("stream"))
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream,
+                                                            get_elapsed_time=lambda a, b: b.ms - a.ms))
     monkeypatch.setattr(runtime, "_cupy", lambda: fake)
     with runtime.untimed_phases():
         t = runtime.PhaseTimer()
         t.mark("transform")
-        assert t.phases == {} and synced == []
+        assert t.phases == {} and events == [] and waited == []
     t = runtime.PhaseTimer()
     t.mark("transform")
-    assert list(t.phases) == ["transform"] and len(synced) == 2
+    t.mark("match")
+    assert len(events) == 3 and waited == []
+    assert t.phases == {"transform": 0.01, "match": 0.01} and waited == [events[2]]
+    t.mark("match")
+    assert t.phases == {"transform": 0.01, "match": 0.02} and waited == [events[2], events[3]]
 
 
 def test_keepalive_waits_for_the_oldest_past_its_bound():

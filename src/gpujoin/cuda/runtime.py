@@ -169,27 +169,35 @@ def untimed_phases():
 
 
 class PhaseTimer:
-    """Wall time of an operation's phases (seconds), the current stream synchronized at each
-    mark (only that stream: copies that the out-of-core pipeline runs beside it go on); no
-    synchronization and no phases inside :func:`untimed_phases`."""
+    """Time of an operation's phases (seconds) on the current stream, from CUDA events recorded
+    at each mark and read when ``phases`` is (which waits for the last mark's event): the GPU
+    time from the timer's making, or the mark before, to the mark.  No synchronization at the
+    marks (each had left the GPU idle while the host woke and launched the next phase's
+    kernels: 0.2-0.4 ms of a 28 ms distributed job on two H200s).  Only the current stream:
+    copies that the out-of-core pipeline runs beside it go on.  No events and no phases inside
+    :func:`untimed_phases`."""
 
     def __init__(self):
-        import time  # noqa: PLC0415
-
-        self._now = time.perf_counter
-        self.phases: dict[str, float] = {}
+        self._phases: dict[str, float] = {}
+        self._marks: list = []
         self._on = not _untimed.get()
-        if self._on:
-            _cupy().cuda.get_current_stream().synchronize()
-        self._t = self._now()
+        self._last = _cupy().cuda.get_current_stream().record() if self._on else None
 
     def mark(self, phase: str) -> None:
-        if not self._on:
-            return
-        _cupy().cuda.get_current_stream().synchronize()
-        t = self._now()
-        self.phases[phase] = self.phases.get(phase, 0.0) + t - self._t
-        self._t = t
+        if self._on:
+            self._marks.append((phase, _cupy().cuda.get_current_stream().record()))
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """{phase: seconds}, the marks so far read (waiting for the last one's event)."""
+        if self._marks:
+            cp = _cupy()
+            self._marks[-1][1].synchronize()
+            for phase, ev in self._marks:
+                self._phases[phase] = self._phases.get(phase, 0.0) + cp.cuda.get_elapsed_time(self._last, ev) / 1e3
+                self._last = ev
+            self._marks = []
+        return self._phases
 
 
 def event_time(fn, reps: int = 5, stream=None, warmup: bool = True) -> float:
