@@ -201,6 +201,29 @@ def device_tables(comm, extra, left, right):
             if comm.rank == 0:
                 print(f"device scales {method} {how} coalesce={coalesce}", flush=True)
                 assert_tables_equal(got, gpujoin.join(dl, dr, "k", how=how, coalesce=coalesce, device="cpu"))
+    # a key whose rescaling passes 64 bits on rank 1 only: a SchemaError on every rank, naming
+    # rank 1 (the ranks share their failures in the sizes' allgather)
+    from decimal import Decimal
+
+    from gpujoin.errors import SchemaError
+
+    big = left.set_column(0, "k", left["k"].cast(pa.int32()).cast(pa.decimal128(18, 2)))
+    if comm.rank == 1 and big.num_rows:
+        vals = big["k"].to_pylist()
+        vals[0] = Decimal("9999999999999999.99")  # (x 10 passes int64 at scale 3)
+        big = big.set_column(0, "k", pa.array(vals, pa.decimal128(18, 2)))
+    fails = any(comm.allgather(comm.rank == 1 and big.num_rows > 0))
+    wide = right.set_column(0, "k", right["k"].cast(pa.int32()).cast(pa.decimal128(18, 3)))
+    for method in ("one-level", "two-level"):
+        try:
+            join(dev(big), dev(wide), "k", comm=comm, shuffle=method)
+            raised = None
+        except SchemaError as err:
+            raised = str(err)
+        assert (raised is not None) == fails and (raised is None or raised.startswith("rank 1:")), raised
+        if comm.rank == 0:
+            print(f"device scales past 64 bits on rank 1 {method}: {'raised on every rank' if fails else 'none'}",
+                  flush=True)
     for method in ("one-level", "two-level"):
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):

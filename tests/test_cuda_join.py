@@ -392,6 +392,20 @@ def test_sum_into_adds_to_a_device_total(dtype):
     assert int(total) == int(want)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_row_sums_total_the_first_rows(dtype):
+    """row_sums: each of the first rows' int64 total (int64's wrap-around, as numpy's), of rows
+    longer and shorter than a block, and none."""
+    rng = np.random.default_rng(6)
+    info = np.iinfo(dtype)
+    for rows, more, cols in ((512, 0, 16_384), (3, 5, 1), (7, 1, 1_500), (0, 2, 9)):
+        vals = rng.integers(info.min, info.max, (rows + more) * cols, dtype=dtype, endpoint=True)
+        out = prim.row_sums(cp.asarray(vals), cols, cp.empty(rows, cp.int64))
+        with np.errstate(over="ignore"):
+            want = vals.reshape(rows + more, cols)[:rows].sum(axis=1, dtype=np.int64)
+        np.testing.assert_array_equal(cp.asnumpy(out), want)
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 8, 9, 20])
 def test_device_words_writes_addresses(n):
     """device_words: up to WORDS_BY_ARGUMENT words by a kernel's arguments, more by a copy."""

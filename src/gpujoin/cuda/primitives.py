@@ -172,6 +172,16 @@ def sum_into(values: cp.ndarray, total: cp.ndarray) -> None:
         fn((grid,), (SCAN_BLOCK,), (values, np.int64(n), total))
 
 
+def row_sums(values: cp.ndarray, cols: int, out: cp.ndarray) -> cp.ndarray:
+    """``out[r]`` (int64 (rows,) on the device) = the sum of ``values[r * cols:(r + 1) * cols]``
+    (int32 or int64, at least rows * cols items: the first rows of a digit-major histogram of
+    :func:`radix_histogram`, cols its tiles), in int64 arithmetic, in one launch.  Returns ``out``."""
+    if out.size:
+        fn = kernel("scan.cu", f"row_sums<{_SCAN_TYPES[values.dtype]}>")
+        fn((out.size,), (SCAN_BLOCK,), (values, np.int64(cols), out))
+    return out
+
+
 #: Words that device_words passes as kernel arguments (more go through a copy from host memory).
 WORDS_BY_ARGUMENT = 8
 

@@ -307,24 +307,31 @@ def _zero_nulls(t, names: list[str]) -> list:
             for n in names]
 
 
-def _rescaled(lt, lk: list[str], rt, rk: list[str], comm: Communicator):
+def _rescaled(lt, lk: list[str], rt, rk: list[str]):
     """``plan.device_join.rescale_keys`` before the shuffle, so that the ranks hash keys of two
     decimal scales or time units in the type they are compared in (1.00 and 1.000 meet on one
-    rank); a value that does not fit 64 bits so is a SchemaError on every rank."""
+    rank): (lt, rt, scaled, None), or the tables as given and the message of the SchemaError
+    raised where a value does not fit 64 bits so (raised on every rank by :func:`_raise_failed`
+    once the ranks have shared whether theirs failed)."""
     from ..errors import SchemaError
     from ..plan.device_join import rescale_keys
 
     try:
-        lt, rt, scaled = rescale_keys(lt, lk, rt, rk)
-        failed = None
+        return (*rescale_keys(lt, lk, rt, rk), None)
     except SchemaError as err:
-        lt = rt = scaled = None
-        failed = str(err)
-    every = comm.allgather(failed)
-    for rank, message in enumerate(every):
-        if message is not None:
-            raise SchemaError(f"rank {rank}: {message}")
-    return lt, rt, scaled
+        return lt, rt, None, str(err)
+
+
+def _raise_failed(any_failed: bool, failed: str | None, comm: Communicator) -> None:
+    """Where some rank's :func:`_rescaled` failed (``any_failed``, every rank's flag gathered),
+    the SchemaError naming the first such rank and its message, on every rank (a collective
+    then)."""
+    from ..errors import SchemaError
+
+    if any_failed:
+        for rank, message in enumerate(comm.allgather(failed)):
+            if message is not None:
+                raise SchemaError(f"rank {rank}: {message}")
 
 
 def _coded(t, name: str) -> str:
@@ -349,19 +356,18 @@ def _bucket_count(buckets, method: str, compression: str, comm: Communicator, ro
     return int(buckets)
 
 
-def _shuffle_radix_bits(lt, rt, lk: list[str], rk: list[str], how: str, comm: Communicator, kwargs: dict):
+def _shuffle_radix_bits(eligible: bool, rows, how: str, comm: Communicator, kwargs: dict):
     """The local PHJ's radix bits where the shuffle's partition can do its first pass and that
     saves one (dist.radix_shuffle: one int32/int64 key column of one dtype, no validity masks,
     each table's other columns of one width, PHJ chosen by the planner or named, ranks on GPUs
-    of their own), else None; GPUJOIN_SHUFFLE_RADIX=0 turns it off.  A collective: every rank
-    gets the same answer.  The bits are PHJ's own for a rank's expected share of the build side
+    of their own), else None; GPUJOIN_SHUFFLE_RADIX=0 turns it off.  ``eligible``: every rank's
+    :func:`_radix_eligible`; ``rows``: the left and right tables' rows on all ranks.  Every rank
+    calls it with the same arguments and gets the same answer (NCCL's making, on first use, is
+    a collective).  The bits are PHJ's own for a rank's expected share of the build side
     (``radix_bits`` when given)."""
-    gpus = comm.size > 1 and comm.nccl() is not None  # (every rank calls: NCCL's setup is a collective)
-    ok = gpus and _radix_eligible(lt, rt, lk, rk, kwargs)
-    every = comm.allgather_array(np.array([int(ok), lt.num_rows, rt.num_rows], np.int64))
-    if not every[:, 0].all():
+    if not (eligible and comm.size > 1 and comm.nccl() is not None):
         return None
-    return _radix_bits(how, *(int(x) for x in every[:, 1:].sum(axis=0)), comm.size, kwargs)
+    return _radix_bits(how, int(rows[0]), int(rows[1]), comm.size, kwargs)
 
 
 def _radix_eligible(lt, rt, lk: list[str], rk: list[str], kwargs: dict) -> bool:
@@ -447,18 +453,24 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     early = _early_counts(left, right, lk, rk, how, comm, shuffle, compression, buckets, kwargs)
     lt, rt = _device_tables([left, right], [lk, rk], comm)
-    lt, rt, scaled = _rescaled(lt, lk, rt, rk, comm)
+    lt, rt, scaled, failed = _rescaled(lt, lk, rt, rk)
     # each rank's rows, and those whose keys are all present: the device join builds on the side
     # with fewer of those (plan.device_join._join_present_keys), null keys joined apart
     valid = [key_validity(lt, lk), key_validity(rt, rk)]
     present = [t.num_rows if v is None else int(v.sum()) for t, v in zip((lt, rt), valid)]
-    sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows, *present], np.int64))
+    # (with whether this rank's tables can take the radix shuffle and whether its keys' rescaling
+    # failed: two collectives fewer before the shuffle, whose first pass waits for the host's
+    # way through them)
+    sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows, *present,
+                                           failed is None and _radix_eligible(lt, rt, lk, rk, kwargs),
+                                           failed is not None], np.int64))
+    _raise_failed(bool(sizes[:, 5].any()), failed, comm)
     rows = int(sizes[:, :2].max())
     if shuffle == "auto":
         uniform = comm.nodes < 2 or len(set(comm.allgather(comm.local_size))) == 1
         shuffle = auto_method(comm, rows, uniform, device=True)
     B = _bucket_count(buckets, shuffle, compression, comm, rows)
-    bits = _shuffle_radix_bits(lt, rt, lk, rk, how, comm, kwargs) if (
+    bits = _shuffle_radix_bits(sizes[:, 4].all(), sizes[:, :2].sum(axis=0), how, comm, kwargs) if (
         B == 1 and shuffle == "one-level" and compression == "none") else None
     if bits is None:
         nr = _null_rank(comm, kwargs)
@@ -469,9 +481,9 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     moved: dict = {}
     counted, early = (early if bits is not None else None), None  # (a wrong guess's digits let go)
     if bits is not None:  # the shuffle's partition is the local join's first radix pass
-        nl, nr = (int(x) for x in sizes[:, 2:].sum(axis=0))
+        nl, nr = (int(x) for x in sizes[:, 2:4].sum(axis=0))
         tables, keys = _build_first([lt, rt], [lk[0], rk[0]], how, nl, nr)
-        got = radix_shuffle.exchange_partitioned(tables, keys, comm, bits, moved, counted=counted)
+        got = radix_shuffle.exchange_partitioned(tables, keys, comm, bits, moved, counted=counted, most_rows=rows)
         parts = iter([got if tables[0] is lt else got[::-1]])
     elif B > 1:
         parts = device_shuffle.exchange_buckets([lt, rt], [ld, rd], comm, B, moved)
@@ -479,7 +491,7 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
         parts = iter([shuffle_many([lt, rt], [ld, rd], comm, shuffle, compression, moved)])
     ld = rd = counted = None  # (the digits go once the shuffle's passes have read them)
     outs, received = [], [0, 0]
-    with _job_build_side(how, sizes[:, 2:]):
+    with _job_build_side(how, sizes[:, 2:4]):
         for lt2, rt2 in parts:  # each bucket joined as it arrives (one bucket: the whole tables)
             if len(marks) == 2:
                 marks.append(_mark())

@@ -141,13 +141,17 @@ def saves_a_pass(parts: int, radix_bits: int) -> bool:
     return 0 < top < radix_bits and pass_count(radix_bits - top, True) < pass_count(radix_bits, True)
 
 
+#: The key dtypes of this shuffle (compared as dtypes: their names took microseconds a call).
+_INT_KEYS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
 def eligible(table, key: str) -> bool:
     """Whether ``table`` (DeviceTable) can take this shuffle on key column ``key``: an int32 or
     int64 key, no validity masks, every other column of one width (one unstable pass moves them
     all), as PHJ-TR's own passes need."""
     from ..cuda.primitives import _unstable
 
-    return (str(table[key].dtype) in ("int32", "int64") and not table.validity and not table.dictionaries.get(key)
+    return (table[key].dtype in _INT_KEYS and not table.validity and not table.dictionaries.get(key)
             and _unstable([table[n] for n in table.column_names if n != key], False))
 
 
@@ -196,7 +200,7 @@ def count(tables: list, keys: list[str], parts: int, radix_bits: int, chunks: in
     29 ms job on two H200s); the shuffle takes it if the agreed arguments are the same."""
     import cupy as cp
 
-    from ..cuda.primitives import FUSED_HASH, Digits, radix_histogram, radix_of
+    from ..cuda.primitives import FUSED_HASH, Digits, radix_histogram, radix_of, row_sums
     from .device_shuffle import chunk_bounds
 
     top = top_bits(parts, radix_bits)
@@ -213,15 +217,19 @@ def count(tables: list, keys: list[str], parts: int, radix_bits: int, chunks: in
                       if hi > lo else None) for lo, hi in chunk_bounds(t.num_rows, chunks, CHUNK_ALIGN)]
         columns.append([t[k]] + vals)
         histograms.append(chunks_of)
-        sums.append(cp.concatenate([c.reshape(radix, -1).sum(axis=1, dtype=cp.int64)[:parts * G] if c is not None
-                                    else cp.zeros(parts * G, cp.int64) for _, _, c in chunks_of]))
+        # rows a (chunk, destination, top digit): one launch a chunk (CuPy's sums and their
+        # concatenation had taken about 0.1 ms of the host's time a table, on its critical path)
+        sums.append(cp.empty(len(chunks_of) * parts * G, cp.int64))
+        for j, (_, _, c) in enumerate(chunks_of):
+            part = sums[-1][j * parts * G:(j + 1) * parts * G]
+            row_sums(c, c.size // radix, part) if c is not None else part.fill(0)
         ready.append(main.record())
     return Counted(parts, radix_bits, chunks, columns, digits, histograms, sums, ready, caches, start)
 
 
 def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radix_bits: int,
                          stats: dict | None = None, finish_first: bool = True, chunk_rows: int | None = None,
-                         counted: Counted | None = None) -> list:
+                         counted: Counted | None = None, most_rows: int | None = None) -> list:
     """Shuffle ``tables`` (DeviceTables, :func:`eligible` on ``keys``: one key column each) so
     that equal keys meet on one rank, each message grouped by the top :func:`top_bits` bits of
     the ``radix_bits``-bit digit of PHJ (a collective: every rank passes the same columns and
@@ -243,7 +251,8 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     (its blocks' gaps hold no rows; the local join would run the same passes).
 
     ``counted``: :func:`count`'s launches for these tables, taken where they fit the agreed
-    arguments (else counted again).  ``stats`` gains bytes_sent, wire_bytes_sent (padding
+    arguments (else counted again).  ``most_rows``: the most rows any rank's table has, where
+    the caller knows it (the same on every rank; else the ranks gather it).  ``stats`` gains bytes_sent, wire_bytes_sent (padding
     included) and bytes_received (rows of other ranks only), shuffle_copy_engine (the tables
     that went by the copy engines) and shuffle_counted_early (whether ``counted`` was taken).
     GPU memory: each table's send buffer (the rows for other ranks; every rank's padded blocks,
@@ -278,8 +287,9 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
     main, net = cp.cuda.get_current_stream(), _net_stream()
     # every rank cuts each table into as many chunks (its largest slice's), each partitioned and
     # sent apart, so that the links start after a chunk's pass rather than a table's
-    C = chunk_count(max(int(comm.allgather_array(np.array([max(t.num_rows for t in tables)], np.int64)).max()), 0),
-                    chunk_rows)
+    if most_rows is None:
+        most_rows = int(comm.allgather_array(np.array([max(t.num_rows for t in tables)], np.int64)).max())
+    C = chunk_count(max(most_rows, 0), chunk_rows)
     early_counts = counted is not None and counted.fits(tables, keys, P, radix_bits, C)
     if not early_counts:
         counted = count(tables, keys, P, radix_bits, C)
@@ -519,9 +529,9 @@ def _digit_cache(rows: int):
 
     import cupy as cp
 
-    from ..cuda.runtime import free_bytes
+    from ..cuda.runtime import fits
 
-    if os.environ.get("GPUJOIN_DIGIT_CACHE", "1") == "0" or not rows or free_bytes() < DIGIT_CACHE_ROOM * 2 * rows:
+    if os.environ.get("GPUJOIN_DIGIT_CACHE", "1") == "0" or not rows or not fits(DIGIT_CACHE_ROOM * 2 * rows):
         return None
     try:
         return cp.empty(rows, cp.uint16)

@@ -143,7 +143,7 @@ NAME_EXPRESSIONS: dict[str, list[str]] = {
     "bandwidth.cu": ["read_l1", "read_l2"],
     "scan.cu": ([f"scan_reduce<{i}>" for i in ("i32", "i64")] + ["scan_sums"]
                 + [f"scan_down<{i}, {o}>" for i, o in product(("i32", "i64"), ("i32", "i64"))]
-                + [f"sum_into<{i}>" for i in ("i32", "i64")]),
+                + [f"sum_into<{i}>" for i in ("i32", "i64")] + [f"row_sums<{i}>" for i in ("i32", "i64")]),
     "shuffle.cu": [f"dest_histogram<{d}>" for d in ("u8", "i32")]
     + [f"dest_scatter<{v}, {d}>" for v, d in product(_VALUES, ("u8", "i32"))],
     "gather.cu": (
