@@ -157,10 +157,10 @@ _untimed = contextvars.ContextVar("gpujoin_untimed_phases", default=False)
 
 @contextlib.contextmanager
 def untimed_phases():
-    """In-core operations run inside the block time no phases: no stream synchronization at
-    each phase, and empty ``phases``.  The streaming joins' pass 2 runs an in-core join a
-    partition pair and reads none of their phases; on four GPUs each synchronization made the
-    GPU's host thread wait for the interpreter lock once more."""
+    """In-core operations run inside the block time no phases: no event at each phase, and
+    empty ``phases``.  The streaming joins' pass 2 runs an in-core join a partition pair and
+    reads none of their phases (when the timer still synchronized at each phase, on four GPUs
+    each synchronization made the GPU's host thread wait for the interpreter lock once more)."""
     token = _untimed.set(True)
     try:
         yield
