@@ -222,7 +222,10 @@ def count(tables: list, keys: list[str], parts: int, radix_bits: int, chunks: in
         sums.append(cp.empty(len(chunks_of) * parts * G, cp.int64))
         for j, (_, _, c) in enumerate(chunks_of):
             part = sums[-1][j * parts * G:(j + 1) * parts * G]
-            row_sums(c, c.size // radix, part) if c is not None else part.fill(0)
+            if c is None:
+                part.fill(0)
+            else:
+                row_sums(c, c.size // radix, part)
         ready.append(main.record())
     return Counted(parts, radix_bits, chunks, columns, digits, histograms, sums, ready, caches, start)
 
@@ -252,9 +255,10 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
 
     ``counted``: :func:`count`'s launches for these tables, taken where they fit the agreed
     arguments (else counted again).  ``most_rows``: the most rows any rank's table has, where
-    the caller knows it (the same on every rank; else the ranks gather it).  ``stats`` gains bytes_sent, wire_bytes_sent (padding
-    included) and bytes_received (rows of other ranks only), shuffle_copy_engine (the tables
-    that went by the copy engines) and shuffle_counted_early (whether ``counted`` was taken).
+    the caller knows it (the same on every rank; else the ranks gather it).  ``stats`` gains
+    bytes_sent, wire_bytes_sent (padding included) and bytes_received (rows of other ranks
+    only), shuffle_copy_engine (the tables that went by the copy engines) and
+    shuffle_counted_early (whether ``counted`` was taken).
     GPU memory: each table's send buffer (the rows for other ranks; every rank's padded blocks,
     its own too, by the copy engines) and its received rows, in one allocation a column
     (registered with NCCL under GPUJOIN_NCCL_REGISTER=1, a symmetric window by the copy engines:
