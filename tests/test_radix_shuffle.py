@@ -48,6 +48,32 @@ def test_the_build_side_is_shuffled_first_and_chunks_are_counted_alike(monkeypat
     assert radix_shuffle.chunk_count(601) == 3
 
 
+def test_the_jobs_radix_bits_and_rescaling_failures_come_from_the_sizes_allgather(monkeypatch):
+    # dist.join gathers every rank's sizes, whether its tables can take the radix shuffle and
+    # whether its keys' rescaling failed in one allgather: the bits come from it (NCCL asked
+    # only where every rank is eligible), a failure on any rank raises on every rank, naming it
+    import importlib
+    from types import SimpleNamespace
+
+    from gpujoin.errors import SchemaError
+
+    join = importlib.import_module("gpujoin.dist.join")
+    asked = []
+    comm = SimpleNamespace(size=2, nccl=lambda: asked.append(1) or object(),
+                           allgather=lambda x: [None, x] if x is None else [x, None])
+    # (PHJ's own bits for the job's rows: cuda.join.phj's rule, which needs CuPy)
+    monkeypatch.setattr(join, "_radix_bits", lambda how, nl, nr, parts, kwargs: (how, nl, nr, parts))
+    rows = np.array([2**28, 2**29])  # (left, right rows over the ranks)
+    assert join._shuffle_radix_bits(False, rows, "inner", comm, {}) is None and asked == []
+    assert join._shuffle_radix_bits(True, rows, "left", comm, {}) == ("left", 2**28, 2**29, 2) and asked == [1]
+    assert join._shuffle_radix_bits(True, rows, "inner", SimpleNamespace(size=2, nccl=lambda: None), {}) is None
+    join._raise_failed(False, None, comm)  # (no rank failed: no collective)
+    with pytest.raises(SchemaError, match="^rank 1: past 64 bits"):
+        join._raise_failed(True, None, SimpleNamespace(allgather=lambda x: [x, "past 64 bits"]))
+    with pytest.raises(SchemaError, match="^rank 0: mine"):
+        join._raise_failed(True, "mine", SimpleNamespace(allgather=lambda x: [x, "theirs"]))
+
+
 def test_the_timeline_reads_as_passes_messages_and_the_finish(monkeypatch):
     # 839df0b's rank 0 at 2^28 rows a rank: each step from the mark before it on its stream
     tl = {"counted": 2.39, "partitioned 0.0": 6.19, "sent 0.0": 9.39, "partitioned 0.1": 9.99, "sent 0.1": 13.19,
