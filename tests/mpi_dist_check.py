@@ -222,6 +222,18 @@ def device_tables(comm, extra, left, right):
         if comm.rank == 0:
             print(f"device scales past 64 bits on rank 1 {method}: {'raised on every rank' if fails else 'none'}",
                   flush=True)
+    # left keys of int64 on rank 1 and int32 on the others: a TypeError on every rank (the
+    # sizes' allgather carries a hash of the key types' names; the names are compared where
+    # the hashes differ)
+    odd = left.set_column(0, "k", left["k"].cast(pa.int64() if comm.rank == 1 else pa.int32()))
+    try:
+        join(dev(odd), dev(right), "k", comm=comm)
+        raised = None
+    except TypeError as err:
+        raised = str(err)
+    assert (raised is not None) == (comm.size > 1) and (raised is None or "key types differ" in raised), raised
+    if comm.rank == 0:
+        print(f"device key types differing on rank 1: {'raised on every rank' if raised else 'none'}", flush=True)
     for method in ("one-level", "two-level"):
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):

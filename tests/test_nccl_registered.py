@@ -117,6 +117,34 @@ def test_windows_are_taken_alike_on_every_rank():
     assert pools[0].free_bytes() == g and pools[1].free_bytes() == 0 and not libs[0].deregistered
 
 
+def test_a_tables_windows_take_one_allgather_where_free_windows_hold_them():
+    # a table's columns' windows in one collective: the numbers of every free block gathered
+    # once, each column then taking the smallest free on every rank that holds it, in order
+    g = registered.GRANULE
+    libs = [FakeNccl(), FakeNccl()]
+    pools = [registered.Pool(lib, 5, window=True) for lib in libs]
+    calls = []
+
+    def take_many(sizes):
+        free = [sorted(b[3] for bs in p.free.values() for b in bs) for p in pools]
+
+        def common(numbers):
+            calls.append(numbers)
+            return numbers if numbers == [-1] else sorted(set(numbers).intersection(*map(set, free)))
+        return [p.take_many(sizes, common) for p in pools]
+
+    first = take_many([g, 2 * g, g])  # nothing free: one gather, then each allocated alike
+    assert [[b[3] for b in r] for r in first] == [[0, 1, 2], [0, 1, 2]]
+    for p, r in zip(pools, first):
+        for b in r:
+            p.give(b)
+    pools[1].take(1)  # (rank 1 holds registration 0 again: the smallest of one granule)
+    calls.clear()
+    again = take_many([g, g])  # the free ones: registrations 2 and 1 (one holds twice a granule)
+    assert [[b[3] for b in r] for r in again] == [[2, 1], [2, 1]] and len(calls) == 2  # (one a rank)
+    assert all(len(lib.registered) == 3 for lib in libs)
+
+
 def test_windows_free_on_every_rank_make_room_when_an_allocation_fails():
     # a job whose tables grow: where a new window does not fit some rank's memory, the windows
     # free on every rank are deregistered and freed (after the GPU's work), in number order,

@@ -280,22 +280,43 @@ def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> l
     """The DeviceTables of ``tables``, checked (columns, key types the same on every rank) and
     with their string columns re-coded into dictionaries shared by every rank (the i-th key of
     every table in one dictionary)."""
+    tables, types = _checked_tables(tables, keys)
+    _same_on_every_rank(types, comm)
+    return _unified(tables, keys, comm)
+
+
+def _checked_tables(tables: list, keys: list[list[str]]) -> tuple[list, list[str]]:
+    """The DeviceTables of ``tables``, their columns checked, and the names of their key types
+    that every rank's must equal (no collective)."""
     from ..cuda.table import arrow_type, as_device_table
     from ..table import check_columns
-    from .device_shuffle import unify_dictionaries
 
     tables = [as_device_table(t) for t in tables]
     for t, k, side in zip(tables, keys, ("left", "right")):
         check_columns(t, k, side if len(tables) > 1 else "input")
     # (a key's Arrow type too, where its stored integers' meaning hangs on it: decimal(10,2) on one
     # rank and decimal(10,3) on another would hash 1.00 and 1.000 apart)
-    _same_on_every_rank([f"gpu {t[n].dtype} {_coded(t, n) or arrow_type(t, n)}" for t, k in zip(tables, keys)
-                         for n in k], comm)
+    return tables, [f"gpu {t[n].dtype} {_coded(t, n) or arrow_type(t, n)}" for t, k in zip(tables, keys) for n in k]
+
+
+def _unified(tables: list, keys: list[list[str]], comm: Communicator) -> list:
+    """``tables`` with their string columns re-coded into dictionaries shared by every rank (a
+    collective, as ``device_shuffle.unify_dictionaries``)."""
+    from .device_shuffle import unify_dictionaries
+
     groups = [[(i, k[j]) for i, k in enumerate(keys)] for j in range(len(keys[0]))]
     groups = [g for g in groups if any(n in tables[i].dictionaries for i, n in g)]
     for i, t in enumerate(tables):
         groups += [[(i, n)] for n in t.column_names if n in t.dictionaries and n not in keys[i]]
     return unify_dictionaries(tables, groups, comm)
+
+
+def _types_hash(types: list[str]) -> int:
+    """An int64 of ``types`` (the same on every rank for the same names: Python's own ``hash``
+    of a string differs between processes)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b("\0".join(types).encode(), digest_size=8).digest(), "little", signed=True)
 
 
 def _zero_nulls(t, names: list[str]) -> list:
@@ -452,18 +473,27 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
     marks = [_mark()]
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     early = _early_counts(left, right, lk, rk, how, comm, shuffle, compression, buckets, kwargs)
-    lt, rt = _device_tables([left, right], [lk, rk], comm)
-    lt, rt, scaled, failed = _rescaled(lt, lk, rt, rk)
-    # each rank's rows, and those whose keys are all present: the device join builds on the side
-    # with fewer of those (plan.device_join._join_present_keys), null keys joined apart
-    valid = [key_validity(lt, lk), key_validity(rt, rk)]
-    present = [t.num_rows if v is None else int(v.sum()) for t, v in zip((lt, rt), valid)]
-    # (with whether this rank's tables can take the radix shuffle and whether its keys' rescaling
-    # failed: two collectives fewer before the shuffle, whose first pass waits for the host's
-    # way through them)
-    sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows, *present,
-                                           failed is None and _radix_eligible(lt, rt, lk, rk, kwargs),
-                                           failed is not None], np.int64))
+    tables, types = _checked_tables([left, right], [lk, rk])
+    coded, unified = any(t.dictionaries for t in tables), False
+    while True:
+        lt, rt, scaled, failed = _rescaled(tables[0], lk, tables[1], rk)
+        # each rank's rows, and those whose keys are all present: the device join builds on the
+        # side with fewer of those (plan.device_join._join_present_keys), null keys joined apart
+        valid = [key_validity(lt, lk), key_validity(rt, rk)]
+        present = [t.num_rows if v is None else int(v.sum()) for t, v in zip((lt, rt), valid)]
+        # (with whether this rank's tables can take the radix shuffle, whether its keys'
+        # rescaling failed, whether it has string columns and its key types' hash: three
+        # collectives fewer before the shuffle, whose first pass waits for the host's way
+        # through them)
+        sizes = comm.allgather_array(np.array([lt.num_rows, rt.num_rows, *present,
+                                               failed is None and _radix_eligible(lt, rt, lk, rk, kwargs),
+                                               failed is not None, coded, _types_hash(types)], np.int64))
+        if unified or not (sizes[:, 6].any() or (sizes[:, 7] != sizes[0, 7]).any()):
+            break
+        # some rank's string columns, or other key types: the types compared by name (every
+        # rank raises where they differ), the dictionaries unified, the sizes gathered again
+        _same_on_every_rank(types, comm)
+        tables, unified = _unified(tables, [lk, rk], comm), True
     _raise_failed(bool(sizes[:, 5].any()), failed, comm)
     rows = int(sizes[:, :2].max())
     if shuffle == "auto":

@@ -101,7 +101,7 @@ class BlockLayout:
                 for c in range(self.blocks.size) for s in range(P)]
 
     def post(self, comm: Communicator, bufs: list, c: int, stream) -> None:
-        """Chunk ``c``'s exchange of every column of ``bufs`` (:func:`registered.window` blocks
+        """Chunk ``c``'s exchange of every column of ``bufs`` (:func:`registered.windows` blocks
         of ``2 * rows`` rows) on ``stream``."""
         n = int(self.blocks[c])
         for b in bufs if n else []:  # (a chunk of no rows anywhere: nothing to post on any rank)
@@ -368,7 +368,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
             columns = [parts[i][0]] + parts[i][1]
             if blocks[i] is not None:  # (a collective: every rank takes its windows alike)
                 layout, send_at, base = blocks[i], None, 0  # (its pieces: rows of the whole window)
-                bufs = [registered.window(comm, 2 * layout.rows, a.dtype) for a in columns]
+                bufs = registered.windows(comm, [(2 * layout.rows, a.dtype) for a in columns])
             else:
                 layout, send_at, base = _layout(rows[:, i], me)
                 bufs = [new(base + layout.rows, a.dtype) for a in columns]

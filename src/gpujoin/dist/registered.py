@@ -24,11 +24,11 @@ blocks registered by ``ncclCommWindowRegister``, at the same offsets on every ra
 copy engines, with no NCCL kernel on the SMs beside the radix passes: on two H200s a 9-bit pass
 over 2^27 int64 pairs took 2.69 ms beside a 1 GiB-a-peer copy-engine all-to-all, 3.03 beside
 NCCL's send/recv kernels and 2.35 alone, and the job 34.4 ms against 36.6 (docs/BENCHMARKS.md).
-:func:`window` takes such a block (a collective); :func:`alltoall` and :func:`allgather` (in
+:func:`windows` takes such blocks (a collective, one allgather for a table's columns); :func:`alltoall` and :func:`allgather` (in
 place: no copy of a rank's own block) post the calls.  GPUJOIN_NCCL_CE=0 keeps NCCL's default
 policy and the send/recv path.
 
-Reusable: :func:`empty` for any buffer that NCCL messages leave or land in; :func:`window`,
+Reusable: :func:`empty` for any buffer that NCCL messages leave or land in; :func:`windows`,
 :func:`alltoall` and :func:`allgather` for exchanges of equal blocks on one host.
 """
 
@@ -69,15 +69,21 @@ class Pool:
 
     def take(self, nbytes: int, common=None) -> tuple[int, int, int, int]:
         """(device address, registration handle, size, number: the pool's count of
-        registrations before it) of a block of at least ``nbytes``.
+        registrations before it) of a block of at least ``nbytes``: :meth:`take_many` of one."""
+        return self.take_many([nbytes], common)[0]
+
+    def take_many(self, nbytes: list[int], common=None) -> list[tuple[int, int, int, int]]:
+        """:meth:`take`'s block for each of ``nbytes``, in order.
 
         ``common`` (for windows, which every rank registers together and NCCL finds at a peer by
         their order): a function of this rank's list of block numbers that returns the numbers
-        in every rank's list (an allgather); then every rank reuses the same block, or every
-        rank registers a new one; where the allocation fails on some rank, every rank frees the
-        blocks free on all of them (none holds this request: a job whose tables grow keeps its
-        smaller windows until then) and CuPy's cached blocks, and tries once more; a second
-        failure raises MemoryError on all, and a failed registration RuntimeError on all.
+        in every rank's list (an allgather), called once for the whole list where the blocks
+        free on every rank hold it (a table's columns: one allgather, not one a column); then
+        every rank reuses the same blocks, or every rank registers a new one; where an
+        allocation fails on some rank, every rank frees the blocks free on all of them (none
+        holds this request: a job whose tables grow keeps its smaller windows until then) and
+        CuPy's cached blocks, and tries once more; a second failure raises MemoryError on all,
+        and a failed registration RuntimeError on all.
 
         Raises
         ------
@@ -86,15 +92,24 @@ class Pool:
         MemoryError
             With ``common``: ncclMemAlloc failed on some rank.
         """
-        size = rounded(nbytes)
-        fits = [b for k, blocks in self.free.items() if size <= k <= 2 * size for b in blocks]
-        if common is not None:
-            everyone = set(common(sorted(b[3] for b in fits)))
-            fits = [b for b in fits if b[3] in everyone]
-        if fits:  # (the smallest that holds it, the first made: sizes follow the data)
-            block = min(fits, key=lambda b: (b[2], b[3]))
-            self.free[block[2]].remove(block)
-            return block
+        everyone = None if common is None else set(
+            common(sorted(b[3] for blocks in self.free.values() for b in blocks)))
+        out = []
+        for n in nbytes:
+            size = rounded(n)
+            fits = [b for k, blocks in self.free.items() if size <= k <= 2 * size for b in blocks
+                    if everyone is None or b[3] in everyone]
+            if fits:  # (the smallest that holds it, the first made: sizes follow the data)
+                block = min(fits, key=lambda b: (b[2], b[3]))
+                self.free[block[2]].remove(block)
+                out.append(block)
+            else:
+                out.append(self._allocate(size, common))
+        return out
+
+    def _allocate(self, size: int, common) -> tuple[int, int, int, int]:
+        """A new block of ``size`` bytes, allocated and registered (every rank alike with
+        ``common``, as :meth:`take_many` says)."""
         ptr, handle = ctypes.c_void_p(), ctypes.c_void_p()
         for last in (False, True):
             rc = self.lib.ncclMemAlloc(ctypes.byref(ptr), ctypes.c_size_t(size))
@@ -172,9 +187,17 @@ def empty(comm, n: int, dtype):
 
 def window(comm, n: int, dtype):
     """A CuPy array of ``n`` items of ``dtype`` (uninitialized) in a symmetric window of the NCCL
-    communicator of ``comm`` (``dist.Communicator``), for :func:`alltoall` and :func:`allgather`.
-    A collective: every rank asks for the same sizes in the same order, and every rank takes the
-    same window (NCCL finds a peer's buffer through the window of the same registration).
+    communicator of ``comm`` (``dist.Communicator``): :func:`windows` of one."""
+    return windows(comm, [(n, dtype)])[0]
+
+
+def windows(comm, shapes: list[tuple[int, object]]) -> list:
+    """A CuPy array of ``n`` items of ``dtype`` (uninitialized) for each ``(n, dtype)`` of
+    ``shapes``, each in a symmetric window of the NCCL communicator of ``comm``
+    (``dist.Communicator``), for :func:`alltoall` and :func:`allgather`.  A collective: every
+    rank asks for the same shapes in the same order, and every rank takes the same windows (NCCL
+    finds a peer's buffer through the window of the same registration); one allgather for all of
+    them where windows free on every rank hold them.
 
     Raises
     ------
@@ -183,10 +206,15 @@ def window(comm, n: int, dtype):
     RuntimeError
         The NCCL library lacks the calls (before 2.27) or a registration failed.
     """
+    import numpy as np
+
     def common(numbers: list) -> list:
         return sorted(set.intersection(*(set(n) for n in comm.allgather(numbers))))
 
-    return _array(_pool(comm, "_windows", True), n, dtype, common)
+    pool = _pool(comm, "_windows", True)
+    dtypes = [np.dtype(d) for _, d in shapes]
+    blocks = pool.take_many([n * d.itemsize for (n, _), d in zip(shapes, dtypes)], common)
+    return [_over(pool, b, n, d) for b, (n, _), d in zip(blocks, shapes, dtypes)]
 
 
 def pooled_bytes(comm) -> int:
@@ -205,12 +233,17 @@ def _pool(comm, name: str, win: bool) -> Pool:
     return pool
 
 
-def _array(pool: Pool, n: int, dtype, common=None):
-    import cupy as cp
+def _array(pool: Pool, n: int, dtype):
     import numpy as np
 
     dtype = np.dtype(dtype)
-    block = pool.take(n * dtype.itemsize, common)
+    return _over(pool, pool.take(n * dtype.itemsize), n, dtype)
+
+
+def _over(pool: Pool, block: tuple[int, int, int, int], n: int, dtype):
+    """A CuPy array of ``n`` items of ``dtype`` over ``block``, which goes back to ``pool`` with it."""
+    import cupy as cp
+
     mem = cp.cuda.UnownedMemory(block[0], block[2], _Owner(pool, block))
     return cp.ndarray((n,), dtype, cp.cuda.MemoryPointer(mem, 0))
 
