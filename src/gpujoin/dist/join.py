@@ -406,12 +406,11 @@ def _radix_eligible(lt, rt, lk: list[str], rk: list[str], kwargs: dict) -> bool:
 def _radix_bits(how: str, nl: int, nr: int, parts: int, kwargs: dict) -> int | None:
     """PHJ's radix bits for a rank's share of the build side of ``nl`` x ``nr`` rows over
     ``parts`` ranks (``radix_bits`` when given), where the shuffle's pass saves one, else None."""
-    from ..cuda.join.phj import CAP_BUILD
-    from ..cuda.primitives import hash_partition_bits
+    from ..cuda.join.phj import partition_bits
     from ..plan.join import build_on_left
 
     build = nl if build_on_left(how, nl, nr) else nr
-    bits = kwargs.get("radix_bits") or max(1, hash_partition_bits(-(-build // parts), CAP_BUILD // 2))
+    bits = partition_bits(-(-build // parts), kwargs.get("radix_bits") or None)
     return bits if radix_shuffle.saves_a_pass(parts, bits) else None
 
 

@@ -76,7 +76,7 @@ def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.
     nb, np_ = build_keys.size, probe_keys.size
     if runs is not None and radix_bits is None:
         raise ValueError("phj: runs need the radix_bits they were made for")
-    bits = max(1, radix_bits if radix_bits is not None else hash_partition_bits(nb, CAP_BUILD // 2))
+    bits = partition_bits(nb, radix_bits)
     check_memory(working_bytes(build_keys, probe_keys, build_payloads, probe_payloads, mode, method, emit_keys,
                                bits), f"PHJ-{method.upper()} of {nb:,} x {np_:,} rows")
     try:
@@ -84,6 +84,23 @@ def phj(build_keys: cp.ndarray, probe_keys: cp.ndarray, build_payloads: list[cp.
                     runs or (None, None))
     except cp.cuda.memory.OutOfMemoryError as e:
         raise out_of_memory(e, f"PHJ-{method.upper()}") from None
+
+
+def partition_bits(build_rows: int, radix_bits: int | None = None) -> int:
+    """PHJ's radix bits for ``build_rows`` build rows (``radix_bits`` where given): about 2048
+    build rows a partition, half of a block's shared-memory table."""
+    return max(1, radix_bits if radix_bits is not None else hash_partition_bits(build_rows, CAP_BUILD // 2))
+
+
+def partitioned_build(build_keys: cp.ndarray, build_payloads: list[cp.ndarray],
+                      radix_bits: int | None = None) -> tuple[cp.ndarray, list[cp.ndarray], int, Runs]:
+    """PHJ-TR's partition of its build side alone, launched ahead of the join (the planner's
+    speculation, ``plan.device_join``): (keys, payloads, radix bits, Runs) for
+    ``phj(keys, probe_keys, payloads, ..., method="tr", radix_bits=bits, runs=(runs, None))``,
+    which then partitions only the probe side.  Shapes and dtypes as :func:`phj`'s build side."""
+    bits = partition_bits(build_keys.size, radix_bits)
+    keys, payloads, offs = radix_partition(build_keys, list(build_payloads), Digits(bits=bits), stable=False)
+    return keys, payloads, bits, Runs(bits, 1, offs[:-1], offs[1:], offs, in_place=True)
 
 
 def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, bits: int) -> int:
