@@ -24,9 +24,9 @@ blocks registered by ``ncclCommWindowRegister``, at the same offsets on every ra
 copy engines, with no NCCL kernel on the SMs beside the radix passes: on two H200s a 9-bit pass
 over 2^27 int64 pairs took 2.69 ms beside a 1 GiB-a-peer copy-engine all-to-all, 3.03 beside
 NCCL's send/recv kernels and 2.35 alone, and the job 34.4 ms against 36.6 (docs/BENCHMARKS.md).
-:func:`windows` takes such blocks (a collective, one allgather for a table's columns); :func:`alltoall` and :func:`allgather` (in
-place: no copy of a rank's own block) post the calls.  GPUJOIN_NCCL_CE=0 keeps NCCL's default
-policy and the send/recv path.
+:func:`windows` takes such blocks (a collective, one allgather for a table's columns);
+:func:`alltoall` and :func:`allgather` (in place: no copy of a rank's own block) post the
+calls.  GPUJOIN_NCCL_CE=0 keeps NCCL's default policy and the send/recv path.
 
 Reusable: :func:`empty` for any buffer that NCCL messages leave or land in; :func:`windows`,
 :func:`alltoall` and :func:`allgather` for exchanges of equal blocks on one host.

@@ -173,7 +173,8 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
                 read = launch_join_samples(build_keys, None if alone else probe_keys, match=match and not alone,
                                            multiplicity=not wide)
             except MemoryError:  # no room for the match ratio's table (memory exhausted): 1 assumed,
-                read, match = launch_join_samples(build_keys, probe_keys, match=False), False  # the join's check names it
+                # the join's check names it
+                read, match = launch_join_samples(build_keys, probe_keys, match=False), False
 
         def finish() -> Choice:
             b, p, ratio = read()
