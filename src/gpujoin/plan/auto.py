@@ -21,8 +21,6 @@ the probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 from . import cost
 from .calibrate import device_model
 from .stats import (GroupByEstimate, JoinEstimate, estimate_join, host_build_sample, launch_join_samples,
@@ -133,7 +131,7 @@ def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> 
 
 
 def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_widths: list[int],
-                         build_ready=None, keys_ready=None):
+                         build_ready=None):
     """resolve_gpu_join in two steps, for payload columns of these byte widths: device keys'
     samples launched now; the returned function (no arguments) waits for them and returns the
     Choice, so that the caller's Python between the two runs while the GPU samples (on an H200
@@ -146,10 +144,7 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
     ``HashPartitioning.ready``).  Where the rules read the build keys' sample alone (8-byte keys
     or payloads), it is then taken on a stream of its own from that event, so that the rules
     and the join's setup run while the GPU ends the shuffle (on two H200s the local join's
-    planner had waited for the probe side's last pass, the GPU then idle about 0.4 ms).
-    ``keys_ready``: a CUDA event after which both sides' keys are in place, the current stream
-    having work queued since (``plan.device_join``'s speculative build partition): every sample
-    is then taken on the planner's stream from that event, beside that work."""
+    planner had waited for the probe side's last pass, the GPU then idle about 0.4 ms)."""
     dev = device_model()
     bw, pw = list(build_widths), list(probe_widths)
     if hasattr(build_keys, "__cuda_array_interface__"):
@@ -162,19 +157,16 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
         # multiplicity for every narrow join (one payload column, 2^26 rows a side over 2^23
         # keys on an H200: SMJ-TR 11.5 ms, PHJ-TR 23.9)
         match = not wide and cost.engine_phj_crossover(dev, max(len(bw), len(pw), 1)) > 0
-        alone = wide and build_ready is not None  # (the build keys' sample alone)
-        ready = build_ready if alone else keys_ready
-        stream = nullcontext()  # (the current stream)
-        if ready is not None:
-            stream = _side_stream()
-            stream.wait_event(ready)
-        with stream:
-            try:
-                read = launch_join_samples(build_keys, None if alone else probe_keys, match=match and not alone,
-                                           multiplicity=not wide)
-            except MemoryError:  # no room for the match ratio's table (memory exhausted): 1 assumed,
-                # the join's check names it
-                read, match = launch_join_samples(build_keys, probe_keys, match=False), False
+        try:
+            if wide and build_ready is not None:
+                stream = _side_stream()
+                stream.wait_event(build_ready)
+                with stream:
+                    read = launch_join_samples(build_keys, None, match=False)
+            else:
+                read = launch_join_samples(build_keys, probe_keys, match=match, multiplicity=not wide)
+        except MemoryError:  # no room for the match ratio's table (memory exhausted): 1 assumed,
+            read, match = launch_join_samples(build_keys, probe_keys, match=False), False  # the join's check names it
 
         def finish() -> Choice:
             b, p, ratio = read()

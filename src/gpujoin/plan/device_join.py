@@ -449,9 +449,7 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     payloads = [(side, name, False) for side, name, _out, key in layout if not key]
     payloads += [(side, name, True) for side, name, _ in payloads if name in (lt if side == "l" else rt).validity]
 
-    def launch_plan(lkey, rkey, ready=None):
-        # the planner's samples (on its stream from ``ready``, where given), read (finish) once
-        # the work below ran
+    def launch_plan(lkey, rkey):  # the planner's samples, read (finish) once the work below ran
         from .auto import launch_gpu_join_plan
 
         widths = {"l": [], "r": []}
@@ -459,7 +457,7 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
             widths[side].append(1 if mask else (lt if side == "l" else rt)[name].dtype.itemsize)
         bkey, part = (lkey, lt.partitioning) if build_left else (rkey, rt.partitioning)
         return launch_gpu_join_plan(bkey, rkey if build_left else lkey, widths[bside], widths[pside],
-                                    part.ready if part is not None and part.key is bkey else None, ready)
+                                    part.ready if part is not None and part.key is bkey else None)
     strings = []  # string keys' pairs, re-coded into one dictionary each (before the planner samples codes)
     for a, b in zip(lk, rk):
         da, db = lt.dictionaries.get(a), rt.dictionaries.get(b)
@@ -492,15 +490,13 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     if algo == "auto" and len(lk) == 1 and {lt[lk[0]].dtype, rt[rk[0]].dtype} <= SAMPLED_KEYS:
         # int32/int64 keys: sampled as they are (to_key widens at most), before the keys' own
         # checks, so that the GPU samples while the host runs them (a bad key's error is raised
-        # below as ever, the samples read first); for keys of one dtype (joined as they are),
-        # PHJ-TR's build partition first, the samples beside it on the planner's stream: the
-        # GPU partitions while the host launches the samples, checks the keys and runs the rules
-        ready = None
+        # below as ever, the samples read first); then, for keys of one dtype (joined as they
+        # are), PHJ-TR's build partition, which the GPU runs while the host reads the samples
+        # and runs the rules
+        finish = launch_plan(lt[lk[0]], rt[rk[0]])
         if lt[lk[0]].dtype == rt[rk[0]].dtype:
-            ready = cp.cuda.get_current_stream().record()
             early = _speculated_build(lt, rt, (lt[lk[0]] if build_left else rt[rk[0]]), sides[bside][1],
                                       radix_bits)
-        finish = launch_plan(lt[lk[0]], rt[rk[0]], None if early is None else ready)
     try:
         packing = None
         if len(lk) == 1:
