@@ -600,7 +600,7 @@ def test_auto_partitions_the_build_side_while_its_rules_run(case, monkeypatch):
     if case == "many_to_many":
         lk, rk = rng.integers(0, 100, 4_000), rng.integers(0, 150, 6_000)
     else:
-        lk, rk = rng.permutation(10_000)[:5_000], rng.integers(-100, 12_000, 8_000)
+        lk, rk = rng.permutation(10_000)[:5_000], rng.permutation(12_100)[:8_000] - 100  # (unique: either builds)
     if case == "over_the_limit":
         monkeypatch.setattr(device_join, "SPECULATE_ROWS", 4_999)
     ldt = np.int32 if case == "mixed_dtypes" else np.int64
