@@ -55,8 +55,9 @@ def run_match(launch, cap: int, bdtype, pdtype, kdtype, what: str, extra: int = 
     size if the guess was short (the kernel counts every match, written or not).
 
     launch(out_b, out_p, out_k, counter, cap) starts the kernel.  Returns (out_b, out_p, out_k)
-    of the exact length plus ``extra`` rows after the kernel's, left for the caller to write
-    (PHJ's oversized partitions); out_k is None when kdtype is None.
+    of the exact length, views of allocations with room for ``extra`` rows more after them
+    (``smj.append_ranges`` writes rows left to sort-merge there); out_k is None when kdtype is
+    None.
     """
     counter = cp.zeros(1, cp.uint64)
     for _attempt in range(2):
@@ -64,8 +65,7 @@ def run_match(launch, cap: int, bdtype, pdtype, kdtype, what: str, extra: int = 
         launch(out_b, out_p, out_k, counter, np.uint64(cap))
         total = int(counter.get()[0])
         if total <= cap:
-            n = total + extra
-            return out_b[:n], out_p[:n], (out_k[:n] if out_k is not None else None)
+            return out_b[:total], out_p[:total], (out_k[:total] if out_k is not None else None)
         cap = total
         counter.fill(0)
         del out_b, out_p, out_k

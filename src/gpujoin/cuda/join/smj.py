@@ -140,24 +140,19 @@ def sort_rows(bk: cp.ndarray, pk: cp.ndarray, bpos: cp.ndarray, ppos: cp.ndarray
 def match_with_ranges(launch, cap: int, bdtype, pdtype, kdtype, what: str, ranges: MergeRanges | None,
                       bsrc, psrc, pflag, bflag):
     """A hash join's ``run_match`` (see ``common.run_match``) when ``ranges`` (rows it left to
-    sort-merge: PHJ's oversized partitions, NPHJ's heavy keys) is not None: their flags are
-    marked, and their pairs written after the kernel's.  Returns (out_b, out_p, out_k)."""
-    if ranges is not None:
-        range_flags(ranges, pflag, bflag)
-    extra = ranges.total if ranges is not None else 0
-    out_b, out_p, out_k = run_match(launch, cap, bdtype, pdtype, kdtype, what, extra=extra)
-    if extra:
-        n = out_b.size - extra
-        expand(ranges, bsrc, psrc, out_b[n:], out_p[n:], out_k[n:] if out_k is not None else None)
-    return out_b, out_p, out_k
+    sort-merge, known before its kernel: NPHJ's heavy keys) is not None: room for their pairs
+    is allocated with the kernel's, and :func:`append_ranges` writes them there after the
+    kernel's.  Returns (out_b, out_p, out_k)."""
+    out = run_match(launch, cap, bdtype, pdtype, kdtype, what, extra=ranges.total if ranges is not None else 0)
+    return out if ranges is None else append_ranges(ranges, bsrc, psrc, pflag, bflag, *out, what)
 
 
 def append_ranges(r: MergeRanges, bsrc, psrc, pflag, bflag, out_b, out_p, out_k, what: str):
     """A hash join's ``run_match`` output (``out_b``/``out_p``/``out_k``) followed by the pairs
-    of ``r`` (rows it left to sort-merge, found after its kernel ran: PHJ's oversized
-    partitions), whose flags are marked too.  Written in place where run_match's allocation
-    (the views' base) has room, else into arrays of the sum (MemoryError naming ``what``).
-    Returns (out_b, out_p, out_k)."""
+    of ``r`` (rows it left to sort-merge: PHJ's oversized partitions, found after its kernel
+    ran; NPHJ's heavy keys, given room by :func:`match_with_ranges`), whose flags are marked
+    too.  Written in place where run_match's allocation (the views' base) has room, else into
+    arrays of the sum (MemoryError naming ``what``).  Returns (out_b, out_p, out_k)."""
     range_flags(r, pflag, bflag)
     extra, n = r.total, (out_p.size if out_p is not None else 0)
     if not extra:
