@@ -587,32 +587,6 @@ def test_heavy_build_keys_take_the_sort_merge_path(algorithm, case, monkeypatch)
                                * np.unique(rk, return_counts=True)[1][np.isin(np.unique(rk), lk)]).sum())
 
 
-@pytest.mark.parametrize("case", ["unique", "many_to_many", "mixed_dtypes", "over_the_limit"])
-def test_auto_partitions_the_build_side_while_its_rules_run(case, monkeypatch):
-    """algorithm="auto" launches PHJ-TR's build partition before reading the planner's samples
-    (plan.device_join._speculated_build); PHJ-TR starts from it where the rules pick PHJ-TR,
-    and it is dropped where they pick another algorithm (many-to-many keys: SMJ-TR), the keys'
-    dtypes differ (one is widened) or the build side has more than SPECULATE_ROWS rows; the
-    rows are the CPU engine's at every join type, payload validity masks included."""
-    from gpujoin.plan import device_join
-
-    rng = np.random.default_rng(23)
-    if case == "many_to_many":
-        lk, rk = rng.integers(0, 100, 4_000), rng.integers(0, 150, 6_000)
-    else:
-        lk, rk = rng.permutation(10_000)[:5_000], rng.permutation(12_100)[:8_000] - 100  # (unique: either builds)
-    if case == "over_the_limit":
-        monkeypatch.setattr(device_join, "SPECULATE_ROWS", 4_999)
-    ldt = np.int32 if case == "mixed_dtypes" else np.int64
-    left = pa.table({"k": lk.astype(ldt), "a": pa.array(np.arange(lk.size), mask=np.arange(lk.size) % 7 == 0)})
-    right = pa.table({"k": rk.astype(np.int64), "b": np.arange(rk.size) * 3})
-    for how in HOWS:
-        got, st = execute_join(DeviceTable.from_arrow(left), DeviceTable.from_arrow(right), "k", how=how)
-        assert st.algorithm == ("smj-tr" if case == "many_to_many" else "phj-tr"), (how, st.algorithm)
-        assert st.params["build_partitioned_early"] == (case == "unique"), (how, st.params)
-        assert_tables_equal(got.to_arrow(), gpujoin.join(left, right, "k", how=how, device="cpu"))
-
-
 @pytest.mark.parametrize("heavy_rows", [40, 1_000])
 def test_phj_oversized_pairs_follow_the_match_in_place_or_grown(heavy_rows, monkeypatch):
     """PHJ's match is launched before its units and oversized partitions are read; the sort-merge

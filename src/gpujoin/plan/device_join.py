@@ -479,24 +479,12 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         from ..cuda.table import unify_dictionaries
 
         lt, rt = unify_dictionaries([lt, rt], strings)
-    # each side's payload columns, then their validity masks as uint8 (``payloads``' order)
-    sides = {"l": (lt, []), "r": (rt, [])}
-    index, vindex = {}, {}
-    for side, name, mask in payloads:
-        t, pay = sides[side]
-        (vindex if mask else index)[(side, name)] = len(pay)
-        pay.append(t.validity[name].astype(cp.uint8, copy=False) if mask else t[name])
-    finish = early = None
+    finish = None
     if algo == "auto" and len(lk) == 1 and {lt[lk[0]].dtype, rt[rk[0]].dtype} <= SAMPLED_KEYS:
         # int32/int64 keys: sampled as they are (to_key widens at most), before the keys' own
         # checks, so that the GPU samples while the host runs them (a bad key's error is raised
-        # below as ever, the samples read first); then, for keys of one dtype (joined as they
-        # are), PHJ-TR's build partition, which the GPU runs while the host reads the samples
-        # and runs the rules
+        # below as ever, the samples read first)
         finish = launch_plan(lt[lk[0]], rt[rk[0]])
-        if lt[lk[0]].dtype == rt[rk[0]].dtype:
-            early = _speculated_build(lt, rt, (lt[lk[0]] if build_left else rt[rk[0]]), sides[bside][1],
-                                      radix_bits)
     try:
         packing = None
         if len(lk) == 1:
@@ -517,13 +505,18 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
                 raise ComputeError(f"join keys did not fulfill {validate} validation: the {side} keys are not unique")
         stats.params["build_side"] = "left" if build_left else "right"
         mode = JOIN_MODES[how]
+        sides = {"l": (lt, []), "r": (rt, [])}
+        index, vindex = {}, {}
+        for side, name, mask in payloads:
+            t, pay = sides[side]
+            (vindex if mask else index)[(side, name)] = len(pay)
+            pay.append(t.validity[name].astype(cp.uint8, copy=False) if mask else t[name])
         emit_keys = any(key for *_, key in layout)
     except BaseException:
         from .auto import read_quietly
 
         read_quietly(finish)
         raise
-    bkey, bpay = lkey if build_left else rkey, sides[bside][1]
     if finish is not None:
         choice = finish()
         algo = stats.algorithm = choice.algorithm
@@ -533,14 +526,7 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         radix_bits, runs = _partitioned(lt, rt, lk, rk, lkey, rkey, radix_bits, build_left)
         if runs is not None:
             stats.params["partitioned_bits"] = min(r.bits for r in runs)  # (the bits neither side partitions)
-    # (the partition of the key PHJ-TR joins: to_key kept the column itself)
-    stats.params["build_partitioned_early"] = taken = (early is not None and algo == "phj-tr"
-                                                       and early[4] is bkey)
-    if taken:
-        bkey, bpay, radix_bits, built, _ = early
-        runs = (built, None)
-    early = None  # (a partition the rules did not take goes, in stream order)
-    res = run(algo, bkey, rkey if build_left else lkey, bpay, sides[pside][1],
+    res = run(algo, lkey if build_left else rkey, rkey if build_left else lkey, sides[bside][1], sides[pside][1],
               mode, emit_keys=emit_keys, radix_bits=radix_bits, runs=runs)
     stats.phases.update(res.phases)
     stats.params.update(res.params)
@@ -573,35 +559,6 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     stats.phases["materialize"] = time.perf_counter() - t1
     stats.output_rows = result.num_rows
     return result, stats
-
-
-#: The most build rows whose PHJ-TR partition ``algorithm="auto"`` starts before its rules
-#: have read the planner's samples (:func:`_speculated_build`).  On an H200 at 2^24 rows a side
-#: the host's planning (the samples' launch and read, the rules: 90 us) left the GPU idle before
-#: the join's first kernel: 5.7-7.8% over PHJ-TR named, and the same 90 us spent after PHJ-TR's
-#: build partition was launched cost it nothing (scripts/profile_hide_planner.py).  Where the
-#: rules pick another algorithm the partition is lost: at most this many rows, a small share
-#: of joins that SMJ-TR wins (heavy or many-to-many build keys), whose own work is the output's.
-SPECULATE_ROWS = 1 << 25
-
-
-def _speculated_build(lt, rt, bkey, bpay: list, radix_bits):
-    """PHJ-TR's build partition (``phj.partitioned_build``), launched while the planner's
-    samples are read and its rules run (PHJ-TR is what they pick for keys neither heavy nor
-    many-to-many), or None: neither table partitioned already (a shuffle's), 1 to
-    SPECULATE_ROWS build rows, and room for twice the partition in free GPU memory (the join's
-    own memory check is unchanged where the rules pick another algorithm)."""
-    from ..cuda.join.phj import partitioned_build
-    from ..cuda.runtime import fits
-
-    if lt.partitioning is not None or rt.partitioning is not None or not 0 < bkey.size <= SPECULATE_ROWS:
-        return None
-    if not fits(2 * (bkey.nbytes + sum(p.nbytes for p in bpay))):
-        return None
-    try:
-        return (*partitioned_build(bkey, bpay, radix_bits), bkey)
-    except MemoryError:  # (CuPy's OutOfMemoryError too: the join goes on without it)
-        return None
 
 
 def _partitioned(lt, rt, lk, rk, lkey, rkey, radix_bits, build_left):

@@ -92,17 +92,6 @@ def partition_bits(build_rows: int, radix_bits: int | None = None) -> int:
     return max(1, radix_bits if radix_bits is not None else hash_partition_bits(build_rows, CAP_BUILD // 2))
 
 
-def partitioned_build(build_keys: cp.ndarray, build_payloads: list[cp.ndarray],
-                      radix_bits: int | None = None) -> tuple[cp.ndarray, list[cp.ndarray], int, Runs]:
-    """PHJ-TR's partition of its build side alone, launched ahead of the join (the planner's
-    speculation, ``plan.device_join``): (keys, payloads, radix bits, Runs) for
-    ``phj(keys, probe_keys, payloads, ..., method="tr", radix_bits=bits, runs=(runs, None))``,
-    which then partitions only the probe side.  Shapes and dtypes as :func:`phj`'s build side."""
-    bits = partition_bits(build_keys.size, radix_bits)
-    keys, payloads, offs = radix_partition(build_keys, list(build_payloads), Digits(bits=bits), stable=False)
-    return keys, payloads, bits, Runs(bits, 1, offs[:-1], offs[1:], offs, in_place=True)
-
-
 def working_bytes(bk, pk, bpay, ppay, mode: str, method: str, emit_keys: bool, bits: int) -> int:
     """GPU memory PHJ takes beyond its inputs, at its peak, with an output guess of one row a
     probe row: the partitioned build side, while the probe side is partitioned (an LSD radix
