@@ -222,18 +222,23 @@ def device_tables(comm, extra, left, right):
         if comm.rank == 0:
             print(f"device scales past 64 bits on rank 1 {method}: {'raised on every rank' if fails else 'none'}",
                   flush=True)
-    # left keys of int64 on rank 1 and int32 on the others: a TypeError on every rank (the
-    # sizes' allgather carries a hash of the key types' names; the names are compared where
-    # the hashes differ)
-    odd = left.set_column(0, "k", left["k"].cast(pa.int64() if comm.rank == 1 else pa.int32()))
-    try:
-        join(dev(odd), dev(right), "k", comm=comm)
-        raised = None
-    except TypeError as err:
-        raised = str(err)
-    assert (raised is not None) == (comm.size > 1) and (raised is None or "key types differ" in raised), raised
-    if comm.rank == 0:
-        print(f"device key types differing on rank 1: {'raised on every rank' if raised else 'none'}", flush=True)
+    # left keys of int64 on rank 1 and int32 on the others, or a payload column of int32 there:
+    # a TypeError on every rank, not bytes read as other values (the sizes' allgather carries a
+    # hash of the columns' types; their names are compared where the hashes differ; no string
+    # columns, which would have the ranks compare the names anyway)
+    nl, nr = left.select(["k", "a"]), right.select(["k", "b", "c"])
+    for what, odd_l, odd_r in (
+            ("key", nl.set_column(0, "k", nl["k"].cast(pa.int64() if comm.rank == 1 else pa.int32())), nr),
+            ("payload", nl, nr.set_column(2, "c", nr["c"].cast(pa.int32() if comm.rank == 1 else pa.int64())))):
+        try:
+            join(dev(odd_l), dev(odd_r), "k", comm=comm)
+            raised = None
+        except TypeError as err:
+            raised = str(err)
+        assert (raised is not None) == (comm.size > 1) and (raised is None or "columns" in raised), raised
+        if comm.rank == 0:
+            print(f"device {what} types differing on rank 1: {'raised on every rank' if raised else 'none'}",
+                  flush=True)
     for method in ("one-level", "two-level"):
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):

@@ -71,12 +71,13 @@ def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: C
     return _same_on_every_rank(types, comm)
 
 
-def _same_on_every_rank(types: list, comm: Communicator) -> list:
+def _same_on_every_rank(types: list, comm: Communicator, what: str = "key types") -> list:
     """``types``, checked to be every rank's: a rank whose keys had other types would hash them
-    differently and send equal keys to different ranks."""
+    differently and send equal keys to different ranks (TypeError naming ``what`` on every rank
+    otherwise)."""
     seen = comm.allgather([str(t) for t in types])
     if any(s != seen[0] for s in seen):
-        raise TypeError(f"the ranks' key types differ ({seen}); give every rank slices of the same schema")
+        raise TypeError(f"the ranks' {what} differ ({seen}); give every rank slices of the same schema")
     return types
 
 
@@ -189,8 +190,9 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     ImportError
         ``compression="cascaded"`` of tables in GPU memory without nvCOMP.
     TypeError
-        The ranks' key types differ, or some ranks pass tables in GPU memory and others host
-        tables, or one side is in GPU memory and the other not.
+        The ranks' key types differ (tables in GPU memory: any column's type), or some ranks
+        pass tables in GPU memory and others host tables, or one side is in GPU memory and the
+        other not.
     MemoryError
         A rank's shuffle of tables in GPU memory would not fit in its free GPU memory (every rank
         raises it, before data moves).
@@ -281,22 +283,28 @@ def _device_tables(tables: list, keys: list[list[str]], comm: Communicator) -> l
     with their string columns re-coded into dictionaries shared by every rank (the i-th key of
     every table in one dictionary)."""
     tables, types = _checked_tables(tables, keys)
-    _same_on_every_rank(types, comm)
+    _same_on_every_rank(types, comm, COLUMNS)
     return _unified(tables, keys, comm)
 
 
 def _checked_tables(tables: list, keys: list[list[str]]) -> tuple[list, list[str]]:
-    """The DeviceTables of ``tables``, their columns checked, and the names of their key types
-    that every rank's must equal (no collective)."""
+    """The DeviceTables of ``tables``, their columns checked, and what every rank's must equal
+    (no collective): each key's dtype and Arrow type, where its stored integers' meaning hangs on
+    it (decimal(10,2) on one rank and decimal(10,3) on another would hash 1.00 and 1.000 apart),
+    then every other column's name, dtype and coding or Arrow type (the shuffle moves columns by
+    position, each rank reads what it receives in its own types, and the ranks unify string
+    columns' dictionaries by name: other columns on some rank would send other bytes, be read
+    as other values, or leave the ranks waiting in different collectives)."""
     from ..cuda.table import arrow_type, as_device_table
     from ..table import check_columns
 
     tables = [as_device_table(t) for t in tables]
     for t, k, side in zip(tables, keys, ("left", "right")):
         check_columns(t, k, side if len(tables) > 1 else "input")
-    # (a key's Arrow type too, where its stored integers' meaning hangs on it: decimal(10,2) on one
-    # rank and decimal(10,3) on another would hash 1.00 and 1.000 apart)
-    return tables, [f"gpu {t[n].dtype} {_coded(t, n) or arrow_type(t, n)}" for t, k in zip(tables, keys) for n in k]
+    keyed = [f"key gpu {t[n].dtype} {_coded(t, n) or arrow_type(t, n)}" for t, k in zip(tables, keys) for n in k]
+    others = [f"{i}.{n} {t[n].dtype} {_coded(t, n) or arrow_type(t, n)}" for i, (t, k) in enumerate(zip(tables, keys))
+              for n in t.column_names if n not in k]
+    return tables, keyed + others
 
 
 def _unified(tables: list, keys: list[list[str]], comm: Communicator) -> list:
@@ -309,6 +317,10 @@ def _unified(tables: list, keys: list[list[str]], comm: Communicator) -> list:
     for i, t in enumerate(tables):
         groups += [[(i, n)] for n in t.column_names if n in t.dictionaries and n not in keys[i]]
     return unify_dictionaries(tables, groups, comm)
+
+
+#: What :func:`_checked_tables`' list names, in the error where the ranks' differ.
+COLUMNS = "key types or columns (key: dtype, Arrow type; table.column: dtype, coding or Arrow type)"
 
 
 def _types_hash(types: list[str]) -> int:
@@ -489,9 +501,9 @@ def _device_join(left, right, on, left_on, right_on, how, suffix, comm, shuffle,
                                                failed is not None, coded, _types_hash(types)], np.int64))
         if unified or not (sizes[:, 6].any() or (sizes[:, 7] != sizes[0, 7]).any()):
             break
-        # some rank's string columns, or other key types: the types compared by name (every
-        # rank raises where they differ), the dictionaries unified, the sizes gathered again
-        _same_on_every_rank(types, comm)
+        # some rank's string columns, or other columns: compared by name (every rank raises
+        # where they differ), the dictionaries unified, the sizes gathered again
+        _same_on_every_rank(types, comm, COLUMNS)
         tables, unified = _unified(tables, [lk, rk], comm), True
     _raise_failed(bool(sizes[:, 5].any()), failed, comm)
     rows = int(sizes[:, :2].max())
@@ -575,7 +587,7 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     Raises
     ------
     TypeError
-        The ranks' key types differ.
+        The ranks' key types differ (a table in GPU memory: any column's type).
     ValueError
         An unknown shuffle or compression.
     ImportError
