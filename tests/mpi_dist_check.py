@@ -124,6 +124,21 @@ def main():
                 got = pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
                                 for n, c in zip(got.column_names, got.columns)})
                 assert_tables_equal(got, gpujoin.join(lt, rt, "k", how=how, device="cpu"))
+    # a payload column of int32 on rank 1 and int64 elsewhere: a TypeError on every rank, for the
+    # join and the group-by (the rows a rank receives are concatenated with its own schema: that
+    # rank alone had failed there, and the others waited for it)
+    odd = pa.table({"k": np.arange(10), "i": pa.array(np.arange(10), pa.int32() if comm.rank == 1 else pa.int64())})
+    for what, run in (("join", lambda: join(odd, odd, "k", comm=comm, device=device)),
+                      ("group-by", lambda: group_by(odd, "k", comm=comm, device=device).agg(n=(None, "size")))):
+        try:
+            run()
+            raised = None
+        except TypeError as err:
+            raised = str(err)
+        assert (raised is not None) == (comm.size > 1) and (raised is None or "columns" in raised), raised
+        if comm.rank == 0:
+            print(f"host {what}: a column's type differing on rank 1: {'raised on every rank' if raised else 'none'}",
+                  flush=True)
     null_keys_equal(comm, extra, left, right, lambda t: t, device)
     # shuffle="auto": on 2 hosts of 2 the crossover model with this job's links, measured, and
     # the same on every rank (the rails and hosts measure their own: ranks that chose apart hung)

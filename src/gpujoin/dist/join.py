@@ -64,21 +64,38 @@ def _destinations(table: pa.Table, names: list[str], types: list, comm: Communic
 
 
 def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: Communicator) -> list:
-    """The promoted key types, checked to agree on every rank."""
+    """The promoted key types, checked to agree on every rank, with the tables' columns
+    (:func:`_schemas`), in one collective."""
     from ..plan.keys import promote_key_types
 
     types = [promote_key_types(a, lt.schema.field(a).type, b, rt.schema.field(b).type) for a, b in zip(lk, rk)]
-    return _same_on_every_rank(types, comm)
+    _same_on_every_rank([str(t) for t in types] + _schemas(lt, rt), comm, HOST_COLUMNS)
+    return types
 
 
-def _same_on_every_rank(types: list, comm: Communicator, what: str = "key types") -> list:
-    """``types``, checked to be every rank's: a rank whose keys had other types would hash them
-    differently and send equal keys to different ranks (TypeError naming ``what`` on every rank
-    otherwise)."""
-    seen = comm.allgather([str(t) for t in types])
+#: What :func:`_key_types`' check names, in the error where the ranks' differ.
+HOST_COLUMNS = "key types or columns (table.column: Arrow type)"
+
+
+def _schemas(*tables: pa.Table) -> list[str]:
+    """Each host table's columns' names and Arrow types, in order: what every rank's must equal
+    (a rank concatenates the rows it receives with its own schema: a rank whose columns differ
+    failed there alone, and the others waited for it in the next collective)."""
+    return [f"{i}.{f.name} {f.type}" for i, t in enumerate(tables) for f in t.schema]
+
+
+def _same_on_every_rank(names: list[str], comm: Communicator, what: str) -> None:
+    """Check that ``names`` (of types, columns) are every rank's: a rank whose keys had other
+    types would hash them differently and send equal keys to different ranks.
+
+    Raises
+    ------
+    TypeError
+        On every rank where some rank's differ, naming ``what`` and every rank's ``names``.
+    """
+    seen = comm.allgather([str(t) for t in names])
     if any(s != seen[0] for s in seen):
         raise TypeError(f"the ranks' {what} differ ({seen}); give every rank slices of the same schema")
-    return types
 
 
 def _host_table(x) -> pa.Table:
@@ -190,9 +207,8 @@ def join(left, right, on=None, *, left_on=None, right_on=None, how: str = "inner
     ImportError
         ``compression="cascaded"`` of tables in GPU memory without nvCOMP.
     TypeError
-        The ranks' key types differ (tables in GPU memory: any column's type), or some ranks
-        pass tables in GPU memory and others host tables, or one side is in GPU memory and the
-        other not.
+        The ranks' key types or columns (names, types) differ, or some ranks pass tables in GPU
+        memory and others host tables, or one side is in GPU memory and the other not.
     MemoryError
         A rank's shuffle of tables in GPU memory would not fit in its free GPU memory (every rank
         raises it, before data moves).
@@ -587,7 +603,7 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     Raises
     ------
     TypeError
-        The ranks' key types differ (a table in GPU memory: any column's type).
+        The ranks' key types or columns (names, types) differ.
     ValueError
         An unknown shuffle or compression.
     ImportError
@@ -609,7 +625,7 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     else:
         t = _host_table(table)
         check_columns(t, by, "input")
-        _same_on_every_rank([t.schema.field(b).type for b in by], comm)
+        _same_on_every_rank([str(t.schema.field(b).type) for b in by] + _schemas(t), comm, HOST_COLUMNS)
         dest = destinations(key_hashes([combined(t, b) for b in by], SEED_FIRST, nulls_as_zero=True), comm.size)
     t1 = time.perf_counter()
     got = shuffle_rows(t, dest, comm, shuffle, compression, stats)
