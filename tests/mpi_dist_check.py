@@ -130,15 +130,8 @@ def main():
     odd = pa.table({"k": np.arange(10), "i": pa.array(np.arange(10), pa.int32() if comm.rank == 1 else pa.int64())})
     for what, run in (("join", lambda: join(odd, odd, "k", comm=comm, device=device)),
                       ("group-by", lambda: group_by(odd, "k", comm=comm, device=device).agg(n=(None, "size")))):
-        try:
-            run()
-            raised = None
-        except TypeError as err:
-            raised = str(err)
-        assert (raised is not None) == (comm.size > 1) and (raised is None or "columns" in raised), raised
-        if comm.rank == 0:
-            print(f"host {what}: a column's type differing on rank 1: {'raised on every rank' if raised else 'none'}",
-                  flush=True)
+        raised_on_every_rank(comm, f"host {what}: a column's type differing on rank 1", run, TypeError,
+                             lambda m: "columns" in m)
     null_keys_equal(comm, extra, left, right, lambda t: t, device)
     # shuffle="auto": on 2 hosts of 2 the crossover model with this job's links, measured, and
     # the same on every rank (the rails and hosts measure their own: ranks that chose apart hung)
@@ -192,6 +185,20 @@ def auto_compression(left, right):
     del os.environ["GPUJOIN_INTER_HOST_GBPS"]
 
 
+def raised_on_every_rank(comm, label: str, run, error, expect) -> None:
+    """``run()`` raises ``error``, its message passing ``expect``, on every rank where there are
+    several (one rank has none to differ from, and no error); rank 0 prints ``label`` and what
+    happened."""
+    try:
+        run()
+        raised = None
+    except error as err:
+        raised = str(err)
+    assert (raised is not None) == (comm.size > 1) and (raised is None or expect(raised)), raised
+    if comm.rank == 0:
+        print(f"{label}: {'raised on every rank' if raised else 'none'}", flush=True)
+
+
 def device_tables(comm, extra, left, right):
     """Tables in GPU memory, shuffled over NCCL (or through the host where ranks share a GPU):
     each rank's string columns dictionary-coded over its own strings (re-coded by the join into
@@ -225,18 +232,11 @@ def device_tables(comm, extra, left, right):
     vals = left["k"].cast(pa.int32()).cast(pa.decimal128(18, 2)).to_pylist()
     vals[1] = Decimal("9999999999999999.99")  # (x 10 passes int64 at scale 3; row 1 is rank 1's)
     big = left.set_column(0, "k", pa.array(vals, pa.decimal128(18, 2)))
-    fails = comm.size > 1
     wide = right.set_column(0, "k", right["k"].cast(pa.int32()).cast(pa.decimal128(18, 3)))
     for method in ("one-level", "two-level"):
-        try:
-            join(dev(big), dev(wide), "k", comm=comm, shuffle=method)
-            raised = None
-        except SchemaError as err:
-            raised = str(err)
-        assert (raised is not None) == fails and (raised is None or raised.startswith("rank 1:")), raised
-        if comm.rank == 0:
-            print(f"device scales past 64 bits on rank 1 {method}: {'raised on every rank' if fails else 'none'}",
-                  flush=True)
+        raised_on_every_rank(comm, f"device scales past 64 bits on rank 1 {method}",
+                             lambda: join(dev(big), dev(wide), "k", comm=comm, shuffle=method), SchemaError,
+                             lambda m: m.startswith("rank 1:"))
     # left keys of int64 on rank 1 and int32 on the others, or a payload column of int32 there:
     # a TypeError on every rank, not bytes read as other values (the sizes' allgather carries a
     # hash of the columns' types; their names are compared where the hashes differ; no string
@@ -245,15 +245,8 @@ def device_tables(comm, extra, left, right):
     for what, odd_l, odd_r in (
             ("key", nl.set_column(0, "k", nl["k"].cast(pa.int64() if comm.rank == 1 else pa.int32())), nr),
             ("payload", nl, nr.set_column(2, "c", nr["c"].cast(pa.int32() if comm.rank == 1 else pa.int64())))):
-        try:
-            join(dev(odd_l), dev(odd_r), "k", comm=comm)
-            raised = None
-        except TypeError as err:
-            raised = str(err)
-        assert (raised is not None) == (comm.size > 1) and (raised is None or "columns" in raised), raised
-        if comm.rank == 0:
-            print(f"device {what} types differing on rank 1: {'raised on every rank' if raised else 'none'}",
-                  flush=True)
+        raised_on_every_rank(comm, f"device {what} types differing on rank 1",
+                             lambda: join(dev(odd_l), dev(odd_r), "k", comm=comm), TypeError, lambda m: "columns" in m)
     for method in ("one-level", "two-level"):
         for how in ("inner", "left", "right", "full", "semi", "anti"):
             for on in ("k", ["k", "s"]):
