@@ -185,12 +185,6 @@ def empty(comm, n: int, dtype):
     return _array(_pool(comm, "_registered", False), n, dtype)
 
 
-def window(comm, n: int, dtype):
-    """A CuPy array of ``n`` items of ``dtype`` (uninitialized) in a symmetric window of the NCCL
-    communicator of ``comm`` (``dist.Communicator``): :func:`windows` of one."""
-    return windows(comm, [(n, dtype)])[0]
-
-
 def windows(comm, shapes: list[tuple[int, object]]) -> list:
     """A CuPy array of ``n`` items of ``dtype`` (uninitialized) for each ``(n, dtype)`` of
     ``shapes``, each in a symmetric window of the NCCL communicator of ``comm``
@@ -279,7 +273,7 @@ def copy_engine_wanted(one_host: bool) -> bool:
 def allgather(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
     """``ncclAllGather`` of ``nbytes`` bytes a rank: ``send`` (device address) to block r of
     ``recv`` at every rank (this rank r's block too: in place where ``send`` is that block, which
-    the copy engines then leave as it is), both in :func:`window` blocks at the same offsets on
+    the copy engines then leave as it is), both in :func:`windows` blocks at the same offsets on
     every rank, on ``stream`` (a CUDA stream handle).
 
     Raises
@@ -292,7 +286,7 @@ def allgather(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
 
 def alltoall(comm, send: int, recv: int, nbytes: int, stream: int) -> None:
     """``ncclAlltoAll`` of ``nbytes`` bytes a rank: block j of ``send`` (device address) to rank
-    j, rank j's block into block j of ``recv`` (both in :func:`window` blocks, at the same
+    j, rank j's block into block j of ``recv`` (both in :func:`windows` blocks, at the same
     offsets on every rank), on ``stream`` (a CUDA stream handle).
 
     Raises
