@@ -69,7 +69,7 @@ def _key_types(lt: pa.Table, rt: pa.Table, lk: list[str], rk: list[str], comm: C
     from ..plan.keys import promote_key_types
 
     types = [promote_key_types(a, lt.schema.field(a).type, b, rt.schema.field(b).type) for a, b in zip(lk, rk)]
-    _same_on_every_rank([str(t) for t in types] + _schemas(lt, rt), comm, HOST_COLUMNS)
+    _same_on_every_rank(types + _schemas(lt, rt), comm, HOST_COLUMNS)
     return types
 
 
@@ -84,9 +84,10 @@ def _schemas(*tables: pa.Table) -> list[str]:
     return [f"{i}.{f.name} {f.type}" for i, t in enumerate(tables) for f in t.schema]
 
 
-def _same_on_every_rank(names: list[str], comm: Communicator, what: str) -> None:
-    """Check that ``names`` (of types, columns) are every rank's: a rank whose keys had other
-    types would hash them differently and send equal keys to different ranks.
+def _same_on_every_rank(names: list, comm: Communicator, what: str) -> None:
+    """Check that ``names`` (types or their names, columns), as strings, are every rank's: a
+    rank whose keys had other types would hash them differently and send equal keys to
+    different ranks.
 
     Raises
     ------
@@ -625,7 +626,7 @@ def group_by(table, by, *, comm: Communicator | None = None, shuffle: str = "aut
     else:
         t = _host_table(table)
         check_columns(t, by, "input")
-        _same_on_every_rank([str(t.schema.field(b).type) for b in by] + _schemas(t), comm, HOST_COLUMNS)
+        _same_on_every_rank([t.schema.field(b).type for b in by] + _schemas(t), comm, HOST_COLUMNS)
         dest = destinations(key_hashes([combined(t, b) for b in by], SEED_FIRST, nulls_as_zero=True), comm.size)
     t1 = time.perf_counter()
     got = shuffle_rows(t, dest, comm, shuffle, compression, stats)
