@@ -170,13 +170,18 @@ def breakdown(rounds: int = 100) -> None:
 
     stamps: list = []
 
-    def wrap(owner, name, label):
+    def wrap(owner, name, label, result=None):
         fn = getattr(owner, name)
 
         def wrapped(*a, **k):
             stamps.append((label + "<", time.perf_counter()))
             try:
-                return fn(*a, **k)
+                out = fn(*a, **k)
+                if result is not None:  # (the function it returns, wrapped too)
+                    holder = type("holder", (), {"f": staticmethod(out)})
+                    wrap(holder, "f", result)
+                    out = holder.f
+                return out
             finally:
                 stamps.append((label + ">", time.perf_counter()))
         setattr(owner, name, wrapped)
@@ -185,7 +190,8 @@ def breakdown(rounds: int = 100) -> None:
     import gpujoin.plan.device_join as dj
     from gpujoin.plan import stats as st
 
-    steps = ((auto, "resolve_gpu_join", "resolve"), (prim, "launch_key_samples", "launch"),
+    wrap(auto, "launch_gpu_join_plan", "plan", result="finish")
+    steps = ((prim, "launch_key_samples", "launch"),
              (prim.PendingSamples, "words", "wait"), (auto, "choose_join", "rules"), (cjoin, "run", "run"),
              (dj, "_execute_device_join", "inner"), (ctable, "as_device_table", "tables"),
              (dj, "check_columns", "check"), (dj, "output_layout", "layout"), (dj, "to_key", "tokey"),
@@ -220,9 +226,11 @@ def breakdown(rounds: int = 100) -> None:
                     if f + "<" in t:
                         spans.setdefault((a if a == "auto" else "named", f"start -> {f}"), []).append(
                             t[f + "<"] - t0)
-                pre = "resolve<" if a == "auto" else "run<"
-                for label, (x, y) in (("whole", ("start", "end")), ("before resolve/run", ("start", pre)),
-                                      ("resolve", ("resolve<", "resolve>")), ("  launch", ("launch<", "launch>")),
+                pre = "plan<" if a == "auto" else "run<"
+                for label, (x, y) in (("whole", ("start", "end")), ("before plan/run", ("start", pre)),
+                                      ("plan (launch)", ("plan<", "plan>")), ("plan> -> finish<", ("plan>", "finish<")),
+                                      ("finish", ("finish<", "finish>")), ("finish> -> run<", ("finish>", "run<")),
+                                      ("start -> run", ("start", "run<")), ("  launch", ("launch<", "launch>")),
                                       ("  wait", ("wait<", "wait>")), ("  rules (choose_join)", ("rules<", "rules>")),
                                       ("  samples", ("samples<", "samples>")),
                                       ("    _scratch", ("_scratch<", "_scratch>")),

@@ -15,7 +15,7 @@ import numpy as np
 from gpujoin.bench.workloads import JoinWorkload, make_join
 from gpujoin.cuda import primitives as prim
 from gpujoin.plan import stats
-from gpujoin.plan.auto import choose_join, resolve_gpu_join
+from gpujoin.plan.auto import choose_join, launch_gpu_join_plan, resolve_gpu_join
 from gpujoin.plan.calibrate import device_model
 from gpujoin.plan.join import execute_join
 
@@ -25,6 +25,25 @@ extern "C" __global__ void nop_struct(const Args a) {
     if (threadIdx.x == 0 && a.w[0] == 12345) *(unsigned long long*)a.w[1] = a.w[2];
 }
 """
+
+
+class _Read(prim.PendingSamples):
+    """A planner launch's reader, read as PendingSamples are (after the timed launch)."""
+
+    def __init__(self, read):
+        self.read = read
+
+    def result(self):
+        return self.read()
+
+
+def _pending(read):
+    return _Read(read)
+
+
+def _imports():
+    from gpujoin.cuda.primitives import launch_key_samples
+    return launch_key_samples
 
 
 def main(rounds: int = 100) -> None:
@@ -56,6 +75,15 @@ def main(rounds: int = 100) -> None:
             [bk, pk], stats.SKEW_SAMPLE, (size, 0)),
         "device_join_samples, multiplicity (with the wait)": lambda: stats.device_join_samples(bk, pk, False, True),
         "resolve_gpu_join, 1 payload": lambda: resolve_gpu_join(bk, pk, [r["r0"]], [s["s0"]]),
+        "launch_gpu_join_plan, 1 payload (launch only)": lambda: _pending(launch_gpu_join_plan(bk, pk, [4], [4])),
+        "launch_join_samples, multiplicity": lambda: _pending(stats.launch_join_samples(bk, pk, False, True)),
+        "hasattr(keys, __cuda_array_interface__)": lambda: hasattr(bk, "__cuda_array_interface__"),
+        "isinstance(keys, cp.ndarray)": lambda: isinstance(bk, cp.ndarray),
+        "JoinEstimate(...)": lambda: stats.JoinEstimate(int(bk.size), int(pk.size), bk.dtype.itemsize, [4], [4],
+                                                        None, None),
+        "keys.flags.c_contiguous": lambda: bk.flags.c_contiguous,
+        "cp.cuda.get_current_stream()": cp.cuda.get_current_stream,
+        "a function-level relative import": _imports,
     }
     try:
         from cuda.bindings import driver

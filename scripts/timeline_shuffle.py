@@ -114,7 +114,7 @@ if whole or single:  # the local join's host steps, as ranges in the GPU's trace
                       (auto_module, "launch_gpu_join_plan"), (phj_module, "_phj"), (phj_module, "run_match"),
                       (dist_join, "_device_tables"), (dist_join, "_rescaled"), (dist_join, "_shuffle_radix_bits"),
                       (dist_join, "_early_counts"), (rs_module, "exchange_partitioned"), (rs_module, "count"),
-                      (rs_module, "_block_layout"), (rs_module, "_check_room"), (reg_module, "window"),
+                      (rs_module, "_block_layout"), (rs_module, "_check_room"), (reg_module, "windows"),
                       (rs_module, "received_table")):
         setattr(mod, name, ranged("launch_plan" if name == "launch_gpu_join_plan" else name, getattr(mod, name)))
 comm.barrier()

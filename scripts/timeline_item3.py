@@ -1,0 +1,95 @@
+"""Where a 2^24-row join's time goes, auto beside the algorithm it picks named (issue 17 item 3):
+CUPTI timelines (PyTorch's profiler, ``scripts/cupti.py``) of a loop of calls through
+``gpujoin.join`` on paper 001's random workload, one and two payload columns; for each call,
+its wall time, when its first kernel starts, the GPU's busy time, its idle time before and after
+the first kernel, and when its last kernel ends before the call returns (microseconds, medians
+over the recorded calls).  Without the profiler each kind of call is timed too (median of
+random-order rounds), since CUPTI's callbacks add host time to every launch.
+
+    PYTHONPATH=src python3 scripts/timeline_item3.py [log2 rows] [calls]
+"""
+
+import random
+import statistics
+import sys
+import time
+
+import cupy as cp
+import torch.profiler as tp
+
+import gpujoin
+from gpujoin.bench.workloads import JoinWorkload, make_join
+from gpujoin.plan.auto import resolve_gpu_join
+
+sys.path.insert(0, "scripts")
+from cupti import record, union  # noqa: E402
+
+LOG = int(sys.argv[1]) if len(sys.argv) > 1 else 24
+CALLS = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+
+
+def cases():
+    out = []
+    for p in (1, 2):
+        r, s = make_join(JoinWorkload(log2_r=LOG, log2_s=LOG, payloads=p), cp)
+        algo = resolve_gpu_join(r["k"], s["k"], [r[f"r{i}"] for i in range(p)],
+                                [s[f"s{i}"] for i in range(p)]).algorithm
+        out.append((f"{p}p auto", lambda r=r, s=s: gpujoin.join(s, r, "k", algorithm="auto")))
+        out.append((f"{p}p {algo}", lambda r=r, s=s, a=algo: gpujoin.join(s, r, "k", algorithm=a)))
+    return out
+
+
+def plain(calls, rounds=60):
+    times = {label: [] for label, _ in calls}
+    for _ in range(rounds):
+        random.shuffle(calls)
+        for label, fn in calls:
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            fn()
+            cp.cuda.Device().synchronize()
+            times[label].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
+
+
+def traced(calls):
+    def loop():
+        for i in range(CALLS):
+            for label, fn in calls:
+                cp.cuda.Device().synchronize()
+                with tp.record_function(f"{label}#{i}"):
+                    fn()
+                    cp.cuda.Device().synchronize()
+    _, ev, api, ranges = record(loop)
+    rows = {}
+    for r in ranges:
+        label = r["name"].rsplit("#", 1)[0]
+        a, b = r["ts"], r["ts"] + r["dur"]
+        ks = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if a <= e["ts"] < b)
+        if not ks:
+            continue
+        first, last = ks[0][0] - a, b - max(e for _, e in ks)
+        busy = union(ks)
+        rows.setdefault(label, []).append((r["dur"], first, busy, (max(e for _, e in ks) - ks[0][0]) - busy, last,
+                                           len(ks)))
+    return rows
+
+
+def main():
+    calls = cases()
+    for _, fn in calls * 3:
+        fn()
+    print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), f"2^{LOG} rows a side", flush=True)
+    for k, v in sorted(plain(list(calls)).items()):
+        print(f"  no profiler  {k:14} median {v:8.1f} us", flush=True)
+    rows = traced(calls)
+    print("  traced (medians, us): wall, first kernel at, GPU busy, idle between kernels, "
+          "after the last kernel, kernels")
+    for label, rs in sorted(rows.items()):
+        med = [statistics.median(x[i] for x in rs[2:]) for i in range(6)]
+        print(f"  {label:14} wall {med[0]:8.1f}  first {med[1]:7.1f}  busy {med[2]:8.1f}  gaps {med[3]:7.1f}  "
+              f"tail {med[4]:7.1f}  kernels {med[5]:.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
