@@ -88,19 +88,28 @@ def draw(seed: int, ranks: int, max_log2: float, device_tables: bool = False):
     owners = [np.where(rng.random(t.num_rows) < 0.3, empty if empty else 0,
                        rng.integers(0, ranks, t.num_rows)) for t in tables]
     owners = [np.where(o == empty, 0, o) if ranks > 1 and rng.random() < 0.5 else o for o in owners]
-    return (what, tables, on, how, str(rng.choice(["one-level", "two-level"])),
-            str(rng.choice(["none", "none", "cascaded", "auto"])), owners, device)
+    # PHJ's radix bits named in some device joins: where the tables take it (one int key of one
+    # dtype, no validity masks, other columns of one width, one level, no compression), the
+    # shuffle's pass is then the local join's first (dist.radix_shuffle; the planner's own bits
+    # at these sizes save no pass, so the fuzz would never reach it)
+    method = str(rng.choice(["one-level", "two-level"]))
+    compression = str(rng.choice(["none", "none", "cascaded", "auto"]))
+    bits = int(rng.choice([0, 0, 10, 12])) if device and what == "join" else 0
+    if bits:  # (the radix shuffle is one level, uncompressed: the other cases cover the rest)
+        method, compression = "one-level", "none"
+    return what, tables, on, how, method, compression, owners, device, bits
 
 
-def run(comm, case, device):
-    what, tables, on, how, method, compression, owners, device_form = case
+def run(comm, case, device, stats=None):
+    what, tables, on, how, method, compression, owners, device_form, bits = case
     mine = [t.take(np.flatnonzero(o == comm.rank)) for t, o in zip(tables, owners)]
     if device_form:
         from gpujoin.cuda.table import DeviceTable
 
         mine, device = [DeviceTable.from_arrow(t) for t in mine], "cuda"
     if what == "join":
-        out = join(mine[0], mine[1], on, how=how, comm=comm, shuffle=method, compression=compression, device=device)
+        out = join(mine[0], mine[1], on, how=how, comm=comm, shuffle=method, compression=compression, device=device,
+                   stats=stats, **({"radix_bits": bits} if bits else {}))
     else:
         out = group_by(mine[0], on, comm=comm, shuffle=method, compression=compression, device=device).agg(**AGGS)
     return gathered(comm, out.to_arrow() if hasattr(out, "to_arrow") else out)
@@ -117,30 +126,34 @@ def main():
         return
     seconds, seed, max_log2 = args.seconds, args.first_seed, args.max_log2
     end, done, failed = time.perf_counter() + seconds, {"join": 0, "group-by": 0}, []
-    forms = {"host": 0, "device": 0}
+    forms = {"host": 0, "device": 0, "radix bits named": 0, "radix shuffle": 0}
     try:
         while time.perf_counter() < end:
             case = draw(seed, comm.size, max_log2, args.device_tables)
             if case is not None:
                 comm.comm.bcast(case)
-                got = run(comm, case, device)
+                job: dict = {}
+                got = run(comm, case, device, job)
                 what, tables, on, how = case[:4]
                 want = (gpujoin.join(tables[0], tables[1], on, how=how, device="cpu") if what == "join" else
                         gpujoin.group_by(tables[0], on, device="cpu").agg(**AGGS))
                 diff = first_difference(got, want, rel=1e-9)
                 done[what] += 1
                 forms["device" if case[7] else "host"] += 1
+                forms["radix bits named"] += bool(case[8])
+                forms["radix shuffle"] += bool(job.get("shuffle_radix_bits"))  # (its pass the local join's first)
                 if diff is not None:
                     failed.append(seed)
                     print(f"FAIL seed {seed}: {what} rows {[t.num_rows for t in tables]} how={how} "
-                          f"shuffle={case[4]} compression={case[5]} device tables={case[7]}\n  {diff[:1200]}",
+                          f"shuffle={case[4]} compression={case[5]} device tables={case[7]} radix_bits={case[8]}\n"
+                          f"  {diff[:1200]}",
                           flush=True)
             seed += 1
     finally:
         comm.comm.bcast(None)
     comm.barrier()
     print(f"fuzz_dist: {comm.size} ranks ({comm.nodes} hosts), {done['join']} joins, {done['group-by']} group-bys "
-          f"({forms['device']} of them as DeviceTables), seeds up to {seed - 1}; {len(failed)} failed: {failed[:30]}", flush=True)
+          f"({forms['device']} of them as DeviceTables, {forms['radix bits named']} with PHJ's radix bits named, {forms['radix shuffle']} through the radix shuffle), seeds up to {seed - 1}; {len(failed)} failed: {failed[:30]}", flush=True)
 
 
 if __name__ == "__main__":
