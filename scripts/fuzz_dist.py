@@ -153,7 +153,9 @@ def main():
         comm.comm.bcast(None)
     comm.barrier()
     print(f"fuzz_dist: {comm.size} ranks ({comm.nodes} hosts), {done['join']} joins, {done['group-by']} group-bys "
-          f"({forms['device']} of them as DeviceTables, {forms['radix bits named']} with PHJ's radix bits named, {forms['radix shuffle']} through the radix shuffle), seeds up to {seed - 1}; {len(failed)} failed: {failed[:30]}", flush=True)
+          f"({forms['device']} of them as DeviceTables, {forms['radix bits named']} with PHJ's radix bits named, "
+          f"{forms['radix shuffle']} through the radix shuffle), seeds up to {seed - 1}; {len(failed)} failed: "
+          f"{failed[:30]}", flush=True)
 
 
 if __name__ == "__main__":
