@@ -1,9 +1,9 @@
 """Where a 2^24-row join's time goes, auto beside the algorithm it picks named (issue 17 item 3):
 CUPTI timelines (PyTorch's profiler, ``scripts/cupti.py``) of a loop of calls through
 ``gpujoin.join`` on paper 001's random workload, one and two payload columns; for each call,
-its wall time, when its first kernel starts, the GPU's busy time, its idle time before and after
-the first kernel, and when its last kernel ends before the call returns (microseconds, medians
-over the recorded calls).  Without the profiler each kind of call is timed too (median of
+its wall time, when its first kernel starts, the GPU's busy time, the GPU's idle time between
+its first and last kernels, and how long after its last kernel the call returns (microseconds,
+medians over the recorded calls).  Without the profiler each kind of call is timed too (median of
 random-order rounds), since CUPTI's callbacks add host time to every launch.
 
     PYTHONPATH=src python3 scripts/timeline_item3.py [log2 rows] [calls]
@@ -17,26 +17,18 @@ import time
 import cupy as cp
 import torch.profiler as tp
 
-import gpujoin
-from gpujoin.bench.workloads import JoinWorkload, make_join
-from gpujoin.plan.auto import resolve_gpu_join
-
 sys.path.insert(0, "scripts")
 from cupti import record, union  # noqa: E402
+from profile_item3 import pairs  # noqa: E402
 
 LOG = int(sys.argv[1]) if len(sys.argv) > 1 else 24
 CALLS = int(sys.argv[2]) if len(sys.argv) > 2 else 12
 
 
 def cases():
-    out = []
-    for p in (1, 2):
-        r, s = make_join(JoinWorkload(log2_r=LOG, log2_s=LOG, payloads=p), cp)
-        algo = resolve_gpu_join(r["k"], s["k"], [r[f"r{i}"] for i in range(p)],
-                                [s[f"s{i}"] for i in range(p)]).algorithm
-        out.append((f"{p}p auto", lambda r=r, s=s: gpujoin.join(s, r, "k", algorithm="auto")))
-        out.append((f"{p}p {algo}", lambda r=r, s=s, a=algo: gpujoin.join(s, r, "k", algorithm=a)))
-    return out
+    """(label, call) of auto and the named choice for the joins of profile_item3.pairs."""
+    return [(f"{label.split(', ')[1]} {which}", fn) for label, auto, named in pairs(LOG) if "join" in label
+            for which, fn in (("auto", auto), (label.rsplit(", ", 1)[1], named))]
 
 
 def plain(calls, rounds=60):
