@@ -9,10 +9,8 @@ random-order rounds), since CUPTI's callbacks add host time to every launch.
     PYTHONPATH=src python3 scripts/timeline_item3.py [log2 rows] [calls]
 """
 
-import random
 import statistics
 import sys
-import time
 
 import cupy as cp
 import torch.profiler as tp
@@ -20,6 +18,7 @@ import torch.profiler as tp
 sys.path.insert(0, "scripts")
 from cupti import record, union  # noqa: E402
 from profile_item3 import pairs  # noqa: E402
+from profile_planner_host import random_rounds  # noqa: E402
 
 LOG = int(sys.argv[1]) if len(sys.argv) > 1 else 24
 CALLS = int(sys.argv[2]) if len(sys.argv) > 2 else 12
@@ -29,19 +28,6 @@ def cases():
     """(label, call) of auto and the named choice for the joins of profile_item3.pairs."""
     return [(f"{label.split(', ')[1]} {which}", fn) for label, auto, named in pairs(LOG) if "join" in label
             for which, fn in (("auto", auto), (label.rsplit(", ", 1)[1], named))]
-
-
-def plain(calls, rounds=60):
-    times = {label: [] for label, _ in calls}
-    for _ in range(rounds):
-        random.shuffle(calls)
-        for label, fn in calls:
-            cp.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            fn()
-            cp.cuda.Device().synchronize()
-            times[label].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
 
 
 def traced(calls):
@@ -72,14 +58,14 @@ def main():
     for _, fn in calls * 3:
         fn()
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), f"2^{LOG} rows a side", flush=True)
-    for k, v in sorted(plain(list(calls)).items()):
-        print(f"  no profiler  {k:14} median {v:8.1f} us", flush=True)
+    print("  no profiler (60 random-order rounds):")
+    random_rounds(list(calls), 60, width=24)
     rows = traced(calls)
     print("  traced (medians, us): wall, first kernel at, GPU busy, idle between kernels, "
           "after the last kernel, kernels")
     for label, rs in sorted(rows.items()):
         med = [statistics.median(x[i] for x in rs[2:]) for i in range(6)]
-        print(f"  {label:14} wall {med[0]:8.1f}  first {med[1]:7.1f}  busy {med[2]:8.1f}  gaps {med[3]:7.1f}  "
+        print(f"  {label:20} wall {med[0]:8.1f}  first {med[1]:7.1f}  busy {med[2]:8.1f}  gaps {med[3]:7.1f}  "
               f"tail {med[4]:7.1f}  kernels {med[5]:.0f}", flush=True)
 
 
