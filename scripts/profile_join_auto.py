@@ -170,21 +170,18 @@ def breakdown(rounds: int = 100) -> None:
 
     stamps: list = []
 
-    def wrap(owner, name, label, result=None):
-        fn = getattr(owner, name)
-
+    def stamped(fn, label, result=None):
         def wrapped(*a, **k):
             stamps.append((label + "<", time.perf_counter()))
             try:
                 out = fn(*a, **k)
-                if result is not None:  # (the function it returns, wrapped too)
-                    holder = type("holder", (), {"f": staticmethod(out)})
-                    wrap(holder, "f", result)
-                    out = holder.f
-                return out
+                return out if result is None else stamped(out, result)  # (the function it returns too)
             finally:
                 stamps.append((label + ">", time.perf_counter()))
-        setattr(owner, name, wrapped)
+        return wrapped
+
+    def wrap(owner, name, label, result=None):
+        setattr(owner, name, stamped(getattr(owner, name), label, result))
 
     import gpujoin.cuda.table as ctable
     import gpujoin.plan.device_join as dj
