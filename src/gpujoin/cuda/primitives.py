@@ -685,7 +685,7 @@ def _strided(keys: cp.ndarray, size: int, dtype) -> tuple[cp.ndarray, int, int]:
     sampled into a contiguous copy of ``dtype`` first (count keys, step 1)."""
     step = max(1, keys.size // size)
     count = min(size, -(-keys.size // step))
-    if keys.dtype == dtype and keys.flags.c_contiguous:
+    if keys.dtype == dtype and keys._c_contiguous:  # (CuPy's attribute: .flags builds an object, 3 us cold)
         return keys, step, count
     return cp.ascontiguousarray(keys[::step][:count].astype(dtype, copy=False)), 1, count
 
@@ -728,6 +728,9 @@ class _Scratch:
         self.page = mmap.mmap(-1, mmap.PAGESIZE)
         self.host = np.frombuffer(self.page, np.uint64, 16)
         self.host[:] = 0
+        # the same words as Python ints: a NumPy uint64 scalar compared with an int took a few us
+        # of the cold planner's wait (issue 17 item 3)
+        self.words = memoryview(self.page).cast("Q")[:16]
         self.out, self.ctr, self.host_ptr = self.dev.data.ptr, self.dev.data.ptr + 12 * 8, 0
         if cp.cuda.runtime.deviceGetAttribute(_HOST_POINTER_FOR_REGISTERED_MEM, device):
             addr = self.host.ctypes.data
@@ -770,15 +773,16 @@ class _Scratch:
         self.table_bytes = nbytes
         return self.table.ptr, self.table
 
-    def wait(self, seq: int) -> np.ndarray:
-        """The 12 result words of launch ``seq`` (host u64), once its last block wrote them."""
-        host = self.host
+    def wait(self, seq: int) -> memoryview:
+        """The 16 host words (u64) once launch ``seq``'s last block wrote them: its 12 results
+        first."""
+        host = self.words
         if seq != self.seq:
             raise RuntimeError(f"the planner's samples (launch {seq}) were overwritten before being read: "
                                f"a thread reads each launch_key_samples before its next one")
         if not self.host_ptr:  # no mapped host words on this device: the launch's stream's sync and a copy
             self.stream.synchronize()
-            host[:] = self.dev.get(stream=self.stream)
+            self.host[:] = self.dev.get(stream=self.stream)
             host[15] = self.read = seq
             return host
         for _ in range(1024):  # up to about 100 us spinning; past that, a sync (the GIL released)
@@ -814,7 +818,7 @@ def _scratch() -> _Scratch:
     mine = getattr(_local, "scratches", None)
     if mine is None:
         mine = _local.scratches = {}
-    device = cp.cuda.Device().id
+    device = cp.cuda.runtime.getDevice()  # (no Device object: the planner's host time)
     got = mine.get(device)
     if got is None:
         got = mine[device] = _Scratch(device)
@@ -919,7 +923,7 @@ class PendingSamples:
         """The launch's 12 result words (Python ints; zeros when nothing was launched)."""
         if self.scratch is None:
             return [0] * SAMPLES_OUT
-        return self.scratch.wait(self.seq)[:SAMPLES_OUT].tolist()
+        return self.scratch.wait(self.seq)[:SAMPLES_OUT].tolist()  # (a memoryview's)
 
     def result(self) -> KeySamples:
         res = self.words()

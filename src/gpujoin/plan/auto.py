@@ -21,23 +21,33 @@ the probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 
 
 from __future__ import annotations
 
-from . import cost
+from . import cost, stats
 from .calibrate import device_model
-from .stats import (GroupByEstimate, JoinEstimate, estimate_join, host_build_sample, launch_join_samples,
-                    multiplicity, sample_match_ratio, top_share)
+from .stats import (GroupByEstimate, JoinEstimate, Sample, estimate_groups, estimate_join, hll_sub,
+                    host_build_sample, launch_join_samples, launch_sample, more_groups_than, multiplicity, on_device,
+                    sample_match_ratio, top_share)
 
 
 class Choice:
     """An algorithm, why, and every candidate's predicted seconds (``phases``: candidate -> phase
     -> seconds), computed by ``model`` when first read: the rules never need them, and the cost
     models' Python took about 15 us of the planner's time, which counts on small inputs.
-    ``estimate``: the statistics it was chosen on (stats.GroupByEstimate / JoinEstimate);
-    ``table``: a GPU group-by's HGB stage 1, built while planning."""
+    ``reason``: a string, or a function of none that returns it, called when first read (a
+    join's reasons format percentages: some 6 us of a cold planner's host time, which the
+    device join spends while the GPU runs).  ``estimate``: the statistics it was chosen on
+    (stats.GroupByEstimate / JoinEstimate); ``table``: a GPU group-by's HGB stage 1, built while
+    planning."""
 
-    def __init__(self, algorithm: str, reason: str, predicted: dict | None = None, phases: dict | None = None,
+    def __init__(self, algorithm: str, reason, predicted: dict | None = None, phases: dict | None = None,
                  model=None):
-        self.algorithm, self.reason, self.estimate, self.table = algorithm, reason, None, None
+        self.algorithm, self._reason, self.estimate, self.table = algorithm, reason, None, None
         self._predicted, self._phases, self._model = predicted, phases, model
+
+    @property
+    def reason(self) -> str:
+        if not isinstance(self._reason, str):
+            self._reason = self._reason()
+        return self._reason
 
     @property
     def phases(self) -> dict[str, dict[str, float]]:
@@ -80,21 +90,23 @@ def choose_group_by(est: GroupByEstimate, dev: cost.DeviceModel, ordered: bool =
         return Choice("sgb-tr", f"{why}; dictionary encoding needs {'more than 64' if need is None else need + 1} "
                                 f"columns at g = {g:,} (Table 2 + 1), here {p}", model=model)
 
+    # (the reasons formatted when read: Choice)
     if ordered:
         return sort_based("the output must be ordered by key")
     if fits_shared(est, dev):
-        return Choice("hgb", f"{g:,} groups x {est.slot_bytes} B of accumulators fit in shared memory "
-                             f"({2 * dev.smem_block_bytes // 1024} KiB of one block)", model=model)
-    share = f"keys that repeat in a sample hold {est.hot_share or 0:.0%} of it"
+        return Choice("hgb", lambda: f"{g:,} groups x {est.slot_bytes} B of accumulators fit in shared memory "
+                                     f"({2 * dev.smem_block_bytes // 1024} KiB of one block)", model=model)
+    share = lambda: f"keys that repeat in a sample hold {est.hot_share or 0:.0%} of it"  # noqa: E731
     if est.hot and g * 8 * p <= dev.l2_bytes:
-        return Choice("hgb", f"{g:,} groups do not fit in shared memory, but {share}: HGB keeps those hot "
-                             f"groups in shared memory and the others' accumulators fit in L2", model=model)
-    return Choice("pgb-tr", f"{g:,} groups do not fit in shared memory ({share})", model=model)
+        return Choice("hgb", lambda: f"{g:,} groups do not fit in shared memory, but {share()}: HGB keeps those "
+                                     f"hot groups in shared memory and the others' accumulators fit in L2",
+                      model=model)
+    return Choice("pgb-tr", lambda: f"{g:,} groups do not fit in shared memory ({share()})", model=model)
 
 
 def wide_join(est: JoinEstimate) -> bool:
     """8-byte keys or payloads: §4 sends these to PHJ-TR whatever the match ratio."""
-    return est.key_bytes == 8 or any(w == 8 for w in est.build_payloads + est.probe_payloads)
+    return est.key_bytes == 8 or 8 in est.build_payloads or 8 in est.probe_payloads
 
 
 def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
@@ -104,24 +116,26 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
                                      est.build_payloads or [4], est.probe_payloads or [4])
     p = max(len(est.build_payloads), len(est.probe_payloads), 1)
     crossover = cost.engine_phj_crossover(dev, p)
+    # (the reasons formatted when read: Choice)
     if est.heavy_build:
-        return Choice("smj-tr", f"heavy build keys ({est.build_repeated:.0%} of a build sample repeats in it): "
-                                f"SMJ's expansion costs the output's, PHJ's chains serialize the hot keys' matches",
-                      model=model)
+        return Choice("smj-tr", lambda: f"heavy build keys ({est.build_repeated:.0%} of a build sample repeats in "
+                                        f"it): SMJ's expansion costs the output's, PHJ's chains serialize the hot "
+                                        f"keys' matches", model=model)
     if est.many_to_many:
-        return Choice("smj-tr", f"many-to-many keys (about {est.build_multiplicity:.1f} build rows a key, from a "
-                                f"build sample's distinct keys): SMJ's merge and expansion cost the output's, "
-                                f"PHJ's chains walk every repeat", model=model)
+        return Choice("smj-tr", lambda: f"many-to-many keys (about {est.build_multiplicity:.1f} build rows a key, "
+                                        f"from a build sample's distinct keys): SMJ's merge and expansion cost the "
+                                        f"output's, PHJ's chains walk every repeat", model=model)
     if wide_join(est):
         return Choice("phj-tr", "8-byte keys or payloads", model=model)
-    if est.match_ratio is None or est.match_ratio >= crossover:  # None: not measured, 1 assumed
-        ratio = "not measured" if est.match_ratio is None else f"{est.match_ratio:.0%} >="
-        return Choice("phj-tr", f"match ratio {ratio} model (b)'s crossover {crossover:.0%} for {p} payload "
-                                f"column(s)", model=model)
+    ratio = est.match_ratio
+    if ratio is None or ratio >= crossover:  # None: not measured, 1 assumed
+        return Choice("phj-tr", lambda: f"match ratio {'not measured' if ratio is None else f'{ratio:.0%}'}, "
+                                        f"model (b)'s crossover {crossover:.0%} for {p} payload column(s)",
+                      model=model)
     if est.skewed:
-        return Choice("phj-tr", f"skewed probe keys (top key {est.top_share:.1%} of a sample)", model=model)
-    return Choice("phj-ur", f"match ratio {est.match_ratio:.0%} < model (b)'s crossover {crossover:.0%} "
-                            f"for {p} payload column(s)", model=model)
+        return Choice("phj-tr", lambda: f"skewed probe keys (top key {est.top_share:.1%} of a sample)", model=model)
+    return Choice("phj-ur", lambda: f"match ratio {ratio:.0%} < model (b)'s crossover {crossover:.0%} "
+                                    f"for {p} payload column(s)", model=model)
 
 
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
@@ -147,7 +161,7 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
     planner had waited for the probe side's last pass, the GPU then idle about 0.4 ms)."""
     dev = device_model()
     bw, pw = list(build_widths), list(probe_widths)
-    if hasattr(build_keys, "__cuda_array_interface__"):
+    if on_device(build_keys):
         # device keys: the build and probe samples and the match ratio in one launch and one
         # read (the rules' order is kept in what is read: a wide join needs no match ratio)
         est = JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, bw, pw, None, None)
@@ -175,7 +189,9 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
                 est.build_multiplicity = b.multiplicity
                 if match:
                     est.match_ratio, est.top_share = ratio, p.top_share
-            return _chosen(est, dev)
+            choice = choose_join(est, dev)
+            choice.estimate = est
+            return choice
         return finish
 
     def host() -> Choice:
@@ -250,10 +266,8 @@ def launch_gpu_group_by_plan(keys):
     between the two (the device group-by's inputs) runs while the GPU samples; given None (an
     error came first) it only reads the sample.  Call it on the thread that launched, before
     that thread's next planner launch on the device."""
-    from .stats import GROUP_DRAWS, launch_sample
-
     n = int(keys.size)
-    read = launch_sample(keys, GROUP_DRAWS if n > GROUP_DRAWS else 0) if n else None
+    read = launch_sample(keys, stats.GROUP_DRAWS if n > stats.GROUP_DRAWS else 0) if n else None
 
     def finish(inputs) -> Choice | None:
         if inputs is None:
@@ -264,13 +278,24 @@ def launch_gpu_group_by_plan(keys):
     return finish
 
 
+_GROUP_BY_NAMES: list = []
+
+
+def _group_by_modules() -> tuple:
+    """(slot_bytes, HashTable, fits) of the device group-by (CuPy's: imported at the first plan;
+    three import statements cost some 10 us of a cold planner's host time, issue 17 item 3)."""
+    if not _GROUP_BY_NAMES:
+        from ..cuda.groupby.common import slot_bytes
+        from ..cuda.groupby.hgb import HashTable
+        from ..cuda.runtime import fits
+
+        _GROUP_BY_NAMES.extend((slot_bytes, HashTable, fits))
+    return tuple(_GROUP_BY_NAMES)
+
+
 def _finish_group_by(keys, inputs, read) -> Choice:
     """The group-by planner's rules over the launched sample (``read``; None for no keys)."""
-    from ..cuda.groupby.common import slot_bytes
-    from ..cuda.groupby.hgb import HashTable
-    from ..cuda.runtime import fits
-    from .stats import Sample, estimate_groups, hll_sub, more_groups_than
-
+    slot_bytes, HashTable, fits = _group_by_modules()
     # a small sample first: the skew, the groups when it shows every one twice, and from rows
     # drawn at random whether the groups surely pass the bound of shared memory; only if neither
     # answers, HGB's own build, capped at that bound, counts them exactly up to it (the rules'

@@ -128,9 +128,21 @@ def engine_phj_crossover(dev: DeviceModel, payloads: int = 1, width: int = 4, pa
     partition's passes went unstable, most significant digit first (docs/BENCHMARKS.md)."""
     if payloads <= 1:
         return 0.0
+    got = _CROSSOVERS.get((id(dev), payloads, width, passes))
+    if got is not None and got[0] is dev:  # (the model is kept with its value: its id stays its own)
+        return got[1]
     part = (payloads - 1) * 2 * width * passes / dev.b_g
     per_match = payloads * (phj_ur_gather_cost(1.0, dev, width) - phj_tr_cost(0.0, 1.0, dev, width, True))
+    if len(_CROSSOVERS) >= 256:
+        _CROSSOVERS.clear()
+    _CROSSOVERS[id(dev), payloads, width, passes] = dev, part / per_match
     return part / per_match
+
+
+#: engine_phj_crossover's answers by (id(model), payloads, width, passes): the join planner asks
+#: twice a call, and the cost functions' cold Python cost some 10 us of its host time (issue 17
+#: item 3).
+_CROSSOVERS: dict = {}
 
 
 # ---------------------------------------------------------------- (c) dictionary encoding

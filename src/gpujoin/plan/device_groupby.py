@@ -190,7 +190,6 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
     if plan is not None:
         choice = plan(inputs)
         algorithm = stats.algorithm = choice.algorithm
-        stats.params["auto"] = choice.reason
         groups = choice.estimate.groups_for(algorithm)
     else:  # a few groups, all seen in a small sample, need no HyperLogLog pass (None: the algorithm runs it)
         from .stats import sample
@@ -253,6 +252,8 @@ def execute_device_group_by(table, by: list[str], specs: list, algorithm: str):
         if present is not None:
             validity[name] = present.astype(cp.uint8)
     result = DeviceTable(columns, validity, types, dicts)
+    if choice is not None:  # (its text formatted while the GPU ends the work: Choice.reason)
+        stats.params["auto"] = choice.reason
     cp.cuda.Device().synchronize()
     stats.phases = dict(out.phases)
     stats.phases["total"] = time.perf_counter() - t0

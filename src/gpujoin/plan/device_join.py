@@ -23,6 +23,7 @@ import pyarrow as pa
 from ..backend import HOST_STREAMING, resolve_algorithm, resolve_device
 from ..errors import ComputeError, SchemaError
 from ..table import check_columns, is_string_type
+from .auto import launch_gpu_join_plan, read_quietly
 from .join import JOIN_MODES, JoinStats, _resolve_keys, build_on_left, coalesced, output_layout
 
 
@@ -423,10 +424,9 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     lk, rk = _resolve_keys(on, left_on, right_on, how)
     check_columns(lt, lk, "left")
     check_columns(rt, rk, "right")
-    stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)
     layout = output_layout(lt.column_names, rt.column_names, lk, rk, how, suffix, coalesce)
-    t0 = time.perf_counter()
     if how == "cross":
+        stats, t0 = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows), time.perf_counter()
         nl, nr = lt.num_rows, rt.num_rows
         lidx = cp.repeat(cp.arange(nl, dtype=cp.int64), nr)
         ridx = cp.tile(cp.arange(nr, dtype=cp.int64), nl)
@@ -450,8 +450,6 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
     payloads += [(side, name, True) for side, name, _ in payloads if name in (lt if side == "l" else rt).validity]
 
     def launch_plan(lkey, rkey):  # the planner's samples, read (finish) once the work below ran
-        from .auto import launch_gpu_join_plan
-
         widths = {"l": [], "r": []}
         for side, name, mask in payloads:
             widths[side].append(1 if mask else (lt if side == "l" else rt)[name].dtype.itemsize)
@@ -485,6 +483,7 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         # checks, so that the GPU samples while the host runs them (a bad key's error is raised
         # below as ever, the samples read first)
         finish = launch_plan(lt[lk[0]], rt[rk[0]])
+    stats = JoinStats(algo, dev, how, lt.num_rows, rt.num_rows)  # (after the launch: while the GPU samples)
     try:
         packing = None
         if len(lk) == 1:
@@ -513,14 +512,11 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
             pay.append(t.validity[name].astype(cp.uint8, copy=False) if mask else t[name])
         emit_keys = any(key for *_, key in layout)
     except BaseException:
-        from .auto import read_quietly
-
         read_quietly(finish)
         raise
     if finish is not None:
         choice = finish()
         algo = stats.algorithm = choice.algorithm
-        stats.params["auto"] = choice.reason
     runs = None
     if algo in ("phj-tr", "phj-ur"):
         radix_bits, runs = _partitioned(lt, rt, lk, rk, lkey, rkey, radix_bits, build_left)
@@ -555,6 +551,8 @@ def _execute_device_join(left, right, on, left_on, right_on, how, suffix, valida
         if present is not None:
             valid[out] = present
     result = DeviceTable(cols, valid, types, dicts)
+    if finish is not None:  # (its text formatted while the GPU materializes: Choice.reason)
+        stats.params["auto"] = choice.reason
     cp.cuda.Device().synchronize()
     stats.phases["materialize"] = time.perf_counter() - t1
     stats.output_rows = result.num_rows

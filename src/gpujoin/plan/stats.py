@@ -80,8 +80,15 @@ def planner_sample(rows: int, most: int) -> int:
     return min(rows, max(DEVICE_SAMPLE_MIN, min(most, rows >> DEVICE_SAMPLE_SHIFT)))
 
 
+def on_device(a) -> bool:
+    """Whether ``a`` is a device array (the CUDA array interface).  The type is asked first:
+    CuPy's interface is a property that builds a dict, 5 us of a cold planner's host time on an
+    H200's host (docs/BENCHMARKS.md, issue 17 item 3)."""
+    return hasattr(type(a), "__cuda_array_interface__") or hasattr(a, "__cuda_array_interface__")
+
+
 def _xp(a):
-    if hasattr(a, "__cuda_array_interface__"):
+    if on_device(a):
         import cupy
 
         return cupy
@@ -236,9 +243,7 @@ def launch_sample(keys, draws: int = 0):
     """:func:`sample` of non-empty device ``keys``, launched and not read: returns the function
     that waits for it and makes (the Sample, the Sample of ``draws`` rows drawn at random or
     None), so that the planner's Python runs while the GPU counts."""
-    from ..cuda.primitives import launch_key_samples
-
-    pending = launch_key_samples([keys], SKEW_SAMPLE, draws=draws)
+    pending = _primitives().launch_key_samples([keys], SKEW_SAMPLE, draws=draws)
     sizes = pending.sizes
 
     def read():
@@ -343,8 +348,8 @@ def build_multiplicity(rows: int, sampled: int, distinct: int) -> float:
     f = sampled / rows (each of rows / m keys of m rows is sampled at least once with that
     probability; exact when f = 1).  A strided sample of clustered keys sees fewer repeats and
     errs low (towards PHJ, the choice without the estimate).  1.0 for no rows."""
-    if rows <= 0 or sampled <= 0 or distinct <= 0:
-        return 1.0
+    if rows <= 0 or sampled <= 0 or distinct <= 0 or distinct >= min(sampled, rows):
+        return 1.0  # (every sampled key distinct: seen(1) below; at once, for the planner's host time)
     f = min(1.0, sampled / rows)
     seen = lambda m: rows / m * (1.0 - (1.0 - f) ** m)  # noqa: E731  (decreasing in m)
     if distinct >= seen(1.0):
@@ -416,8 +421,7 @@ def launch_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
     words and returns device_join_samples' answer (on this thread, before its next launch).
     ``probe_keys`` None: the build keys' summary alone (the probe's Sample empty, no match
     ratio or multiplicity)."""
-    from ..cuda.primitives import launch_key_samples
-
+    launch_key_samples = _primitives().launch_key_samples
     nb, np_ = int(build_keys.size), 0 if probe_keys is None else int(probe_keys.size)
     sizes = None
     if nb and np_ and (match or multiplicity):
@@ -434,6 +438,19 @@ def launch_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
             b.multiplicity = build_multiplicity(nb, pending.match_sizes[0], w[10])
         return b, p, ratio
     return read
+
+
+_PRIMITIVES: list = []
+
+
+def _primitives():
+    """gpujoin.cuda.primitives (CuPy's), imported at the first device sample: an import statement
+    in the planner's launch cost 3 us of cold host time on an H200's host."""
+    if not _PRIMITIVES:
+        from ..cuda import primitives
+
+        _PRIMITIVES.append(primitives)
+    return _PRIMITIVES[0]
 
 
 def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],
