@@ -24,7 +24,7 @@ from __future__ import annotations
 from . import cost, stats
 from .calibrate import device_model
 from .stats import (GroupByEstimate, JoinEstimate, Sample, estimate_groups, estimate_join, hll_sub,
-                    host_build_sample, launch_join_samples, launch_sample, more_groups_than, multiplicity, on_device,
+                    host_build_sample, launch_join_samples, launch_sample, more_groups_than, multiplicity, device_array,
                     sample_match_ratio, top_share)
 
 
@@ -161,7 +161,7 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
     planner had waited for the probe side's last pass, the GPU then idle about 0.4 ms)."""
     dev = device_model()
     bw, pw = list(build_widths), list(probe_widths)
-    if on_device(build_keys):
+    if device_array(build_keys):
         # device keys: the build and probe samples and the match ratio in one launch and one
         # read (the rules' order is kept in what is read: a wide join needs no match ratio)
         est = JoinEstimate(int(build_keys.size), int(probe_keys.size), build_keys.dtype.itemsize, bw, pw, None, None)

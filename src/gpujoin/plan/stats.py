@@ -80,7 +80,7 @@ def planner_sample(rows: int, most: int) -> int:
     return min(rows, max(DEVICE_SAMPLE_MIN, min(most, rows >> DEVICE_SAMPLE_SHIFT)))
 
 
-def on_device(a) -> bool:
+def device_array(a) -> bool:
     """Whether ``a`` is a device array (the CUDA array interface).  The type is asked first:
     CuPy's interface is a property that builds a dict, 5 us of a cold planner's host time on an
     H200's host (docs/BENCHMARKS.md, issue 17 item 3)."""
@@ -88,7 +88,7 @@ def on_device(a) -> bool:
 
 
 def _xp(a):
-    if on_device(a):
+    if device_array(a):
         import cupy
 
         return cupy
