@@ -188,6 +188,8 @@ def breakdown(rounds: int = 100) -> None:
     from gpujoin.plan import stats as st
 
     wrap(auto, "launch_gpu_join_plan", "plan", result="finish")
+    if hasattr(dj, "launch_gpu_join_plan"):  # (imported at device_join's top since f44d547)
+        dj.launch_gpu_join_plan = auto.launch_gpu_join_plan
     steps = ((prim, "launch_key_samples", "launch"),
              (prim.PendingSamples, "words", "wait"), (auto, "choose_join", "rules"), (cjoin, "run", "run"),
              (dj, "_execute_device_join", "inner"), (ctable, "as_device_table", "tables"),

@@ -80,6 +80,14 @@ def main(rounds: int = 100) -> None:
         "cp.cuda.get_current_stream()": cp.cuda.get_current_stream,
         "a function-level relative import": lambda: _imports() and None,  # (not called by _read)
     }
+    kept = np.array([buf.ctypes.data], np.uint64)  # (the driver's void*[1] of the struct's buffer)
+
+    def cupy_driver():  # as primitives._launch launches sample_counts
+        cp.cuda.driver.launchKernel(nop.kernel.ptr, 1, 1, 1, 32, 1, 1, 0, cp.cuda.get_current_stream().ptr,
+                                    kept.ctypes.data, 0)
+    cupy_driver()
+    cases["CuPy's driver.launchKernel, kept parameters"] = cupy_driver
+    cases["CuPy's driver.launchKernel twice"] = lambda: (cupy_driver(), cupy_driver()) and None
     try:
         from cuda.bindings import driver
 

@@ -960,8 +960,9 @@ def launch_key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
     if rows:  # the draws read the keys in place (_strided's answer: in place when its step is)
         whole = keys[0] if samples[0][0] is keys[0] else cp.ascontiguousarray(keys[0].astype(dt, copy=False))
         samples.append((whole, 1, draws))
-    pending = PendingSamples(tuple(s[2] for s in samples), match is not None)
-    if not any(pending.sizes):
+    counts = tuple([s[2] for s in samples])  # (no generators: their frames are the planner's host time)
+    pending = PendingSamples(counts, match is not None)
+    if not any(counts):
         return pending
     build = probe = None
     if match is not None:
@@ -970,6 +971,5 @@ def launch_key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
         pending.match_sizes = (build[2], probe[2])  # (a probe sample of 0: the build's distinct keys only)
     pending.scratch = scratch
     pending.seq = _launch(scratch, samples, dt,
-                          max(2 * SUMMARY_MAX, 1 << (2 * max(s[2] for s in samples) - 1).bit_length()), rows, build,
-                          probe)
+                          max(2 * SUMMARY_MAX, 1 << (2 * max(counts) - 1).bit_length()), rows, build, probe)
     return pending

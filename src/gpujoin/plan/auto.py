@@ -21,6 +21,8 @@ the probe keys are skewed, or keys or payloads are 8 bytes; PHJ-UR below (paper 
 
 from __future__ import annotations
 
+import functools
+
 from . import cost, stats
 from .calibrate import device_model
 from .stats import (GroupByEstimate, JoinEstimate, Sample, estimate_groups, estimate_join, hll_sub,
@@ -128,14 +130,20 @@ def choose_join(est: JoinEstimate, dev: cost.DeviceModel) -> Choice:
     if wide_join(est):
         return Choice("phj-tr", "8-byte keys or payloads", model=model)
     ratio = est.match_ratio
+    shown = None if ratio is None else round(ratio, 2)  # (as printed: the texts are kept by it)
     if ratio is None or ratio >= crossover:  # None: not measured, 1 assumed
-        return Choice("phj-tr", lambda: f"match ratio {'not measured' if ratio is None else f'{ratio:.0%}'}, "
-                                        f"model (b)'s crossover {crossover:.0%} for {p} payload column(s)",
-                      model=model)
+        return Choice("phj-tr", lambda: _ratio_reason(shown, crossover, p, ">="), model=model)
     if est.skewed:
         return Choice("phj-tr", lambda: f"skewed probe keys (top key {est.top_share:.1%} of a sample)", model=model)
-    return Choice("phj-ur", lambda: f"match ratio {ratio:.0%} < model (b)'s crossover {crossover:.0%} "
-                                    f"for {p} payload column(s)", model=model)
+    return Choice("phj-ur", lambda: _ratio_reason(shown, crossover, p, "<"), model=model)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ratio_reason(ratio: float | None, crossover: float, p: int, side: str) -> str:
+    """choose_join's text for a choice by the match ratio, kept: a loop of joins reads the same few
+    (their formatting showed in the host-bound tail of a 2^24-row join on an H200)."""
+    shown = "not measured" if ratio is None else f"{ratio:.0%}"
+    return f"match ratio {shown} {side} model (b)'s crossover {crossover:.0%} for {p} payload column(s)"
 
 
 def resolve_gpu_join(build_keys, probe_keys, build_payloads, probe_payloads) -> Choice:
