@@ -554,6 +554,48 @@ def test_key_samples_summarize_like_numpy(dtype):
         prim.key_samples([keys], 8192)
 
 
+def test_key_samples_launched_again_are_kept_and_sound():
+    # the same arrays sampled again reuse their packed launch (primitives._Packed): the answers
+    # follow the arrays' contents as they are now, a grown table of the match stages packs
+    # anew, and copies (strided views, other dtypes) are never kept
+    from gpujoin.plan import stats
+
+    rng = np.random.default_rng(12)
+    b = cp.asarray(rng.integers(0, 1 << 16, 1 << 20).astype(np.int32))
+    p = cp.asarray(rng.integers(0, 1 << 17, 1 << 20).astype(np.int32))
+
+    def want(size, match):
+        bh, ph = cp.asnumpy(b), cp.asnumpy(p)
+        bs, ps = bh[::bh.size // match[0]][:match[0]], ph[::ph.size // match[1]][:match[1]]
+        return int(np.isin(ps, bs).sum()), np.unique(bs).size
+
+    scratch = prim._scratch()
+    first = prim.key_samples([b, p], 4096, (1 << 14, 1 << 14))
+    packed = dict(scratch.packed)
+    again = prim.key_samples([b, p], 4096, (1 << 14, 1 << 14))
+    assert (again.found, again.build_distinct) == (first.found, first.build_distinct) == want(4096, (1 << 14, 1 << 14))
+    assert (again.summaries == first.summaries).all() and scratch.packed == packed  # (no new packing)
+    b[:] = cp.asarray(rng.integers(0, 1 << 10, 1 << 20).astype(np.int32))  # new contents, same array
+    got = prim.key_samples([b, p], 4096, (1 << 14, 1 << 14))
+    assert (got.found, got.build_distinct) == want(4096, (1 << 14, 1 << 14))
+    assert stats.sample(b) == stats.sample(cp.asnumpy(b))
+    big = prim.key_samples([b, p], 4096, (1 << 19, 1 << 18))  # a table past the kept one: it grows
+    assert (big.found, big.build_distinct) == want(4096, (1 << 19, 1 << 18))
+    got = prim.key_samples([b, p], 4096, (1 << 14, 1 << 14))  # packed before the table grew: anew
+    assert (got.found, got.build_distinct) == want(4096, (1 << 14, 1 << 14))
+    view = b[::2]
+    kept = len(scratch.packed)
+    got = prim.key_samples([view, p], 4096, (1 << 12, 1 << 12))
+    bs = cp.asnumpy(view)[::view.size // 4096][:4096]
+    assert got.build_distinct == np.unique(bs).size and len(scratch.packed) == kept
+    del b, p  # new arrays, perhaps at the same addresses: sampled as they are
+    b = cp.asarray(rng.integers(0, 1 << 12, 1 << 20).astype(np.int32))
+    p = cp.asarray(rng.integers(0, 1 << 12, 1 << 20).astype(np.int32))
+    got = prim.key_samples([b, p], 4096, (1 << 14, 1 << 14))
+    assert (got.found, got.build_distinct) == want(4096, (1 << 14, 1 << 14))
+    assert not scratch.dev[12:15].any()
+
+
 @pytest.mark.parametrize("algorithm", ["phj-tr", "phj-ur", "nphj"])
 @pytest.mark.parametrize("case", ["all_equal", "zipf2", "many_to_many", "extremes"])
 def test_heavy_build_keys_take_the_sort_merge_path(algorithm, case, monkeypatch):

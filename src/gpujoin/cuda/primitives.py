@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import struct
 import threading
 import weakref
 from dataclasses import dataclass
@@ -701,8 +702,8 @@ def count_found(build_sample: cp.ndarray, probe_sample: cp.ndarray) -> int:
     dt = build_sample.dtype
     key_type(dt)
     scratch = _scratch()
-    seq = _launch(scratch, [], dt, 0, 0, _strided(build_sample, build_sample.size, dt),
-                  _strided(probe_sample, probe_sample.size, dt))
+    seq = _fire(scratch, _launch(scratch, [], dt, 0, 0, _strided(build_sample, build_sample.size, dt),
+                                 _strided(probe_sample, probe_sample.size, dt)))
     return int(scratch.wait(seq)[8])
 
 
@@ -744,11 +745,8 @@ class _Scratch:
         self.seq = self.read = 0
         self.stream = None  # the last launch's: where wait() syncs (not the device, whose other
         # streams may hold work the samples do not wait for: a shuffle's last passes)
-        # the kernel's argument: a kept buffer that SAMPLE_PACK fills, and the driver's void*[1]
-        # pointing at it
-        self.arg_bytes = np.zeros(SAMPLE_ARGS.itemsize, np.uint8)
-        self.params = np.array([self.arg_bytes.ctypes.data], np.uintp)
-        self.params_ptr = self.params.ctypes.data
+        # the packed launches of the last few keys sampled (_Packed, by launch_key_samples' key)
+        self.packed: dict = {}
         self.table, self.table_bytes = None, 0  # the match stages' hash table, kept (table_ptr)
         props = device_properties(device)
         self.sms, self.smem_optin = props["sms"], props["smem_optin"]
@@ -825,13 +823,55 @@ def _scratch() -> _Scratch:
     return got
 
 
+class _Packed:
+    """One launch of sample_counts, packed: its argument struct (SAMPLE_PACK's bytes but the
+    launch's number), the driver's void*[1] pointing at them, the kernel, grid and shared
+    memory, and the match stages' table it names (0: none).  A planner that samples the same
+    arrays again only numbers and launches it (_fire): the packing's Python, 10-15 us of a
+    cold planner's host time at 2^24 rows on an H200, is done once."""
+
+    __slots__ = ("args", "params", "params_ptr", "fn", "grid", "smem", "table", "owner", "counts", "match_sizes")
+
+    def __init__(self, fn: int, grid: int, smem: int, table: int, owner):
+        self.args = np.zeros(SAMPLE_ARGS.itemsize, np.uint8)
+        self.params = np.array([self.args.ctypes.data], np.uintp)
+        self.params_ptr = self.params.ctypes.data
+        self.fn, self.grid, self.smem, self.table = fn, grid, smem, table
+        self.owner = owner  # (a table of the pool's: held until the launch, then freed to the pool)
+        self.counts, self.match_sizes = (), (0, 0)
+
+
+#: The launch's number in SampleArgs (written at each launch of a kept _Packed).
+_SEQ_OFFSET = SAMPLE_ARGS.fields["seq"][1]
+_SEQ = struct.Struct("<Q")
+#: The most packed launches a _Scratch keeps (the arrays a loop of joins or group-bys samples).
+PACKED_KEPT = 16
+
+
+def _fire(scratch: _Scratch, packed: _Packed) -> int:
+    """Launch ``packed`` on the current stream with the next number; returns that number for
+    _Scratch.wait.  A thread's launches never overlap: one not read yet (an error between) is
+    waited for first, its counters in use."""
+    if scratch.read != scratch.seq:
+        scratch.wait(scratch.seq)
+    seq = scratch.seq + 1
+    _SEQ.pack_into(packed.args, _SEQ_OFFSET, seq)
+    # the driver's launch with the kept parameters (copied at the launch): a CuPy kernel call's
+    # argument handling took 11-15 us of a cold planner's host time on an H200
+    stream = cp.cuda.get_current_stream()
+    cp.cuda.driver.launchKernel(packed.fn, packed.grid, 1, 1, 1024, 1, 1, packed.smem, stream.ptr,
+                                packed.params_ptr, 0)
+    scratch.seq, scratch.stream = seq, stream  # (launched)
+    return seq
+
+
 def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, build: tuple | None = None,
-            probe: tuple | None = None) -> int:
+            probe: tuple | None = None) -> _Packed:
     """sample_counts over up to two ``samples`` (_strided triples; the second of ``rows`` random
     draws when ``rows``), and with a ``build`` triple of at least one key the match ratio's
     stages (groupby.cu match_stages): the build sample's distinct keys, and the ``probe``
-    triple's keys found among them when it has any.  Results in ``scratch``'s words; returns the
-    launch's number for _Scratch.wait."""
+    triple's keys found among them when it has any: packed (_Packed), for _fire to launch.
+    Results in ``scratch``'s words."""
     if scratch.read != scratch.seq:  # an earlier launch not read (an error between): its counters in use
         scratch.wait(scratch.seq)
     fn = scratch.fns[dt.itemsize]
@@ -842,6 +882,7 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
     b = samples[-1] if samples else a
     fill = ins = prb = tslots = table = bptr = pptr = 0
     bstep = bn = pstep = pn = 0
+    _owner = None
     if build is not None and build[2]:
         tslots = 1 << max(10, (2 * build[2] - 1).bit_length())  # twice the sample, a power of two
         table, _owner = scratch.table_ptr(tslots * dt.itemsize)
@@ -851,18 +892,15 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
         if probe is not None and probe[2]:
             prb = max(1, min(-(-probe[2] // 1024), most))
             pptr, pstep, pn = probe[0].data.ptr, probe[1], probe[2]
-    seq = scratch.seq + 1
-    SAMPLE_PACK.pack_into(scratch.arg_bytes, 0, a[0].data.ptr if a[0] is not None else 0,
+    # (a table of the pool's is this launch's alone: -1, never launched again)
+    own = not table or table == (scratch.table.ptr if scratch.table is not None else 0)
+    packed = _Packed(scratch.fn_ptrs[dt.itemsize], len(samples) + fill + ins + prb, smem, table if own else -1,
+                     None if own else _owner)
+    SAMPLE_PACK.pack_into(packed.args, 0, a[0].data.ptr if a[0] is not None else 0,
                           b[0].data.ptr if b[0] is not None else 0, a[1], b[1], rows, scratch.out, bptr, pptr, bstep,
-                          bn, pstep, pn, table, tslots, scratch.ctr, scratch.host_ptr, seq, a[2], b[2], len(samples),
+                          bn, pstep, pn, table, tslots, scratch.ctr, scratch.host_ptr, 0, a[2], b[2], len(samples),
                           slots, fill, ins, prb, 0)
-    # the driver's launch with the kept parameters (copied at the launch): a CuPy kernel call's
-    # argument handling took 11-15 us of a cold planner's host time on an H200
-    stream = cp.cuda.get_current_stream()
-    cp.cuda.driver.launchKernel(scratch.fn_ptrs[dt.itemsize], len(samples) + fill + ins + prb, 1, 1, 1024, 1, 1, smem,
-                                stream.ptr, scratch.params_ptr, 0)
-    scratch.seq, scratch.stream = seq, stream  # (launched)
-    return seq
+    return packed
 
 
 #: The largest sample key_samples summarizes (half of groupby.cu's sample_counts table).
@@ -946,12 +984,22 @@ def launch_key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
                          f"and up to {DRAWS_MAX} random draws of one array")
     if match is not None and len(keys) != 2:
         raise ValueError("key_samples' match needs build and probe keys")
-    dt = keys[0].dtype
-    if len(keys) == 2 and keys[1].dtype != dt:
-        dt = np.result_type(dt, keys[1].dtype)
+    k0, k1 = keys[0], keys[-1]
+    dt = k0.dtype
+    if k1.dtype != dt:
+        dt = np.result_type(dt, k1.dtype)
     if dt not in _KEY:
         key_type(dt)  # its TypeError, before any launch
     scratch = _scratch()
+    # the same arrays sampled again, in place, the same way: their launch as packed before (its
+    # arguments are these arrays' addresses and sizes, whatever the arrays are now)
+    kept = (k0.data.ptr, k0.size, k0.dtype, k0._c_contiguous, k1.data.ptr, k1.size, k1.dtype, k1._c_contiguous,
+            len(keys), size, match, draws)
+    packed = scratch.packed.get(kept)
+    if packed is not None and packed.table in (0, scratch.table.ptr if scratch.table is not None else 0):
+        pending = PendingSamples(packed.counts, match is not None, packed.match_sizes, scratch)
+        pending.seq = _fire(scratch, packed)
+        return pending
     samples = [_strided(k, size, dt) for k in keys]
     if draws:  # no more than a block's shared memory holds (an H200's 227 KiB: all 8,192)
         while draws > SUMMARY_MAX and 2 * draws * (dt.itemsize + 4) > scratch.smem_optin:
@@ -970,6 +1018,14 @@ def launch_key_samples(keys: list[cp.ndarray], size: int = SUMMARY_MAX,
         probe = _strided(keys[1], match[1], dt) if match[1] else (keys[1], 1, 0)
         pending.match_sizes = (build[2], probe[2])  # (a probe sample of 0: the build's distinct keys only)
     pending.scratch = scratch
-    pending.seq = _launch(scratch, samples, dt,
-                          max(2 * SUMMARY_MAX, 1 << (2 * max(counts) - 1).bit_length()), rows, build, probe)
+    packed = _launch(scratch, samples, dt, max(2 * SUMMARY_MAX, 1 << (2 * max(counts) - 1).bit_length()), rows,
+                     build, probe)
+    pending.seq = _fire(scratch, packed)
+    in_place = all(t[0] is k0 or t[0] is k1 for t in samples) and (build is None or build[0] is k0) and (
+        probe is None or probe[0] is k1)
+    if in_place and packed.table >= 0:  # (no copies, and no table of the pool's, freed after this launch)
+        packed.counts, packed.match_sizes = counts, pending.match_sizes
+        if len(scratch.packed) >= PACKED_KEPT:
+            scratch.packed.clear()
+        scratch.packed[kept] = packed
     return pending
