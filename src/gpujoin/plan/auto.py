@@ -286,19 +286,21 @@ def launch_gpu_group_by_plan(keys):
     return finish
 
 
-_GROUP_BY_NAMES: list = []
+_GROUP_BY_NAMES: tuple | None = None
 
 
 def _group_by_modules() -> tuple:
     """(slot_bytes, HashTable, fits) of the device group-by (CuPy's: imported at the first plan;
-    three import statements cost some 10 us of a cold planner's host time, issue 17 item 3)."""
-    if not _GROUP_BY_NAMES:
+    three import statements cost some 10 us of a cold planner's host time, issue 17 item 3).
+    Threads that plan at once may both import: the tuple is bound whole."""
+    global _GROUP_BY_NAMES
+    if _GROUP_BY_NAMES is None:
         from ..cuda.groupby.common import slot_bytes
         from ..cuda.groupby.hgb import HashTable
         from ..cuda.runtime import fits
 
-        _GROUP_BY_NAMES.extend((slot_bytes, HashTable, fits))
-    return tuple(_GROUP_BY_NAMES)
+        _GROUP_BY_NAMES = (slot_bytes, HashTable, fits)
+    return _GROUP_BY_NAMES
 
 
 def _finish_group_by(keys, inputs, read) -> Choice:

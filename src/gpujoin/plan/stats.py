@@ -440,17 +440,18 @@ def launch_join_samples(build_keys, probe_keys, match: bool, multiplicity: bool 
     return read
 
 
-_PRIMITIVES: list = []
+_PRIMITIVES = None
 
 
 def _primitives():
     """gpujoin.cuda.primitives (CuPy's), imported at the first device sample: an import statement
     in the planner's launch cost 3 us of cold host time on an H200's host."""
-    if not _PRIMITIVES:
+    global _PRIMITIVES
+    if _PRIMITIVES is None:
         from ..cuda import primitives
 
-        _PRIMITIVES.append(primitives)
-    return _PRIMITIVES[0]
+        _PRIMITIVES = primitives
+    return _PRIMITIVES
 
 
 def estimate_join(build_keys, probe_keys, build_payloads: list[int], probe_payloads: list[int],
