@@ -25,8 +25,8 @@ import functools
 
 from . import cost, stats
 from .calibrate import device_model
-from .stats import (GroupByEstimate, JoinEstimate, Sample, estimate_groups, estimate_join, hll_sub,
-                    host_build_sample, launch_join_samples, launch_sample, more_groups_than, multiplicity, device_array,
+from .stats import (GroupByEstimate, JoinEstimate, Sample, device_array, estimate_groups, estimate_join, hll_sub,
+                    host_build_sample, launch_join_samples, launch_sample, more_groups_than, multiplicity,
                     sample_match_ratio, top_share)
 
 
@@ -34,9 +34,9 @@ class Choice:
     """An algorithm, why, and every candidate's predicted seconds (``phases``: candidate -> phase
     -> seconds), computed by ``model`` when first read: the rules never need them, and the cost
     models' Python took about 15 us of the planner's time, which counts on small inputs.
-    ``reason``: a string, or a function of none that returns it, called when first read (a
-    join's reasons format percentages: some 6 us of a cold planner's host time, which the
-    device join spends while the GPU runs).  ``estimate``: the statistics it was chosen on
+    ``reason``: a string, or a function of none that returns it, called when first read (the
+    reasons format percentages, some 6 us of a cold planner's host time: the device join and
+    group-by read them once their kernels are queued).  ``estimate``: the statistics it was chosen on
     (stats.GroupByEstimate / JoinEstimate); ``table``: a GPU group-by's HGB stage 1, built while
     planning."""
 
