@@ -185,6 +185,15 @@ def test_join_rule_follows_section_4():
     assert many.many_to_many and auto.choose_join(many, dev).algorithm == "smj-tr"
     many.build_multiplicity = 3.0  # keys of 2 rows on average drawn at random: PHJ-TR still the faster
     assert not many.many_to_many and auto.choose_join(many, dev).algorithm == "phj-tr"
+    # the reasons, formatted when first read (and the match ratio's kept), say what decided: the
+    # side of the crossover as measured, not as rounded for print
+    tail = "model (b)'s crossover 9% for 2 payload column(s)"
+    assert auto.choose_join(est(0.0861), dev).reason == f"match ratio 9% < {tail}"
+    assert auto.choose_join(est(0.3), dev).reason == f"match ratio 30% >= {tail}"
+    assert "not measured" in auto.choose_join(est(None), dev).reason
+    assert "35% of a build sample" in auto.choose_join(heavy, dev).reason
+    assert "8.0 build rows a key" in auto.choose_join(stats.JoinEstimate(8, 8, 4, [4], [4], build_multiplicity=8.0),
+                                                     dev).reason
     choice = auto.choose_join(est(1.0), dev)
     ranked = choice.predicted
     assert min(ranked, key=ranked.get) == "phj-tr" and max(ranked, key=ranked.get) == "nphj"
