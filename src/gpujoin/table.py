@@ -388,8 +388,15 @@ __all__ = ["Table", "Column", "check_columns", "combined", "to_arrow_table", "ta
            "int64_to_decimal"]
 
 
+def device_array(a) -> bool:
+    """Whether ``a`` is a device array (the CUDA array interface).  The type is asked first:
+    CuPy's interface is a property that builds a dict, 5 us of a cold planner's host time on an
+    H200's host (docs/BENCHMARKS.md, issue 17 item 3)."""
+    return hasattr(type(a), "__cuda_array_interface__") or hasattr(a, "__cuda_array_interface__")
+
+
 def on_device(x) -> bool:
     """A DeviceTable or a dict of GPU arrays (checked without importing CuPy)."""
     if type(x).__name__ == "DeviceTable":
         return True
-    return isinstance(x, dict) and bool(x) and all(hasattr(v, "__cuda_array_interface__") for v in x.values())
+    return isinstance(x, dict) and bool(x) and all(device_array(v) for v in x.values())

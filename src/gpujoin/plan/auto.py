@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import functools
 
-from . import cost, stats
+from . import cost
 from .calibrate import device_model
-from .stats import (GroupByEstimate, JoinEstimate, Sample, device_array, estimate_groups, estimate_join, hll_sub,
-                    host_build_sample, launch_join_samples, launch_sample, more_groups_than, multiplicity,
+from .stats import (GROUP_DRAWS, GroupByEstimate, JoinEstimate, Sample, device_array, estimate_groups, estimate_join,
+                    hll_sub, host_build_sample, launch_join_samples, launch_sample, more_groups_than, multiplicity,
                     sample_match_ratio, top_share)
 
 
@@ -275,7 +275,7 @@ def launch_gpu_group_by_plan(keys):
     error came first) it only reads the sample.  Call it on the thread that launched, before
     that thread's next planner launch on the device."""
     n = int(keys.size)
-    read = launch_sample(keys, stats.GROUP_DRAWS if n > stats.GROUP_DRAWS else 0) if n else None
+    read = launch_sample(keys, GROUP_DRAWS if n > GROUP_DRAWS else 0) if n else None
 
     def finish(inputs) -> Choice | None:
         if inputs is None:

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..table import device_array
+
 SKEW_SHARE = 0.02
 #: repeated_share of the build keys from which a join counts as having heavy build keys.  On an
 #: H200, 2^26 ⋈ 2^26 over 2^24 keys with Zipf build keys (issue 17): SMJ-TR 19.2 ms against
@@ -78,13 +80,6 @@ DEVICE_SAMPLE_SHIFT, DEVICE_SAMPLE_MIN = 8, 1 << 14
 def planner_sample(rows: int, most: int) -> int:
     """The planner's sample of a side of ``rows`` keys (at most ``most``), on the GPU or the host."""
     return min(rows, max(DEVICE_SAMPLE_MIN, min(most, rows >> DEVICE_SAMPLE_SHIFT)))
-
-
-def device_array(a) -> bool:
-    """Whether ``a`` is a device array (the CUDA array interface).  The type is asked first:
-    CuPy's interface is a property that builds a dict, 5 us of a cold planner's host time on an
-    H200's host (docs/BENCHMARKS.md, issue 17 item 3)."""
-    return hasattr(type(a), "__cuda_array_interface__") or hasattr(a, "__cuda_array_interface__")
 
 
 def _xp(a):
