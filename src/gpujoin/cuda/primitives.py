@@ -893,7 +893,7 @@ def _launch(scratch: _Scratch, samples: list[tuple], dt, slots: int, rows: int, 
             prb = max(1, min(-(-probe[2] // 1024), most))
             pptr, pstep, pn = probe[0].data.ptr, probe[1], probe[2]
     # (a table of the pool's is this launch's alone: -1, never launched again)
-    own = not table or _owner is scratch.table
+    own = not table or table == (scratch.table.ptr if scratch.table is not None else 0)
     packed = _Packed(scratch.fn_ptrs[dt.itemsize], len(samples) + fill + ins + prb, smem, table if own else -1,
                      None if own else _owner)
     SAMPLE_PACK.pack_into(packed.args, 0, a[0].data.ptr if a[0] is not None else 0,
