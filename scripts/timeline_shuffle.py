@@ -152,7 +152,25 @@ host.sort(key=lambda h: h[1])
 h0 = host[0][1] if host else 0
 lines.append("  host calls (start ms from the first, ms): " + ", ".join(f"{w} {(t - h0) * 1e3:.2f}+{d * 1e3:.2f}"
                                                                       for w, t, d in host))
-lines.append("  device time by name (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(busy.items(), key=lambda x: -x[1])[:8]))
+count: dict = {}
+for e in events:
+    count[e["name"][:40]] = count.get(e["name"][:40], 0) + 1
+lines.append("  device time by name (ms, launches): " + ", ".join(
+    f"{k} {v:.2f} x{count[k]}" for k, v in sorted(busy.items(), key=lambda x: -x[1])[:24]))
+# the SMs' idle time: spans with no kernel running (copies aside), summed by length, so that the
+# short gaps between kernels show beside the long ones
+kernels = [e for e in events if e["cat"] == "kernel"]
+spans, reach = [], kernels[0]["ts"] if kernels else 0
+for e in kernels:
+    if e["ts"] > reach:
+        spans.append(e["ts"] - reach)
+    reach = max(reach, e["ts"] + e["dur"])
+sums = {b: sum(g for g in spans if lo <= g < hi) / 1e3 for b, (lo, hi) in
+        {"<5us": (0, 5), "5-20us": (5, 20), "20-50us": (20, 50), ">=50us": (50, 1e12)}.items()}
+short = sum(e["dur"] for e in kernels if e["dur"] < 30) / 1e3
+lines.append("  SMs idle (no kernel; ms by gap length): " + ", ".join(f"{b} {v:.3f} ({sum(1 for g in spans if lo <= g < hi)})"
+             for (b, v), (lo, hi) in zip(sums.items(), ((0, 5), (5, 20), (20, 50), (50, 1e12))))
+             + f"; kernels under 30 us: {short:.3f} ms")
 got = comm.allgather("\n".join(lines))
 if comm.rank == 0:
     print("\n".join(got), flush=True)

@@ -377,6 +377,24 @@ def test_exclusive_scan_matches_numpy(n, types):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("n, segment", [(1, 1), (7, 3), (8192, 4096), (3 * 8192 + 5, 1000), (40000, 40000)])
+def test_exclusive_scan_shifts_each_segment(n, segment):
+    """exclusive_scan(shifts=, segment=): each segment's offsets (a shuffle's destination) moved
+    by its own shift, negative ones too, in the scan's launch; the total by the last segment's;
+    a shifts array too short for the values refused."""
+    rng = np.random.default_rng(n)
+    vals = rng.integers(0, 1000, n).astype(np.int32)
+    k = -(-n // segment)
+    shifts = rng.integers(-10**12, 10**12, k)
+    got = cp.asnumpy(prim.exclusive_scan(cp.asarray(vals), shifts=cp.asarray(shifts), segment=segment))
+    want = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])
+    want[:n] += np.repeat(shifts, segment)[:n]
+    want[n] += shifts[-1]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="shifts"):
+        prim.exclusive_scan(cp.asarray(vals), shifts=cp.asarray(shifts[:-1]), segment=segment)
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_sum_into_adds_to_a_device_total(dtype):
     """sum_into: int64 sums of negative and positive values (int64's wrap-around, as numpy's)

@@ -136,13 +136,21 @@ SCAN_TILE, SCAN_BLOCK = 8192, 1024
 _SCAN_TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 
 
-def exclusive_scan(values: cp.ndarray, dtype=cp.int64, out: cp.ndarray | None = None) -> cp.ndarray:
+def exclusive_scan(values: cp.ndarray, dtype=cp.int64, out: cp.ndarray | None = None,
+                   shifts: cp.ndarray | None = None, segment: int = 0) -> cp.ndarray:
     """Exclusive prefix sums of ``values`` (int32 or int64 (n,)) and their total: (n + 1,) of
     ``dtype`` (int32 or int64; the caller knows the total fits), ``out[i] = values[:i].sum()``,
     written to ``out`` where given (contiguous, (n + 1,) of ``dtype``: made before the GPU is
-    busy, as a shuffle's later chunks' places are).  Three launches of scan.cu (one for n <= 8192)
-    and no cast: ``cupy.cumsum`` took ~70 us of the interpreter's time a call, then a
-    subtraction."""
+    busy, as a shuffle's later chunks' places are).  ``shifts`` (int64 on the device, one a
+    ``segment`` values): ``out[i]`` also gains ``shifts[i // segment]``, the total the last
+    segment's (a shuffle's offsets moved to their places, a destination a segment, in the same
+    pass).  Three launches of scan.cu (one for n <= 8192) and no cast: ``cupy.cumsum`` took ~70 us
+    of the interpreter's time a call, then a subtraction.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is not as above, or ``shifts`` is not int64 with one a segment."""
     n = values.size
     if out is None:
         out = cp.empty(n + 1, dtype)
@@ -150,8 +158,13 @@ def exclusive_scan(values: cp.ndarray, dtype=cp.int64, out: cp.ndarray | None = 
         raise ValueError(f"exclusive_scan: out must be contiguous ({n + 1},) {np.dtype(dtype)}, got "
                          f"{out.shape} {out.dtype}")
     it, ot = _SCAN_TYPES[values.dtype], _SCAN_TYPES[out.dtype]
+    if shifts is not None and (segment < 1 or shifts.dtype != cp.int64 or shifts.size * segment < n):
+        raise ValueError(f"exclusive_scan: shifts must be int64, one a segment of {segment} of the {n} values; "
+                         f"got {shifts.size} {shifts.dtype}")
     if n == 0:
         out.fill(0)
+        if shifts is not None and shifts.size:
+            out += shifts[-1]
         return out
     m = -(-n // SCAN_TILE)
     sums = None
@@ -159,7 +172,8 @@ def exclusive_scan(values: cp.ndarray, dtype=cp.int64, out: cp.ndarray | None = 
         sums = cp.empty(m + 1, cp.int64)
         kernel("scan.cu", f"scan_reduce<{it}>")((m,), (SCAN_BLOCK,), (values, np.int64(n), sums))
         kernel("scan.cu", "scan_sums")((1,), (SCAN_BLOCK,), (sums, np.int32(m)))
-    kernel("scan.cu", f"scan_down<{it}, {ot}>")((m,), (SCAN_BLOCK,), (values, np.int64(n), ptr(sums), out))
+    kernel("scan.cu", f"scan_down<{it}, {ot}>")((m,), (SCAN_BLOCK,), (values, np.int64(n), ptr(sums), out,
+                                                                     ptr(shifts), np.int64(max(segment, 1))))
     return out
 
 

@@ -713,12 +713,13 @@ def _side_streams(k: int) -> list:
     return have[:k]
 
 
-def _net_stream():
+def _net_stream(use: str = "net"):
     """The current GPU's stream of the highest priority for NCCL's groups (CUDA clamps the
-    priority asked into the device's range; CuPy lacks cudaDeviceGetStreamPriorityRange)."""
+    priority asked into the device's range; CuPy lacks cudaDeviceGetStreamPriorityRange); another
+    such stream a ``use``."""
     import cupy as cp
 
-    key = ("net", cp.cuda.Device().id)
+    key = (use, cp.cuda.Device().id)
     if key not in _streams:
         _streams[key] = cp.cuda.Stream(non_blocking=True, priority=-(1 << 20))
     return _streams[key]
