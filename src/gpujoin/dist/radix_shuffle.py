@@ -18,9 +18,8 @@ second table's messages are still on the links (:func:`finished`), so the local 
 only the second.  On one host the messages go by NCCL's copy engines (:class:`BlockLayout`),
 leaving the SMs to the passes.  Each table's histogram stores its rows' digits for its passes
 to read back (:data:`DIGIT_CACHE_ROOM`).  On two H200s at 2^28 rows a rank: 34.4 ms by the copy
-engines, 36.6 by send/recv and 47.9 for the shuffle without the pass (bc6e383); 29.1-29.6 ms,
-1.69-1.72x the one GPU's join of the whole job, with the stored digits and the coalesced scan
-(a2f3a2e, docs/BENCHMARKS.md).
+engines, 36.6 by send/recv and 47.9 for the shuffle without the pass (bc6e383); the whole job
+27.6-28.3 ms, 1.75-1.81x the one GPU's join of the whole job (96c3bab, docs/BENCHMARKS.md).
 
 Reusable: ``radix_partition(runs=...)`` (a partition that starts from pieces of rows grouped on
 their top digits, wherever they lie), ``scatter_placed`` (one pass whose output places the caller
