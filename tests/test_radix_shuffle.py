@@ -124,6 +124,35 @@ def test_layouts_agree_between_senders_and_receivers(P, me, C):
 
 
 @settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 3), st.integers(0, 3), st.data())
+def test_send_recv_scans_place_each_destinations_rows_where_its_message_starts(P, C, top, data):
+    # the shifts that each chunk's scan adds (scan_down's, a destination a segment) move rank
+    # me's rows for rank d to the start of its message to d in the send buffer, and its own
+    # rows to their place in the receive buffer (after the send buffer, from row base)
+    G = 1 << top
+    me = data.draw(st.integers(0, P - 1))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    counts = rng.integers(0, 40, (P, C, P, G)) * (rng.random((P, C, P, G)) < 0.8)  # (src, chunk, dst, digit)
+    rows = counts.sum(axis=3)
+    layout, send_at, base = radix_shuffle._layout(rows, me)
+    add = radix_shuffle._send_recv_shifts(layout, send_at, base, rows, me)
+    assert add.shape == (C, P) and add.dtype == np.int64
+    for c in range(C):
+        flat = counts[me, c].ravel()  # digit-major: (destination, digit)
+        offs = np.cumsum(flat) - flat + np.repeat(add[c], G)
+        sends, _, (_, own_at, own_rows) = layout.unit(c)
+        for d in range(P):
+            lo = offs[d * G]
+            np.testing.assert_array_equal(offs[d * G:(d + 1) * G] - lo, np.cumsum(counts[me, c, d]) - counts[me, c, d])
+            if d == me:
+                assert lo == base + own_at and rows[me, c, d] == own_rows
+            elif rows[me, c, d]:
+                mine = [(at, n) for j, at, n in sends if j == d]
+                assert min(at for at, _ in mine) == lo and sum(n for _, n in mine) == rows[me, c, d]
+                assert lo + rows[me, c, d] <= base  # inside the send buffer
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.integers(2, 5), st.integers(1, 3), st.integers(1, 4), st.data())
 def test_each_digits_pieces_are_its_received_rows(P, C, top, data):
     # piece_runs' arithmetic on the host: lay every source's messages out as DeviceLayout does

@@ -321,11 +321,7 @@ def exchange_partitioned(tables: list, keys: list[str], comm: Communicator, radi
         if isinstance(layout, BlockLayout):
             add = np.array([layout.shifts(c) for c in range(C)], np.int64)
         else:
-            add = np.repeat(np.asarray(send_at, np.int64)[:, None], P, axis=1)
-            for c in range(C):
-                own_at, own_rows = layout.unit(c)[2][1:]
-                add[c, me] = base + own_at - int(rows[me, i, c, :me].sum())
-                add[c, me + 1:] -= own_rows
+            add = _send_recv_shifts(layout, send_at, base, rows[:, i], me)
         with scans:
             return device_words([int(w) for w in add.ravel().view(np.uint64)]).view(cp.int64)
 
@@ -504,6 +500,22 @@ def _check_room(rows: np.ndarray, width: list[int], free: np.ndarray, finish_fir
             raise MemoryError(f"the shuffle on rank {r} needs about {(plain + windows) / 2**30:.2f} GiB of GPU memory "
                               f"for its send buffers and the rows it receives, {have / 2**30:.2f} GiB is free: "
                               f"use more ranks")
+
+
+def _send_recv_shifts(layout: DeviceLayout, send_at: np.ndarray, base: int, rows: np.ndarray, me: int) -> np.ndarray:
+    """What each chunk's scan of its digit-major counts gains, destination by destination (int64
+    (C chunks, P destinations)), so that rank ``me``'s pass puts its rows for another rank at
+    their message's start in its send buffer (chunk c's part from ``send_at[c]``, in rank order),
+    and its own rows at their place in the receive buffer (from row ``base``), the later ranks'
+    moved down over the gap they leave; ``layout, send_at, base``: :func:`_layout`'s of ``rows``
+    (int64 (P ranks, C chunks, P destinations))."""
+    P, C = rows.shape[0], rows.shape[1]
+    add = np.repeat(np.asarray(send_at, np.int64)[:, None], P, axis=1)
+    for c in range(C):
+        own_at, own_rows = layout.unit(c)[2][1:]
+        add[c, me] = base + own_at - int(rows[me, c, :me].sum())
+        add[c, me + 1:] -= own_rows
+    return add
 
 
 def _layout(rows: np.ndarray, me: int) -> tuple[DeviceLayout, np.ndarray, int]:
