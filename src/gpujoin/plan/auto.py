@@ -197,9 +197,7 @@ def launch_gpu_join_plan(build_keys, probe_keys, build_widths: list[int], probe_
                 est.build_multiplicity = b.multiplicity
                 if match:
                     est.match_ratio, est.top_share = ratio, p.top_share
-            choice = choose_join(est, dev)
-            choice.estimate = est
-            return choice
+            return _chosen(est, dev)
         return finish
 
     def host() -> Choice:
